@@ -1,0 +1,296 @@
+package messages
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Frame layout (pinned; see DESIGN.md §7):
+//
+//	uint32 big-endian length N | N bytes: msgpack array
+//	  [schema_version uint, library bin16, type uint, flags uint, payload bin]
+//
+// The schema version is always the first element of the envelope array, so
+// any future version can still tell an old peer which side must upgrade.
+const (
+	// DefaultMaxFrame is the default limit on a frame's length.
+	DefaultMaxFrame = 16 << 20
+	// CompressThreshold is the payload size above which Encode compresses.
+	CompressThreshold = 8 << 10
+
+	frameHeaderLen = 4
+	envelopeFields = 5
+)
+
+// Envelope flags.
+const (
+	FlagZstd   uint8 = 1 << 0 // payload is zstd-compressed
+	knownFlags       = FlagZstd
+)
+
+// Envelope is the outer structure of every frame.
+type Envelope struct {
+	SchemaVersion uint16
+	Library       LibraryID // zero for node-level messages (hello, ping, pairing)
+	Type          Type
+	Flags         uint8
+	Payload       []byte // msgpack of the message, zstd-compressed if FlagZstd
+}
+
+// Sentinel errors; every decode failure wraps exactly one of them.
+var (
+	ErrFrameTooLarge = errors.New("frame too large")
+	ErrTruncated     = errors.New("truncated frame")
+	ErrUnknownType   = errors.New("unknown message type")
+	ErrMalformed     = errors.New("malformed message")
+	ErrSchemaVersion = errors.New("schema version mismatch")
+)
+
+// VersionError is a frame from a peer speaking another schema version. Its
+// message says which side has to upgrade.
+type VersionError struct {
+	Local, Remote uint16
+}
+
+func (e *VersionError) Error() string {
+	if e.Remote > e.Local {
+		return fmt.Sprintf("schema version mismatch: peer speaks schema %d, this device speaks %d: upgrade this device", e.Remote, e.Local)
+	}
+	return fmt.Sprintf("schema version mismatch: peer speaks schema %d, this device speaks %d: the peer must upgrade", e.Remote, e.Local)
+}
+
+// Is makes errors.Is(err, ErrSchemaVersion) true.
+func (e *VersionError) Is(target error) bool { return target == ErrSchemaVersion }
+
+// IsFrameTooLarge reports whether err is an oversized-frame refusal.
+func IsFrameTooLarge(err error) bool { return errors.Is(err, ErrFrameTooLarge) }
+
+// IsSchemaVersion reports whether err is a schema-version refusal.
+func IsSchemaVersion(err error) bool { return errors.Is(err, ErrSchemaVersion) }
+
+var (
+	zenc     *zstd.Encoder
+	zdec     *zstd.Decoder
+	zOnce    sync.Once
+	zInitErr error
+)
+
+func zstdCodec() (*zstd.Encoder, *zstd.Decoder, error) {
+	zOnce.Do(func() {
+		zenc, zInitErr = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+		if zInitErr != nil {
+			return
+		}
+		zdec, zInitErr = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(DefaultMaxFrame*4))
+	})
+	return zenc, zdec, zInitErr
+}
+
+// Encode wraps m in an envelope for library lib, compressing the payload
+// when it is larger than CompressThreshold.
+func Encode(lib LibraryID, m Message) (Envelope, error) {
+	t := m.MessageType()
+	if !t.Known() {
+		return Envelope{}, fmt.Errorf("encode: %w: %d", ErrUnknownType, t)
+	}
+	payload, err := msgpack.Marshal(m)
+	if err != nil {
+		return Envelope{}, fmt.Errorf("encode %s: %w", t, err)
+	}
+	env := Envelope{SchemaVersion: SchemaVersion, Library: lib, Type: t, Payload: payload}
+	if len(payload) > CompressThreshold {
+		enc, _, err := zstdCodec()
+		if err != nil {
+			return Envelope{}, fmt.Errorf("encode: zstd: %w", err)
+		}
+		if c := enc.EncodeAll(payload, make([]byte, 0, len(payload)/2)); len(c) < len(payload) {
+			env.Payload, env.Flags = c, FlagZstd
+		}
+	}
+	return env, nil
+}
+
+// Decode returns the message in env, validated. A compressed payload may
+// expand to at most 4×DefaultMaxFrame.
+func (env Envelope) Decode() (Message, error) {
+	if env.SchemaVersion != SchemaVersion {
+		return nil, &VersionError{Local: SchemaVersion, Remote: env.SchemaVersion}
+	}
+	if !env.Type.Known() {
+		return nil, fmt.Errorf("%w: %d", ErrUnknownType, env.Type)
+	}
+	if env.Flags&^knownFlags != 0 {
+		return nil, fmt.Errorf("%w: unknown flags %#x", ErrMalformed, env.Flags)
+	}
+	payload := env.Payload
+	if env.Flags&FlagZstd != 0 {
+		_, dec, err := zstdCodec()
+		if err != nil {
+			return nil, fmt.Errorf("decode: zstd: %w", err)
+		}
+		payload, err = dec.DecodeAll(payload, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: zstd: %v", ErrMalformed, env.Type, err)
+		}
+	}
+	if err := skim(payload); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, env.Type, err)
+	}
+	m := newMessage(env.Type)
+	rd := bytes.NewReader(payload)
+	if err := msgpack.NewDecoder(rd).Decode(m); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, env.Type, err)
+	}
+	if rd.Len() != 0 {
+		return nil, fmt.Errorf("%w: %s: %d trailing bytes", ErrMalformed, env.Type, rd.Len())
+	}
+	if v, ok := m.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, env.Type, err)
+		}
+	}
+	return m, nil
+}
+
+// AppendFrame appends the frame for env (length prefix included) to b.
+func AppendFrame(b []byte, env Envelope) ([]byte, error) {
+	start := len(b)
+	b = append(b, 0, 0, 0, 0)
+	b = msgpackAppendEnvelope(b, env)
+	n := len(b) - start - frameHeaderLen
+	if n > DefaultMaxFrame {
+		return b[:start], fmt.Errorf("%w: %d bytes (limit %d)", ErrFrameTooLarge, n, DefaultMaxFrame)
+	}
+	binary.BigEndian.PutUint32(b[start:], uint32(n))
+	return b, nil
+}
+
+// WriteFrame writes one frame for env to w.
+func WriteFrame(w io.Writer, env Envelope) error {
+	b, err := AppendFrame(nil, env)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// ReadFrame reads one frame from r. The length is checked against maxFrame
+// (DefaultMaxFrame when zero) before anything is allocated for the body.
+// A clean EOF before the first byte returns io.EOF.
+func ReadFrame(r io.Reader, maxFrame int) (Envelope, error) {
+	if maxFrame <= 0 {
+		maxFrame = DefaultMaxFrame
+	}
+	var hdr [frameHeaderLen]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		if err == io.EOF {
+			return Envelope{}, io.EOF
+		}
+		return Envelope{}, fmt.Errorf("%w: header: %v", ErrTruncated, err)
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if uint64(n) > uint64(maxFrame) {
+		return Envelope{}, fmt.Errorf("%w: peer announced %d bytes (limit %d)", ErrFrameTooLarge, n, maxFrame)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return Envelope{}, fmt.Errorf("%w: body of %d bytes: %v", ErrTruncated, n, err)
+	}
+	return ParseEnvelope(body)
+}
+
+// ParseEnvelope decodes the envelope array of a frame body (without the
+// length prefix). It checks the schema version before anything else.
+func ParseEnvelope(body []byte) (Envelope, error) {
+	rd := bytes.NewReader(body)
+	dec := msgpack.NewDecoder(rd)
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return Envelope{}, fmt.Errorf("%w: envelope: %v", ErrMalformed, err)
+	}
+	if n < 1 {
+		return Envelope{}, fmt.Errorf("%w: envelope has %d fields", ErrMalformed, n)
+	}
+	v, err := dec.DecodeUint64()
+	if err != nil {
+		return Envelope{}, fmt.Errorf("%w: envelope schema version: %v", ErrMalformed, err)
+	}
+	if v != uint64(SchemaVersion) {
+		remote := uint16(0xffff)
+		if v < 0xffff {
+			remote = uint16(v)
+		}
+		return Envelope{}, &VersionError{Local: SchemaVersion, Remote: remote}
+	}
+	if n != envelopeFields {
+		return Envelope{}, fmt.Errorf("%w: envelope has %d fields, want %d", ErrMalformed, n, envelopeFields)
+	}
+	env := Envelope{SchemaVersion: SchemaVersion}
+	if err := env.Library.DecodeMsgpack(dec); err != nil {
+		return Envelope{}, fmt.Errorf("%w: envelope library: %v", ErrMalformed, err)
+	}
+	t, err := dec.DecodeUint64()
+	if err != nil {
+		return Envelope{}, fmt.Errorf("%w: envelope type: %v", ErrMalformed, err)
+	}
+	if t > 0xff || !Type(t).Known() {
+		return Envelope{}, fmt.Errorf("%w: %d", ErrUnknownType, t)
+	}
+	env.Type = Type(t)
+	f, err := dec.DecodeUint64()
+	if err != nil || f > 0xff {
+		return Envelope{}, fmt.Errorf("%w: envelope flags", ErrMalformed)
+	}
+	env.Flags = uint8(f)
+	if env.Payload, err = dec.DecodeBytes(); err != nil {
+		return Envelope{}, fmt.Errorf("%w: envelope payload: %v", ErrMalformed, err)
+	}
+	if rd.Len() != 0 {
+		return Envelope{}, fmt.Errorf("%w: %d trailing bytes after envelope", ErrMalformed, rd.Len())
+	}
+	return env, nil
+}
+
+// msgpackAppendEnvelope writes the envelope array by hand: it is the one
+// structure whose layout must never drift with library defaults.
+func msgpackAppendEnvelope(b []byte, env Envelope) []byte {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	_ = enc.EncodeArrayLen(envelopeFields)
+	_ = enc.EncodeUint(uint64(env.SchemaVersion))
+	_ = env.Library.EncodeMsgpack(enc)
+	_ = enc.EncodeUint(uint64(env.Type))
+	_ = enc.EncodeUint(uint64(env.Flags))
+	_ = enc.EncodeBytes(env.Payload)
+	return append(b, buf.Bytes()...)
+}
+
+// EncodeFrame is Encode followed by AppendFrame.
+func EncodeFrame(lib LibraryID, m Message) ([]byte, error) {
+	env, err := Encode(lib, m)
+	if err != nil {
+		return nil, err
+	}
+	return AppendFrame(nil, env)
+}
+
+// DecodeFrame parses a whole frame (length prefix included) and its message.
+func DecodeFrame(frame []byte, maxFrame int) (Envelope, Message, error) {
+	env, err := ReadFrame(bytes.NewReader(frame), maxFrame)
+	if err != nil {
+		if err == io.EOF {
+			err = fmt.Errorf("%w: empty frame", ErrTruncated)
+		}
+		return Envelope{}, nil, err
+	}
+	m, err := env.Decode()
+	return env, m, err
+}

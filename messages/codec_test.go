@@ -1,0 +1,202 @@
+package messages
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+var lib = LibraryID(uuid.MustParse("11111111-2222-3333-4444-555555555555"))
+
+func sampleMessages() []Message {
+	h1 := HLC{Timestamp: 1730000000000, Counter: 1, Device: devA}
+	h2 := HLC{Timestamp: 1730000000001, Counter: 0, Device: devA}
+	rec := StateRecord{UUID: UUID(devB), HLC: h1, Values: []any{"photos", int64(42), nil, []byte{1, 2}}}
+	sc := SharedChange{HLC: h2, Prev: h1, Model: "tag", Record: UUID(devC), Op: OpUpdate, Fields: map[string]any{"color": "red"}}
+	return []Message{
+		&Hello{Device: DeviceID(devA), Name: "laptop", SchemaVersion: SchemaVersion, SentAt: 5},
+		&Error{Code: CodeUnauthorized, Message: "no"},
+		&Ping{Nonce: 7, SentAt: 9},
+		&Pong{Nonce: 7, SentAt: 9},
+		&StateChange{Model: "location", Owner: DeviceID(devA), Record: rec},
+		&StateBatch{Model: "entry", Owner: DeviceID(devA), Records: []StateRecord{rec, {UUID: UUID(devC), HLC: h2, Deleted: true}}},
+		&StateRequest{Owner: DeviceID(devA), Models: []string{"location", "entry"}, Since: h1, Model: "entry", Cursor: Cursor{HLC: h1, UUID: UUID(devB)}, Limit: 10000},
+		&StateResponse{Owner: DeviceID(devA), Model: "entry", Records: []StateRecord{rec}, Cursor: Cursor{HLC: h1}, HasMore: true, Watermark: h2},
+		&sc,
+		&SharedChangeBatch{Entries: []SharedChange{sc}},
+		&SharedChangeRequest{Origin: DeviceID(devA), Since: h1, Limit: 100},
+		&SharedChangeResponse{Origin: DeviceID(devA), Entries: []SharedChange{sc}, HasMore: false},
+		&AckSharedChanges{From: DeviceID(devB), Origin: DeviceID(devA), UpTo: h2},
+		&StateDelete{Model: "entry", Owner: DeviceID(devA), UUID: UUID(devB), HLC: h2},
+		&FingerprintRequest{Model: "entry", Owner: DeviceID(devA), Ranges: []FingerprintRange{{Count: 3, Fingerprint: 99}}},
+		&FingerprintResponse{Model: "entry", Owner: DeviceID(devA), Ranges: []FingerprintRange{{Count: 1, Items: []FingerprintItem{{UUID: UUID(devB), HLC: h1}}}}},
+		&SnapshotRequest{SnapshotID: UUID(devC), Index: 2},
+		&SnapshotChunk{SnapshotID: UUID(devC), Index: 0, Total: 3, TotalBytes: 10, Data: []byte("abc"), Checksum: make([]byte, 32)},
+		&SharedStateRequest{Models: []string{"tag"}, Limit: 10},
+		&SharedStateResponse{Model: "tag", Entries: []SharedChange{{HLC: h1, Model: "tag", Record: UUID(devB), Op: OpInsert}}, Watermarks: []OriginWatermark{{Origin: DeviceID(devA), HLC: h2}}},
+		&LibraryListRequest{},
+		&LibraryListResponse{Libraries: []LibraryInfo{{ID: lib, Name: "Jamie"}}},
+		&SyncSetupRequest{Library: lib, Device: DeviceID(devB), DeviceName: "b", Action: "join"},
+		&SyncSetupResponse{Library: lib, LibraryName: "Jamie", Device: DeviceID(devA), DeviceName: "a"},
+	}
+}
+
+func TestEveryTypeRoundTrips(t *testing.T) {
+	seen := map[Type]bool{}
+	for _, m := range sampleMessages() {
+		frame, err := EncodeFrame(lib, m)
+		if err != nil {
+			t.Fatalf("%T: %v", m, err)
+		}
+		env, got, err := DecodeFrame(frame, 0)
+		if err != nil {
+			t.Fatalf("%T: %v", m, err)
+		}
+		if env.Library != lib || env.Type != m.MessageType() {
+			t.Fatalf("%T: envelope %+v", m, env)
+		}
+		// Values decode to msgpack's natural Go types; compare re-encodings.
+		a, _ := msgpack.Marshal(m)
+		b, _ := msgpack.Marshal(got)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("%T: round trip differs:\n%#v\n%#v", m, m, got)
+		}
+		seen[m.MessageType()] = true
+	}
+	for typ := Type(1); typ < typeEnd; typ++ {
+		if !seen[typ] {
+			t.Errorf("type %s has no round-trip sample", typ)
+		}
+		if typ.String() == "unknown" || newMessage(typ) == nil {
+			t.Errorf("type %d is not wired", typ)
+		}
+	}
+}
+
+func TestLargePayloadIsCompressed(t *testing.T) {
+	var recs []StateRecord
+	for i := range 2000 {
+		recs = append(recs, StateRecord{UUID: UUID(uuid.NewSHA1(uuid.Nil, []byte{byte(i), byte(i >> 8)})), HLC: HLC{Timestamp: uint64(1730000000000 + i), Device: devA}, Values: []any{"file.jpg", int64(i)}})
+	}
+	m := &StateBatch{Model: "entry", Owner: DeviceID(devA), Records: recs}
+	raw, _ := msgpack.Marshal(m)
+	env, err := Encode(lib, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Flags&FlagZstd == 0 || len(env.Payload) >= len(raw) {
+		t.Fatalf("not compressed: flags %d, %d vs %d bytes", env.Flags, len(env.Payload), len(raw))
+	}
+	got, err := env.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.(*StateBatch).Records) != 2000 {
+		t.Fatal("lost records")
+	}
+}
+
+func TestFrameErrors(t *testing.T) {
+	good, err := EncodeFrame(lib, &Ping{Nonce: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("truncated", func(t *testing.T) {
+		for _, cut := range []int{1, 3, 5, len(good) - 1} {
+			_, err := ReadFrame(bytes.NewReader(good[:cut]), 0)
+			if !errors.Is(err, ErrTruncated) {
+				t.Errorf("cut at %d: %v", cut, err)
+			}
+		}
+		if _, err := ReadFrame(bytes.NewReader(nil), 0); err != io.EOF {
+			t.Errorf("empty stream: %v", err)
+		}
+	})
+
+	t.Run("oversized refused before allocation", func(t *testing.T) {
+		var hdr [4]byte
+		binary.BigEndian.PutUint32(hdr[:], 0xFFFFFFFF) // claims 4 GiB
+		r := &countingReader{r: bytes.NewReader(hdr[:])}
+		allocs := testing.AllocsPerRun(1, func() {
+			r.r = bytes.NewReader(hdr[:])
+			_, err = ReadFrame(r, 0)
+		})
+		if !IsFrameTooLarge(err) {
+			t.Fatalf("got %v", err)
+		}
+		if allocs > 10 {
+			t.Fatalf("%v allocations for a refused frame", allocs)
+		}
+		if !strings.Contains(err.Error(), "4294967295") {
+			t.Fatalf("error should give the size: %v", err)
+		}
+	})
+
+	t.Run("unknown type", func(t *testing.T) {
+		env, _ := Encode(lib, &Ping{})
+		env.Type = 200
+		frame, _ := AppendFrame(nil, env)
+		if _, _, err := DecodeFrame(frame, 0); !errors.Is(err, ErrUnknownType) {
+			t.Fatalf("got %v", err)
+		}
+	})
+
+	t.Run("wrong version says who upgrades", func(t *testing.T) {
+		for _, v := range []uint16{SchemaVersion + 1, SchemaVersion - 1} {
+			env, _ := Encode(lib, &Ping{})
+			env.SchemaVersion = v
+			frame, _ := AppendFrame(nil, env)
+			_, _, err := DecodeFrame(frame, 0)
+			if !IsSchemaVersion(err) {
+				t.Fatalf("v%d: got %v", v, err)
+			}
+			want := "the peer must upgrade"
+			if v > SchemaVersion {
+				want = "upgrade this device"
+			}
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("v%d: %v does not say %q", v, err, want)
+			}
+		}
+	})
+
+	t.Run("malformed payload", func(t *testing.T) {
+		env := Envelope{SchemaVersion: SchemaVersion, Library: lib, Type: TypeSharedChange, Payload: []byte{0xc1}}
+		if _, err := env.Decode(); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("got %v", err)
+		}
+		// Well-formed msgpack that fails validation.
+		env, _ = Encode(lib, &SharedChange{Model: "tag", Op: OpInsert})
+		if _, err := env.Decode(); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "hlc") {
+			t.Fatalf("got %v", err)
+		}
+		env = Envelope{SchemaVersion: SchemaVersion, Type: TypePing, Flags: FlagZstd, Payload: []byte("not zstd")}
+		if _, err := env.Decode(); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("bad zstd: %v", err)
+		}
+	})
+}
+
+type countingReader struct{ r io.Reader }
+
+func (c *countingReader) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func TestStateRecordValuesDecode(t *testing.T) {
+	rec := StateRecord{UUID: UUID(devA), HLC: HLC{Timestamp: 1, Device: devA}, Values: []any{"a", int64(-5), uint64(1 << 40), 1.5, true, nil, []byte{9}}}
+	b, _ := msgpack.Marshal(&StateChange{Model: "m", Owner: DeviceID(devA), Record: rec})
+	var back StateChange
+	if err := msgpack.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(len(back.Record.Values), len(rec.Values)) {
+		t.Fatal("value count")
+	}
+}

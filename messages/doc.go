@@ -1,0 +1,39 @@
+// Package messages holds lsync's wire types, the hybrid logical clock and
+// the frame codec. It is pure: no I/O beyond io.Reader/io.Writer, no SQL,
+// no actors, nothing else of lsync's.
+//
+// # HLC guarantees
+//
+// Clock.Now returns an HLC strictly greater than every HLC the clock issued
+// or observed, whatever the wall clock does: when the wall clock steps back,
+// the clock keeps its timestamp and advances the counter (Kulkarni et al.).
+// HLCs of one device are therefore unique and totally ordered, and HLCs of
+// different devices are totally ordered by (timestamp, counter, device).
+//
+// Hazard: a remote HLC far in the future would drag every clock it touches
+// into the future for good. Observe refuses any remote more than maxSkew
+// ahead of the local wall clock, leaving the clock untouched; callers refuse
+// the change that carried it and count it.
+//
+// Hazard: a restarted process has forgotten its clock. Persistence seeds a
+// new Clock from the largest HLC it has stored (see persistence), so a
+// restart with the wall clock set back still issues larger HLCs.
+//
+// HLC has three pinned encodings, all ordered like Compare: the fixed-width
+// text form of String (both numbers zero-padded to their maximum width, so
+// counter 10 sorts after counter 9), the 28-byte big-endian binary form
+// stored in SQLite BLOB columns, and msgpack as that binary form in a bin.
+//
+// # Frames
+//
+// A frame is a 4-byte big-endian length and a msgpack envelope array whose
+// first element is the schema version. ReadFrame checks the length against
+// the limit before allocating; Decode checks the version before the type,
+// refuses unknown types and flags, bounds every msgpack length claim by the
+// bytes that remain (skim), and validates the decoded message. Each failure
+// wraps one sentinel: ErrFrameTooLarge, ErrTruncated, ErrUnknownType,
+// ErrMalformed or ErrSchemaVersion (a *VersionError naming the side that
+// must upgrade).
+//
+// The list of message types is append-only.
+package messages

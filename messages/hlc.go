@@ -1,0 +1,290 @@
+package messages
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// HLC is a hybrid logical clock timestamp: wall milliseconds, a logical
+// counter for events within one millisecond, and the device that issued it.
+// HLCs are totally ordered by (Timestamp, Counter, Device).
+//
+// The zero HLC sorts before every issued HLC and means "nothing yet".
+type HLC struct {
+	Timestamp uint64 // milliseconds since the Unix epoch
+	Counter   uint32
+	Device    uuid.UUID
+}
+
+// Compare returns -1, 0 or +1 as h sorts before, equal to or after o.
+func (h HLC) Compare(o HLC) int {
+	if c := cmp.Compare(h.Timestamp, o.Timestamp); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(h.Counter, o.Counter); c != 0 {
+		return c
+	}
+	for i := range h.Device {
+		if c := cmp.Compare(h.Device[i], o.Device[i]); c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+// IsZero reports whether h is the zero HLC.
+func (h HLC) IsZero() bool { return h == HLC{} }
+
+const (
+	hlcTimestampDigits = 20 // len("18446744073709551615")
+	hlcCounterDigits   = 10 // len("4294967295")
+	hlcTextLen         = hlcTimestampDigits + 1 + hlcCounterDigits + 1 + 36
+	// HLCBinaryLen is the length of the binary form: big-endian timestamp,
+	// big-endian counter, device bytes. Byte order equals HLC order.
+	HLCBinaryLen = 8 + 4 + 16
+)
+
+// String returns the fixed-width text form
+// "TTTTTTTTTTTTTTTTTTTT-CCCCCCCCCC-<uuid>": both numbers zero-padded to the
+// width of their largest value, so that comparing two strings byte by byte
+// gives the same answer as Compare.
+func (h HLC) String() string {
+	b := make([]byte, 0, hlcTextLen)
+	b = appendPadded(b, h.Timestamp, hlcTimestampDigits)
+	b = append(b, '-')
+	b = appendPadded(b, uint64(h.Counter), hlcCounterDigits)
+	b = append(b, '-')
+	b = append(b, h.Device.String()...)
+	return string(b)
+}
+
+func appendPadded(b []byte, v uint64, width int) []byte {
+	var tmp [20]byte
+	s := strconv.AppendUint(tmp[:0], v, 10)
+	for i := len(s); i < width; i++ {
+		b = append(b, '0')
+	}
+	return append(b, s...)
+}
+
+// ErrMalformedHLC is returned (wrapped) by ParseHLC and by the decoders.
+var ErrMalformedHLC = errors.New("malformed hlc")
+
+// ParseHLC inverts String. It accepts only the exact fixed-width form
+// (lower-case canonical uuid), so every HLC has exactly one text form.
+func ParseHLC(s string) (HLC, error) {
+	if len(s) != hlcTextLen {
+		return HLC{}, fmt.Errorf("%w: %q: want %d characters, got %d", ErrMalformedHLC, s, hlcTextLen, len(s))
+	}
+	ts, ok := parseDigits(s[:hlcTimestampDigits])
+	if !ok || s[hlcTimestampDigits] != '-' {
+		return HLC{}, fmt.Errorf("%w: %q: bad timestamp", ErrMalformedHLC, s)
+	}
+	rest := s[hlcTimestampDigits+1:]
+	c, ok := parseDigits(rest[:hlcCounterDigits])
+	if !ok || c > uint64(^uint32(0)) || rest[hlcCounterDigits] != '-' {
+		return HLC{}, fmt.Errorf("%w: %q: bad counter", ErrMalformedHLC, s)
+	}
+	devText := rest[hlcCounterDigits+1:]
+	dev, err := uuid.Parse(devText)
+	if err != nil || dev.String() != devText {
+		return HLC{}, fmt.Errorf("%w: %q: bad device uuid", ErrMalformedHLC, s)
+	}
+	return HLC{Timestamp: ts, Counter: uint32(c), Device: dev}, nil
+}
+
+func parseDigits(s string) (uint64, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	return v, err == nil
+}
+
+// AppendBinary appends the 28-byte binary form of h to b. The binary form
+// sorts bytewise in HLC order; persistence stores it in BLOB columns.
+func (h HLC) AppendBinary(b []byte) ([]byte, error) {
+	b = binary.BigEndian.AppendUint64(b, h.Timestamp)
+	b = binary.BigEndian.AppendUint32(b, h.Counter)
+	return append(b, h.Device[:]...), nil
+}
+
+// MarshalBinary returns the 28-byte binary form of h.
+func (h HLC) MarshalBinary() ([]byte, error) {
+	return h.AppendBinary(make([]byte, 0, HLCBinaryLen))
+}
+
+// UnmarshalBinary decodes the 28-byte binary form.
+func (h *HLC) UnmarshalBinary(b []byte) error {
+	if len(b) != HLCBinaryLen {
+		return fmt.Errorf("%w: binary form has %d bytes, want %d", ErrMalformedHLC, len(b), HLCBinaryLen)
+	}
+	h.Timestamp = binary.BigEndian.Uint64(b[0:8])
+	h.Counter = binary.BigEndian.Uint32(b[8:12])
+	copy(h.Device[:], b[12:28])
+	return nil
+}
+
+// HLCFromBytes decodes the binary form; nil or empty input is the zero HLC.
+func HLCFromBytes(b []byte) (HLC, error) {
+	var h HLC
+	if len(b) == 0 {
+		return h, nil
+	}
+	err := h.UnmarshalBinary(b)
+	return h, err
+}
+
+// Bytes returns the binary form, or nil for the zero HLC (so SQL stores NULL).
+func (h HLC) Bytes() []byte {
+	if h.IsZero() {
+		return nil
+	}
+	b, _ := h.MarshalBinary()
+	return b
+}
+
+var (
+	_ msgpack.CustomEncoder = HLC{}
+	_ msgpack.CustomDecoder = (*HLC)(nil)
+)
+
+// EncodeMsgpack writes h as a 28-byte msgpack bin (30 bytes on the wire).
+// The encoding is pinned: never change it without a schema version bump.
+func (h HLC) EncodeMsgpack(enc *msgpack.Encoder) error {
+	var buf [HLCBinaryLen]byte
+	b, _ := h.AppendBinary(buf[:0])
+	return enc.EncodeBytes(b)
+}
+
+// DecodeMsgpack reads the form written by EncodeMsgpack.
+func (h *HLC) DecodeMsgpack(dec *msgpack.Decoder) error {
+	b, err := dec.DecodeBytes()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformedHLC, err)
+	}
+	if len(b) == 0 {
+		*h = HLC{}
+		return nil
+	}
+	return h.UnmarshalBinary(b)
+}
+
+// SkewError is returned by Clock.Observe when a remote HLC is further ahead
+// of the local wall clock than the clock's maximum skew.
+type SkewError struct {
+	Remote HLC
+	Wall   uint64        // local wall clock, ms
+	Ahead  time.Duration // how far the remote is ahead of the wall clock
+	Max    time.Duration
+}
+
+func (e *SkewError) Error() string {
+	return fmt.Sprintf("clock skew: remote hlc %s from device %s is %v ahead of the local clock (max %v)",
+		e.Remote, e.Remote.Device, e.Ahead, e.Max)
+}
+
+// ErrClockSkew is matched by every *SkewError through errors.Is.
+var ErrClockSkew = errors.New("clock skew")
+
+// Is makes errors.Is(err, ErrClockSkew) true for skew errors.
+func (e *SkewError) Is(target error) bool { return target == ErrClockSkew }
+
+// IsClockSkew reports whether err is (or wraps) a clock-skew refusal.
+func IsClockSkew(err error) bool { return errors.Is(err, ErrClockSkew) }
+
+// Clock issues HLCs following Kulkarni et al., "Logical Physical Clocks"
+// (2014). It never goes backwards, even when the wall clock does; it is safe
+// for concurrent use.
+type Clock struct {
+	device  uuid.UUID
+	wall    func() time.Time
+	maxSkew time.Duration
+
+	mu sync.Mutex
+	// last is the largest (timestamp, counter) issued or observed; Now
+	// returns something strictly larger.
+	lastTS uint64
+	lastC  uint32
+}
+
+// NewClock returns a clock for device. wall is the physical clock (inject a
+// fake in tests; nil means time.Now). maxSkew bounds how far ahead of wall a
+// remote HLC may be before Observe refuses it; zero or negative means no bound.
+func NewClock(device uuid.UUID, wall func() time.Time, maxSkew time.Duration) *Clock {
+	if wall == nil {
+		wall = time.Now
+	}
+	return &Clock{device: device, wall: wall, maxSkew: maxSkew}
+}
+
+func (c *Clock) wallMS() uint64 {
+	ms := c.wall().UnixMilli()
+	if ms < 0 {
+		return 0
+	}
+	return uint64(ms)
+}
+
+// Now returns an HLC strictly greater than every HLC this clock has issued
+// or observed.
+func (c *Clock) Now() HLC {
+	pt := c.wallMS()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pt > c.lastTS {
+		c.lastTS, c.lastC = pt, 0
+	} else {
+		c.bumpLocked()
+	}
+	return HLC{Timestamp: c.lastTS, Counter: c.lastC, Device: c.device}
+}
+
+// bumpLocked advances the logical part by one; a counter overflow (4 billion
+// events in one millisecond) borrows the next millisecond.
+func (c *Clock) bumpLocked() {
+	if c.lastC == ^uint32(0) {
+		c.lastTS++
+		c.lastC = 0
+		return
+	}
+	c.lastC++
+}
+
+// Observe merges a remote HLC into the clock (the receive rule): the clock
+// moves to max(local, remote, wall). A remote more than maxSkew ahead of the
+// wall clock is refused with a *SkewError and leaves the clock unchanged.
+func (c *Clock) Observe(remote HLC) error {
+	pt := c.wallMS()
+	if c.maxSkew > 0 && remote.Timestamp > pt {
+		ahead := time.Duration(remote.Timestamp-pt) * time.Millisecond
+		if ahead > c.maxSkew {
+			return &SkewError{Remote: remote, Wall: pt, Ahead: ahead, Max: c.maxSkew}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, lc := c.lastTS, c.lastC
+	switch {
+	case pt > l && pt > remote.Timestamp:
+		c.lastTS, c.lastC = pt, 0
+		return nil
+	case remote.Timestamp > l:
+		c.lastTS, c.lastC = remote.Timestamp, remote.Counter
+	case remote.Timestamp == l:
+		c.lastC = max(lc, remote.Counter)
+	}
+	// The merged logical time must exceed both inputs, so bump once more.
+	c.bumpLocked()
+	return nil
+}

@@ -1,0 +1,503 @@
+package messages
+
+// SchemaVersion is the version of the wire protocol and the library schema
+// this build speaks. Peers with a different version refuse each other's
+// frames with an error naming the side that must upgrade.
+const SchemaVersion uint16 = 1
+
+// Type tags a message on the wire. The list is append-only: a number, once
+// given, is never reused or renumbered.
+type Type uint8
+
+const (
+	TypeHello                Type = 1
+	TypeError                Type = 2
+	TypePing                 Type = 3
+	TypePong                 Type = 4
+	TypeStateChange          Type = 5
+	TypeStateBatch           Type = 6
+	TypeStateRequest         Type = 7
+	TypeStateResponse        Type = 8
+	TypeSharedChange         Type = 9
+	TypeSharedChangeBatch    Type = 10
+	TypeSharedChangeRequest  Type = 11
+	TypeSharedChangeResponse Type = 12
+	TypeAckSharedChanges     Type = 13
+	TypeStateDelete          Type = 14
+	TypeFingerprintRequest   Type = 15
+	TypeFingerprintResponse  Type = 16
+	TypeSnapshotRequest      Type = 17
+	TypeSnapshotChunk        Type = 18
+	TypeSharedStateRequest   Type = 19
+	TypeSharedStateResponse  Type = 20
+	TypeLibraryListRequest   Type = 21
+	TypeLibraryListResponse  Type = 22
+	TypeSyncSetupRequest     Type = 23
+	TypeSyncSetupResponse    Type = 24
+	typeEnd                       = TypeSyncSetupResponse + 1 // one past the last known type; move when appending
+)
+
+var typeNames = [...]string{
+	TypeHello:                "hello",
+	TypeError:                "error",
+	TypePing:                 "ping",
+	TypePong:                 "pong",
+	TypeStateChange:          "state_change",
+	TypeStateBatch:           "state_batch",
+	TypeStateRequest:         "state_request",
+	TypeStateResponse:        "state_response",
+	TypeSharedChange:         "shared_change",
+	TypeSharedChangeBatch:    "shared_change_batch",
+	TypeSharedChangeRequest:  "shared_change_request",
+	TypeSharedChangeResponse: "shared_change_response",
+	TypeAckSharedChanges:     "ack_shared_changes",
+	TypeStateDelete:          "state_delete",
+	TypeFingerprintRequest:   "fingerprint_request",
+	TypeFingerprintResponse:  "fingerprint_response",
+	TypeSnapshotRequest:      "snapshot_request",
+	TypeSnapshotChunk:        "snapshot_chunk",
+	TypeSharedStateRequest:   "shared_state_request",
+	TypeSharedStateResponse:  "shared_state_response",
+	TypeLibraryListRequest:   "library_list_request",
+	TypeLibraryListResponse:  "library_list_response",
+	TypeSyncSetupRequest:     "sync_setup_request",
+	TypeSyncSetupResponse:    "sync_setup_response",
+}
+
+// Known reports whether t is a type this build understands.
+func (t Type) Known() bool { return t > 0 && t < typeEnd }
+
+// String returns the snake_case name used in metrics labels and logs.
+func (t Type) String() string {
+	if t.Known() {
+		return typeNames[t]
+	}
+	return "unknown"
+}
+
+// Message is implemented by every wire message.
+type Message interface {
+	MessageType() Type
+}
+
+// ChangeOp is the kind of a shared change.
+type ChangeOp uint8
+
+const (
+	OpInsert ChangeOp = 1 // a new row: every field is written
+	OpUpdate ChangeOp = 2 // some fields are written (LWW per field)
+	OpDelete ChangeOp = 3 // tombstone: only (model, uuid, hlc) travel
+)
+
+func (o ChangeOp) String() string {
+	switch o {
+	case OpInsert:
+		return "insert"
+	case OpUpdate:
+		return "update"
+	case OpDelete:
+		return "delete"
+	}
+	return "unknown"
+}
+
+// Valid reports whether o is one of the defined operations.
+func (o ChangeOp) Valid() bool { return o >= OpInsert && o <= OpDelete }
+
+// Cursor is a position in an (hlc, uuid)-ordered scan. Pages of rows are
+// served in that order, so a row rewritten during a scan moves past the
+// cursor and is served again rather than missed.
+type Cursor struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	HLC      HLC
+	UUID     UUID
+}
+
+// IsZero reports whether c is the start of a scan.
+func (c Cursor) IsZero() bool { return c.HLC.IsZero() && c.UUID.IsZero() }
+
+// ---- node-level messages ----
+
+// Hello is the first frame each side sends on a connection. Nothing else is
+// accepted before it.
+type Hello struct {
+	_msgpack      struct{} `msgpack:",as_array"`
+	Device        DeviceID
+	Name          string
+	SchemaVersion uint16
+	SentAt        int64 // sender's wall clock, ms
+}
+
+// Error reports a refused or failed request. Code is one of the Code*
+// constants; Message is for humans.
+type Error struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Code     string
+	Message  string
+}
+
+// Error codes carried in Error.Code.
+const (
+	CodeSchemaMismatch   = "schema_mismatch"
+	CodeUnauthorized     = "unauthorized"
+	CodeBadRequest       = "bad_request"
+	CodeUnknownModel     = "unknown_model"
+	CodeNotFound         = "not_found"
+	CodeSnapshotRequired = "snapshot_required"
+	CodeClockSkew        = "clock_skew"
+	CodeForgedOwner      = "forged_owner"
+	CodeUnavailable      = "unavailable"
+	CodeInternal         = "internal"
+)
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Ping asks for a Pong with the same nonce (RTT probe, keep-alive).
+type Ping struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Nonce    uint64
+	SentAt   int64
+}
+
+// Pong answers a Ping.
+type Pong struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Nonce    uint64
+	SentAt   int64 // copied from the Ping
+}
+
+// ---- device-owned state ----
+
+// StateRecord is one device-owned row as its owner last wrote it. Values
+// are in the column order the model registry declares for Model (the schema
+// version pins that order); references to other rows are 16-byte uuids.
+// A record with Deleted set is a tombstone and carries no values.
+type StateRecord struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	UUID     UUID
+	HLC      HLC
+	Deleted  bool
+	Values   []any
+}
+
+// StateChange is a live device-owned write, sent by the owner.
+type StateChange struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Model    string
+	Owner    DeviceID
+	Record   StateRecord
+}
+
+// StateBatch is many live device-owned writes of one model by one owner.
+type StateBatch struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Model    string
+	Owner    DeviceID
+	Records  []StateRecord
+}
+
+// StateDelete is a live device-owned delete: only the uuid and the HLC of
+// the delete travel, never the deleted data.
+type StateDelete struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Model    string
+	Owner    DeviceID
+	UUID     UUID
+	HLC      HLC
+}
+
+// StateRequest asks for Owner's rows of Models (in that order) newer than
+// Since, resuming after Cursor, at most Limit rows per response. Any peer
+// may serve any owner's rows.
+type StateRequest struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Owner    DeviceID
+	Models   []string
+	Since    HLC
+	Model    string // the model Cursor belongs to ("" = start of Models)
+	Cursor   Cursor
+	Limit    uint32
+}
+
+// StateResponse is one page. Cursor resumes the scan; HasMore is false on
+// the last page of the last model. Watermark is the serving peer's
+// gap-free watermark for Owner at the time the page was read: once the scan
+// is complete, the requester holds everything of Owner up to it.
+type StateResponse struct {
+	_msgpack  struct{} `msgpack:",as_array"`
+	Owner     DeviceID
+	Model     string
+	Records   []StateRecord
+	Cursor    Cursor
+	HasMore   bool
+	Watermark HLC
+}
+
+// ---- shared resources (log) ----
+
+// SharedChange is one logged change to a shared resource. Prev is the HLC
+// of the origin's previous logged change (zero for its first, and for
+// changes that come from a snapshot rather than a log), so a receiver can
+// detect a gap. Fields holds the written fields by column name (references
+// as 16-byte uuids); a delete carries none.
+type SharedChange struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	HLC      HLC
+	Prev     HLC
+	Model    string
+	Record   UUID
+	Op       ChangeOp
+	Fields   map[string]any
+}
+
+// Origin is the device that made the change.
+func (c *SharedChange) Origin() DeviceID { return DeviceID(c.HLC.Device) }
+
+// SharedChangeBatch carries several changes of one origin in HLC order.
+type SharedChangeBatch struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Entries  []SharedChange
+}
+
+// SharedChangeRequest asks Origin (or a peer holding its log) for changes
+// after Since, at most Limit.
+type SharedChangeRequest struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Origin   DeviceID
+	Since    HLC
+	Limit    uint32
+}
+
+// SharedChangeResponse answers a SharedChangeRequest. SnapshotRequired is
+// set when Since is older than the oldest retained entry (the log was pruned
+// past it): the requester must take a shared-state snapshot instead.
+type SharedChangeResponse struct {
+	_msgpack         struct{} `msgpack:",as_array"`
+	Origin           DeviceID
+	Entries          []SharedChange
+	HasMore          bool
+	SnapshotRequired bool
+}
+
+// AckSharedChanges tells Origin that From holds every change of Origin up to
+// and including UpTo (cumulative and gap-free).
+type AckSharedChanges struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	From     DeviceID
+	Origin   DeviceID
+	UpTo     HLC
+}
+
+// OriginWatermark is "holds every change of Origin up to HLC".
+type OriginWatermark struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Origin   DeviceID
+	HLC      HLC
+}
+
+// SharedStateRequest asks for the current state of shared models as
+// changes (one per row and distinct field HLC), resuming after Cursor.
+type SharedStateRequest struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Models   []string
+	Model    string
+	Cursor   Cursor
+	Limit    uint32
+}
+
+// SharedStateResponse is one page of shared state. Entries have a zero Prev
+// and are applied through the same LWW rules as live changes. Watermarks,
+// sent on the last page, say up to where the state includes each origin's
+// changes.
+type SharedStateResponse struct {
+	_msgpack   struct{} `msgpack:",as_array"`
+	Model      string
+	Entries    []SharedChange
+	Cursor     Cursor
+	HasMore    bool
+	Watermarks []OriginWatermark
+}
+
+// ---- anti-entropy ----
+
+// FingerprintRange summarises the (uuid, hlc) pairs with Lo <= uuid < Hi
+// (Hi zero = no upper bound): their count and the XOR of a hash of each pair.
+// Items lists the pairs themselves when the range is small enough.
+type FingerprintRange struct {
+	_msgpack    struct{} `msgpack:",as_array"`
+	Lo          UUID
+	Hi          UUID
+	Count       uint64
+	Fingerprint uint64
+	Items       []FingerprintItem
+}
+
+// FingerprintItem is one (uuid, hlc) pair.
+type FingerprintItem struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	UUID     UUID
+	HLC      HLC
+}
+
+// FingerprintRequest compares ranges of Model (rows of Owner, or all rows
+// when the model is shared and Owner is zero).
+type FingerprintRequest struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Model    string
+	Owner    DeviceID
+	Ranges   []FingerprintRange
+}
+
+// FingerprintResponse gives the responder's fingerprints of the same
+// ranges, split further where they differ.
+type FingerprintResponse struct {
+	_msgpack  struct{} `msgpack:",as_array"`
+	Model     string
+	Owner     DeviceID
+	Ranges    []FingerprintRange
+	Watermark HLC // responder's watermark for Owner (device-owned models)
+}
+
+// ---- snapshot mode ----
+
+// SnapshotRequest asks for chunk Index of a consistent copy of database.db.
+// A zero SnapshotID asks the peer to start a new snapshot.
+type SnapshotRequest struct {
+	_msgpack   struct{} `msgpack:",as_array"`
+	SnapshotID UUID
+	Index      uint32
+}
+
+// SnapshotChunk is one zstd-compressed, checksummed chunk of a snapshot.
+// Checksum is the SHA-256 of the uncompressed chunk. The first chunk also
+// carries the watermarks the snapshot is consistent with.
+type SnapshotChunk struct {
+	_msgpack         struct{} `msgpack:",as_array"`
+	SnapshotID       UUID
+	Index            uint32
+	Total            uint32
+	TotalBytes       uint64
+	Data             []byte
+	Checksum         []byte
+	StateWatermarks  []OriginWatermark
+	SharedWatermarks []OriginWatermark
+}
+
+// ---- library discovery and setup ----
+
+// LibraryInfo describes a library a device has.
+type LibraryInfo struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ID       LibraryID
+	Name     string
+}
+
+// LibraryListRequest asks a paired device which libraries it has.
+type LibraryListRequest struct {
+	_msgpack struct{} `msgpack:",as_array"`
+}
+
+// LibraryListResponse answers LibraryListRequest.
+type LibraryListResponse struct {
+	_msgpack  struct{} `msgpack:",as_array"`
+	Libraries []LibraryInfo
+}
+
+// SyncSetupRequest asks the receiver to register the sender as a sync
+// partner of Library.
+type SyncSetupRequest struct {
+	_msgpack   struct{} `msgpack:",as_array"`
+	Library    LibraryID
+	Device     DeviceID
+	DeviceName string
+	Action     string // "register-only" or "join"
+}
+
+// SyncSetupResponse confirms the registration.
+type SyncSetupResponse struct {
+	_msgpack    struct{} `msgpack:",as_array"`
+	Library     LibraryID
+	LibraryName string
+	Device      DeviceID
+	DeviceName  string
+}
+
+func (*Hello) MessageType() Type                { return TypeHello }
+func (*Error) MessageType() Type                { return TypeError }
+func (*Ping) MessageType() Type                 { return TypePing }
+func (*Pong) MessageType() Type                 { return TypePong }
+func (*StateChange) MessageType() Type          { return TypeStateChange }
+func (*StateBatch) MessageType() Type           { return TypeStateBatch }
+func (*StateRequest) MessageType() Type         { return TypeStateRequest }
+func (*StateResponse) MessageType() Type        { return TypeStateResponse }
+func (*SharedChange) MessageType() Type         { return TypeSharedChange }
+func (*SharedChangeBatch) MessageType() Type    { return TypeSharedChangeBatch }
+func (*SharedChangeRequest) MessageType() Type  { return TypeSharedChangeRequest }
+func (*SharedChangeResponse) MessageType() Type { return TypeSharedChangeResponse }
+func (*AckSharedChanges) MessageType() Type     { return TypeAckSharedChanges }
+func (*StateDelete) MessageType() Type          { return TypeStateDelete }
+func (*FingerprintRequest) MessageType() Type   { return TypeFingerprintRequest }
+func (*FingerprintResponse) MessageType() Type  { return TypeFingerprintResponse }
+func (*SnapshotRequest) MessageType() Type      { return TypeSnapshotRequest }
+func (*SnapshotChunk) MessageType() Type        { return TypeSnapshotChunk }
+func (*SharedStateRequest) MessageType() Type   { return TypeSharedStateRequest }
+func (*SharedStateResponse) MessageType() Type  { return TypeSharedStateResponse }
+func (*LibraryListRequest) MessageType() Type   { return TypeLibraryListRequest }
+func (*LibraryListResponse) MessageType() Type  { return TypeLibraryListResponse }
+func (*SyncSetupRequest) MessageType() Type     { return TypeSyncSetupRequest }
+func (*SyncSetupResponse) MessageType() Type    { return TypeSyncSetupResponse }
+
+// newMessage returns a zero value of the message type t (t must be Known).
+func newMessage(t Type) Message {
+	switch t {
+	case TypeHello:
+		return new(Hello)
+	case TypeError:
+		return new(Error)
+	case TypePing:
+		return new(Ping)
+	case TypePong:
+		return new(Pong)
+	case TypeStateChange:
+		return new(StateChange)
+	case TypeStateBatch:
+		return new(StateBatch)
+	case TypeStateRequest:
+		return new(StateRequest)
+	case TypeStateResponse:
+		return new(StateResponse)
+	case TypeSharedChange:
+		return new(SharedChange)
+	case TypeSharedChangeBatch:
+		return new(SharedChangeBatch)
+	case TypeSharedChangeRequest:
+		return new(SharedChangeRequest)
+	case TypeSharedChangeResponse:
+		return new(SharedChangeResponse)
+	case TypeAckSharedChanges:
+		return new(AckSharedChanges)
+	case TypeStateDelete:
+		return new(StateDelete)
+	case TypeFingerprintRequest:
+		return new(FingerprintRequest)
+	case TypeFingerprintResponse:
+		return new(FingerprintResponse)
+	case TypeSnapshotRequest:
+		return new(SnapshotRequest)
+	case TypeSnapshotChunk:
+		return new(SnapshotChunk)
+	case TypeSharedStateRequest:
+		return new(SharedStateRequest)
+	case TypeSharedStateResponse:
+		return new(SharedStateResponse)
+	case TypeLibraryListRequest:
+		return new(LibraryListRequest)
+	case TypeLibraryListResponse:
+		return new(LibraryListResponse)
+	case TypeSyncSetupRequest:
+		return new(SyncSetupRequest)
+	case TypeSyncSetupResponse:
+		return new(SyncSetupResponse)
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+package messages
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Limits enforced on decoded messages, beyond the frame size.
+const (
+	MaxNameLen      = 255 // model names, device names
+	MaxPageRecords  = 100_000
+	MaxRequestLimit = 100_000
+)
+
+func validModel(m string) error {
+	if m == "" {
+		return errors.New("empty model name")
+	}
+	if len(m) > MaxNameLen {
+		return fmt.Errorf("model name of %d bytes", len(m))
+	}
+	return nil
+}
+
+// Validate checks the fields a receiver relies on.
+func (m *Hello) Validate() error {
+	if m.Device.IsZero() {
+		return errors.New("hello without device id")
+	}
+	if len(m.Name) > MaxNameLen {
+		return fmt.Errorf("device name of %d bytes", len(m.Name))
+	}
+	return nil
+}
+
+func (r *StateRecord) validate() error {
+	if r.UUID.IsZero() {
+		return errors.New("record without uuid")
+	}
+	if r.HLC.IsZero() {
+		return fmt.Errorf("record %s without hlc", r.UUID)
+	}
+	if r.Deleted && len(r.Values) != 0 {
+		return fmt.Errorf("deleted record %s carries values", r.UUID)
+	}
+	return nil
+}
+
+func (m *StateChange) Validate() error {
+	if err := validModel(m.Model); err != nil {
+		return err
+	}
+	if m.Owner.IsZero() {
+		return errors.New("state change without owner")
+	}
+	return m.Record.validate()
+}
+
+func (m *StateBatch) Validate() error {
+	if err := validModel(m.Model); err != nil {
+		return err
+	}
+	if m.Owner.IsZero() {
+		return errors.New("state batch without owner")
+	}
+	if len(m.Records) > MaxPageRecords {
+		return fmt.Errorf("state batch of %d records (limit %d)", len(m.Records), MaxPageRecords)
+	}
+	for i := range m.Records {
+		if err := m.Records[i].validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *StateDelete) Validate() error {
+	if err := validModel(m.Model); err != nil {
+		return err
+	}
+	if m.Owner.IsZero() || m.UUID.IsZero() || m.HLC.IsZero() {
+		return errors.New("state delete needs owner, uuid and hlc")
+	}
+	return nil
+}
+
+func (m *StateRequest) Validate() error {
+	if m.Owner.IsZero() {
+		return errors.New("state request without owner")
+	}
+	if m.Limit > MaxRequestLimit {
+		return fmt.Errorf("state request limit %d (max %d)", m.Limit, MaxRequestLimit)
+	}
+	for _, model := range m.Models {
+		if err := validModel(model); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *StateResponse) Validate() error {
+	if m.Owner.IsZero() {
+		return errors.New("state response without owner")
+	}
+	if len(m.Records) > MaxPageRecords {
+		return fmt.Errorf("state response of %d records (limit %d)", len(m.Records), MaxPageRecords)
+	}
+	for i := range m.Records {
+		if err := m.Records[i].validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate checks one shared change.
+func (c *SharedChange) Validate() error {
+	if c.HLC.IsZero() {
+		return errors.New("shared change without hlc")
+	}
+	if err := validModel(c.Model); err != nil {
+		return err
+	}
+	if c.Record.IsZero() {
+		return errors.New("shared change without record uuid")
+	}
+	if !c.Op.Valid() {
+		return fmt.Errorf("shared change op %d", c.Op)
+	}
+	if c.Op == OpDelete && len(c.Fields) != 0 {
+		return errors.New("shared delete carries fields")
+	}
+	if !c.Prev.IsZero() && c.Prev.Compare(c.HLC) >= 0 {
+		return fmt.Errorf("shared change %s: previous hlc %s is not older", c.HLC, c.Prev)
+	}
+	if !c.Prev.IsZero() && c.Prev.Device != c.HLC.Device {
+		return fmt.Errorf("shared change %s: previous hlc from another device", c.HLC)
+	}
+	return nil
+}
+
+func validChanges(cs []SharedChange) error {
+	if len(cs) > MaxPageRecords {
+		return fmt.Errorf("%d shared changes (limit %d)", len(cs), MaxPageRecords)
+	}
+	for i := range cs {
+		if err := cs[i].Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *SharedChangeBatch) Validate() error { return validChanges(m.Entries) }
+
+func (m *SharedChangeRequest) Validate() error {
+	if m.Origin.IsZero() {
+		return errors.New("shared change request without origin")
+	}
+	if m.Limit > MaxRequestLimit {
+		return fmt.Errorf("shared change request limit %d (max %d)", m.Limit, MaxRequestLimit)
+	}
+	return nil
+}
+
+func (m *SharedChangeResponse) Validate() error {
+	if m.Origin.IsZero() {
+		return errors.New("shared change response without origin")
+	}
+	for i := range m.Entries {
+		if m.Entries[i].Origin() != m.Origin {
+			return fmt.Errorf("shared change %s is not from origin %s", m.Entries[i].HLC, m.Origin)
+		}
+	}
+	return validChanges(m.Entries)
+}
+
+func (m *AckSharedChanges) Validate() error {
+	if m.From.IsZero() || m.Origin.IsZero() {
+		return errors.New("ack needs from and origin")
+	}
+	if !m.UpTo.IsZero() && DeviceID(m.UpTo.Device) != m.Origin {
+		return fmt.Errorf("ack up to %s is not an hlc of origin %s", m.UpTo, m.Origin)
+	}
+	return nil
+}
+
+func (m *SharedStateRequest) Validate() error {
+	if m.Limit > MaxRequestLimit {
+		return fmt.Errorf("shared state request limit %d (max %d)", m.Limit, MaxRequestLimit)
+	}
+	return nil
+}
+
+func (m *SharedStateResponse) Validate() error { return validChanges(m.Entries) }
+
+func (m *FingerprintRequest) Validate() error  { return validModel(m.Model) }
+func (m *FingerprintResponse) Validate() error { return validModel(m.Model) }
+
+func (m *SnapshotChunk) Validate() error {
+	if m.SnapshotID.IsZero() {
+		return errors.New("snapshot chunk without snapshot id")
+	}
+	if m.Total == 0 || m.Index >= m.Total {
+		return fmt.Errorf("snapshot chunk %d of %d", m.Index, m.Total)
+	}
+	if len(m.Checksum) != 32 {
+		return fmt.Errorf("snapshot chunk checksum of %d bytes", len(m.Checksum))
+	}
+	return nil
+}
+
+func (m *SyncSetupRequest) Validate() error {
+	if m.Library.IsZero() || m.Device.IsZero() {
+		return errors.New("sync setup needs library and device")
+	}
+	switch m.Action {
+	case "register-only", "join":
+	default:
+		return fmt.Errorf("sync setup action %q (want register-only or join)", m.Action)
+	}
+	return nil
+}
