@@ -28,7 +28,9 @@ type Transport interface {
 	Close() error
 }
 
-// Conn is one authenticated connection to a peer device.
+// Conn is one authenticated connection to a peer device. Its methods are
+// safe for concurrent use (the peer actor sends while catch-up jobs run
+// requests on the same connection).
 //
 // Live messages (Send) of one library travel on one ordered stream: they
 // arrive in the order they were sent, or the connection fails. Each Request

@@ -1,0 +1,557 @@
+package net
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// quicConn is one authenticated QUIC connection to a peer. Its goroutines:
+//
+//	controlReadLoop  answers Pings, takes Pongs (RTT) on the control stream
+//	pingLoop         sends a Ping every keep-alive period
+//	acceptLiveLoop   accepts the peer's live streams → liveReadLoop each
+//	acceptBulkLoop   accepts the peer's request streams → serveRequest each
+//	writeLoop        one per library we send live messages for
+//
+// All of them end when the QUIC connection does.
+type quicConn struct {
+	t        *QUICTransport
+	qc       *quic.Conn
+	ctx      context.Context // qc.Context(): done when the connection ends
+	peer     messages.DeviceID
+	peerName string
+
+	control *quic.Stream
+	ctrlMu  sync.Mutex // serializes frames written on control
+
+	inbox chan Inbound  // live messages and requests, for Recv
+	slots chan struct{} // one token per queued live frame; cap is Config.SendQueue
+
+	mu   sync.Mutex
+	live map[messages.LibraryID]*liveSender // guarded by mu; created on first Send
+
+	pingMu sync.Mutex
+	pings  map[uint64]time.Time // guarded by pingMu: outstanding Ping nonces → when sent
+	rtt    atomic.Int64         // latest Ping/Pong round trip (ns); 0 before the first
+}
+
+// liveSender is the queue of one library's live stream.
+type liveSender struct {
+	lib   messages.LibraryID
+	queue chan outFrame // never full: the connection's slots bound all queues together
+}
+
+var _ Conn = (*quicConn)(nil)
+
+func newConn(t *QUICTransport, qc *quic.Conn, control *quic.Stream, peer messages.DeviceID, name string) *quicConn {
+	return &quicConn{
+		t:        t,
+		qc:       qc,
+		ctx:      qc.Context(),
+		peer:     peer,
+		peerName: name,
+		control:  control,
+		inbox:    make(chan Inbound, inboxLen),
+		slots:    make(chan struct{}, t.sendQueue),
+		live:     map[messages.LibraryID]*liveSender{},
+		pings:    map[uint64]time.Time{},
+	}
+}
+
+// start runs the connection's loops; false if the transport is closing.
+func (c *quicConn) start() bool {
+	for _, f := range []func(){c.controlReadLoop, c.pingLoop, c.acceptLiveLoop, c.acceptBulkLoop} {
+		if !c.t.spawn(f) {
+			c.qc.CloseWithError(connShutdown, "transport closed")
+			return false
+		}
+	}
+	return true
+}
+
+func (c *quicConn) Peer() messages.DeviceID { return c.peer }
+func (c *quicConn) PeerName() string        { return c.peerName }
+
+// RemoteAddr is the peer's UDP address.
+func (c *quicConn) RemoteAddr() string { return c.qc.RemoteAddr().String() }
+
+// Send queues m on the live stream of library lib. It blocks while the
+// connection's send queue is full, until ctx ends.
+func (c *quicConn) Send(ctx context.Context, lib messages.LibraryID, m messages.Message) error {
+	f, err := encodeFrame(lib, m, c.t.version, c.t.maxFrame)
+	if err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	if isControlType(f.t) {
+		return fmt.Errorf("send: %w: %s is not a live message", ErrBadRequest, f.t)
+	}
+	// Take a queue slot: this is the back-pressure.
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return c.Err()
+	}
+	if c.ctx.Err() != nil {
+		<-c.slots
+		return c.Err()
+	}
+	ls, err := c.liveSender(lib)
+	if err != nil {
+		<-c.slots
+		return err
+	}
+	ls.queue <- f
+	return nil
+}
+
+// liveSender returns the sender of lib's live stream, starting its
+// writeLoop on first use.
+func (c *quicConn) liveSender(lib messages.LibraryID) (*liveSender, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ls, ok := c.live[lib]; ok {
+		return ls, nil
+	}
+	if c.ctx.Err() != nil {
+		return nil, c.Err()
+	}
+	ls := &liveSender{lib: lib, queue: make(chan outFrame, c.t.sendQueue)}
+	if !c.t.spawn(func() { c.writeLoop(ls) }) {
+		return nil, ErrClosed
+	}
+	c.live[lib] = ls
+	return ls, nil
+}
+
+// writeLoop drains one library's queue onto its live stream, opened on the
+// first frame. If the stream fails while the connection lives (the peer
+// refused it), frames would be lost out of order, so the connection is
+// closed: live messages arrive in order or the connection fails.
+func (c *quicConn) writeLoop(ls *liveSender) {
+	var s *quic.SendStream
+	for {
+		var f outFrame
+		select {
+		case f = <-ls.queue:
+		case <-c.ctx.Done():
+			return
+		}
+		var err error
+		if s == nil {
+			if s, err = c.qc.OpenUniStreamSync(c.ctx); err == nil {
+				_, err = s.Write([]byte{byte(kindLive)})
+			}
+		}
+		if err == nil {
+			err = writeLimited(c.ctx, c.t.bucket, s, f.b)
+		}
+		<-c.slots
+		if err != nil {
+			if c.ctx.Err() == nil {
+				c.t.log.Warn("live stream failed; closing the connection", "peer", c.peer, "library", ls.lib, "err", err)
+				c.qc.CloseWithError(connLiveLost, "live stream failed")
+			}
+			return
+		}
+		c.t.obs.MessageOut(c.peer, f.t, len(f.b))
+	}
+}
+
+// Recv returns the next inbound live message or request. Messages already
+// received are still returned after the connection ended.
+func (c *quicConn) Recv(ctx context.Context) (Inbound, error) {
+	select {
+	case in := <-c.inbox:
+		return in, nil
+	default:
+	}
+	select {
+	case in := <-c.inbox:
+		return in, nil
+	case <-ctx.Done():
+		return Inbound{}, ctx.Err()
+	case <-c.ctx.Done():
+		select {
+		case in := <-c.inbox:
+			return in, nil
+		default:
+			return Inbound{}, c.Err()
+		}
+	}
+}
+
+// Request sends m on a fresh stream and waits for the one response.
+func (c *quicConn) Request(ctx context.Context, lib messages.LibraryID, m messages.Message) (messages.Message, error) {
+	f, err := encodeFrame(lib, m, c.t.version, c.t.maxFrame)
+	if err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	if isControlType(f.t) {
+		return nil, fmt.Errorf("request: %w: %s is not a request", ErrBadRequest, f.t)
+	}
+	s, err := c.qc.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, c.requestError(ctx, err)
+	}
+	// Abandoning the request cancels the stream both ways.
+	stop := context.AfterFunc(ctx, func() {
+		s.CancelWrite(streamCanceled)
+		s.CancelRead(streamCanceled)
+	})
+	defer stop()
+	// Send kind + request, then half-close.
+	if _, err := s.Write([]byte{byte(kindRequest)}); err != nil {
+		return nil, c.requestError(ctx, err)
+	}
+	if err := writeLimited(ctx, c.t.bucket, s, f.b); err != nil {
+		return nil, c.requestError(ctx, err)
+	}
+	s.Close()
+	c.t.obs.MessageOut(c.peer, f.t, len(f.b))
+	// Read the one response.
+	env, n, err := readFrame(s, c.t.maxFrame, c.t.version)
+	if err == nil {
+		var resp messages.Message
+		if resp, err = env.Decode(); err == nil {
+			c.t.obs.MessageIn(c.peer, env.Type, n)
+			s.CancelRead(0) // nothing may follow the response
+			if e, ok := resp.(*messages.Error); ok {
+				return nil, e
+			}
+			return resp, nil
+		}
+	}
+	switch {
+	case err == io.EOF:
+		return nil, fmt.Errorf("request %s: %w: the peer ended the stream without a response", f.t, ErrBadRequest)
+	case isBadInput(err):
+		c.refuse(s.CancelRead, s.StreamID(), reasonFor(err), err)
+		s.CancelWrite(streamBadInput)
+		return nil, fmt.Errorf("request %s: response: %w", f.t, err)
+	}
+	return nil, c.requestError(ctx, err)
+}
+
+// requestError explains a failed request stream.
+func (c *quicConn) requestError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var se *quic.StreamError
+	if errors.As(err, &se) && se.Remote && se.ErrorCode == streamBadInput {
+		return fmt.Errorf("request: %w: the peer refused it", ErrBadRequest)
+	}
+	if c.ctx.Err() != nil {
+		return fmt.Errorf("request: %w", c.Err())
+	}
+	return fmt.Errorf("request: %w", err)
+}
+
+// RTT is the latest Ping/Pong round trip, or QUIC's smoothed RTT before
+// the first Pong.
+func (c *quicConn) RTT() time.Duration {
+	if d := c.rtt.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return c.qc.ConnectionStats().SmoothedRTT
+}
+
+func (c *quicConn) Done() <-chan struct{} { return c.ctx.Done() }
+
+// Err says why the connection ended (nil while it lives). It wraps
+// ErrClosed, or messages.ErrSchemaVersion / ErrWrongPeer when the peer gave
+// that reason.
+func (c *quicConn) Err() error {
+	if c.ctx.Err() == nil {
+		return nil
+	}
+	cause := context.Cause(c.ctx)
+	var ae *quic.ApplicationError
+	if errors.As(cause, &ae) && !ae.Remote {
+		if ae.ErrorCode == connClosed {
+			return ErrClosed
+		}
+		return fmt.Errorf("%w: %s", ErrClosed, ae.ErrorMessage)
+	}
+	if e := refusalOf(cause); e != nil {
+		return e
+	}
+	return fmt.Errorf("%w: %v", ErrClosed, cause)
+}
+
+func (c *quicConn) Close() error {
+	return c.qc.CloseWithError(connClosed, "closed")
+}
+
+// acceptLiveLoop accepts the peer's live (unidirectional) streams.
+func (c *quicConn) acceptLiveLoop() {
+	for {
+		s, err := c.qc.AcceptUniStream(c.ctx)
+		if err != nil {
+			return
+		}
+		if !c.t.spawn(func() { c.liveReadLoop(s) }) {
+			return
+		}
+	}
+}
+
+// liveReadLoop reads one live stream: kind byte, then frames of one
+// library, in order, into the inbox. Bad input refuses this stream only.
+func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
+	var kind [1]byte
+	if _, err := io.ReadFull(s, kind[:]); err != nil {
+		return
+	}
+	if streamKind(kind[0]) != kindLive {
+		c.refuse(s.CancelRead, s.StreamID(), reasonUnknownStream, fmt.Errorf("unidirectional stream of kind %q", kind[0]))
+		return
+	}
+	var lib messages.LibraryID
+	for first := true; ; first = false {
+		env, n, err := readFrame(s, c.t.maxFrame, c.t.version)
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			if isBadInput(err) {
+				c.refuse(s.CancelRead, s.StreamID(), reasonFor(err), err)
+			}
+			return
+		}
+		m, err := env.Decode()
+		if err != nil {
+			c.refuse(s.CancelRead, s.StreamID(), reasonFor(err), err)
+			return
+		}
+		if isControlType(env.Type) {
+			c.refuse(s.CancelRead, s.StreamID(), reasonUnexpected, fmt.Errorf("%s on a live stream", env.Type))
+			return
+		}
+		// One live stream carries one library.
+		if first {
+			lib = env.Library
+		} else if env.Library != lib {
+			c.refuse(s.CancelRead, s.StreamID(), reasonMalformed, fmt.Errorf("live stream of library %s carried a frame of %s", lib, env.Library))
+			return
+		}
+		c.t.obs.MessageIn(c.peer, env.Type, n)
+		select {
+		case c.inbox <- Inbound{Library: env.Library, Message: m, Bytes: n}:
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// acceptBulkLoop accepts the peer's bidirectional (request) streams.
+func (c *quicConn) acceptBulkLoop() {
+	for {
+		s, err := c.qc.AcceptStream(c.ctx)
+		if err != nil {
+			return
+		}
+		if !c.t.spawn(func() { c.serveRequest(s) }) {
+			return
+		}
+	}
+}
+
+// serveRequest reads the one request frame of a request stream and hands
+// it to Recv with a Reply that writes the response and closes the stream.
+func (c *quicConn) serveRequest(s *quic.Stream) {
+	refuse := func(reason string, err error) {
+		c.refuse(s.CancelRead, s.StreamID(), reason, err)
+		s.CancelWrite(streamBadInput)
+	}
+	var kind [1]byte
+	if _, err := io.ReadFull(s, kind[:]); err != nil {
+		s.CancelWrite(streamCanceled)
+		return
+	}
+	if streamKind(kind[0]) != kindRequest {
+		refuse(reasonUnknownStream, fmt.Errorf("bidirectional stream of kind %q", kind[0]))
+		return
+	}
+	env, n, err := readFrame(s, c.t.maxFrame, c.t.version)
+	if err == io.EOF {
+		err = fmt.Errorf("%w: request stream without a request", messages.ErrTruncated)
+	}
+	if err != nil {
+		if isBadInput(err) {
+			refuse(reasonFor(err), err)
+		} else {
+			s.CancelWrite(streamCanceled)
+		}
+		return
+	}
+	// A frame that parses but does not decode (unknown type, invalid
+	// message) is answered with bad_request, then the stream ends.
+	m, err := env.Decode()
+	reason := reasonFor(err)
+	if err == nil && isControlType(env.Type) {
+		err, reason = fmt.Errorf("%w: %s as a request", messages.ErrMalformed, env.Type), reasonUnexpected
+	}
+	if err != nil {
+		c.refuse(s.CancelRead, s.StreamID(), reason, err)
+		msg := &messages.Error{Code: messages.CodeBadRequest, Message: err.Error()}
+		if f, e2 := encodeFrame(env.Library, msg, c.t.version, c.t.maxFrame); e2 == nil && writeLimited(c.ctx, c.t.bucket, s, f.b) == nil {
+			c.t.obs.MessageOut(c.peer, f.t, len(f.b))
+		}
+		s.Close()
+		return
+	}
+	c.t.obs.MessageIn(c.peer, env.Type, n)
+	var replied atomic.Bool
+	reply := func(resp messages.Message) error {
+		if !replied.CompareAndSwap(false, true) {
+			return errors.New("reply: already sent")
+		}
+		f, err := encodeFrame(env.Library, resp, c.t.version, c.t.maxFrame)
+		if err != nil {
+			// Tell the requester rather than leave it waiting.
+			msg := &messages.Error{Code: messages.CodeInternal, Message: "response not sent: " + err.Error()}
+			if ef, e2 := encodeFrame(env.Library, msg, c.t.version, c.t.maxFrame); e2 == nil {
+				f = ef
+			} else {
+				s.CancelWrite(streamCanceled)
+				return fmt.Errorf("reply: %w", err)
+			}
+		}
+		if werr := writeLimited(c.ctx, c.t.bucket, s, f.b); werr != nil {
+			s.CancelWrite(streamCanceled)
+			return fmt.Errorf("reply: %w", werr)
+		}
+		s.Close()
+		c.t.obs.MessageOut(c.peer, f.t, len(f.b))
+		if err != nil {
+			return fmt.Errorf("reply: %w", err)
+		}
+		return nil
+	}
+	select {
+	case c.inbox <- Inbound{Library: env.Library, Message: m, Bytes: n, Reply: reply}:
+	case <-c.ctx.Done():
+	}
+}
+
+// controlReadLoop reads the control stream after Hello: Ping → Pong,
+// Pong → RTT. Anything else is refused, which closes the control stream
+// only (RTT then falls back to QUIC's estimate).
+func (c *quicConn) controlReadLoop() {
+	refuse := func(reason string, err error) {
+		c.refuse(c.control.CancelRead, c.control.StreamID(), reason, err)
+		c.control.CancelWrite(streamBadInput)
+	}
+	for {
+		env, n, err := readFrame(c.control, c.t.maxFrame, c.t.version)
+		if err != nil {
+			if isBadInput(err) {
+				refuse(reasonFor(err), err)
+			}
+			return
+		}
+		m, err := env.Decode()
+		if err != nil {
+			refuse(reasonFor(err), err)
+			return
+		}
+		c.t.obs.MessageIn(c.peer, env.Type, n)
+		switch m := m.(type) {
+		case *messages.Ping:
+			if err := c.writeControl(&messages.Pong{Nonce: m.Nonce, SentAt: m.SentAt}); err != nil {
+				return
+			}
+		case *messages.Pong:
+			c.pong(m.Nonce)
+		case *messages.Error:
+			c.t.log.Warn("peer reported an error", "peer", c.peer, "err", m)
+		default:
+			refuse(reasonUnexpected, fmt.Errorf("%s on the control stream", env.Type))
+			return
+		}
+	}
+}
+
+// pingLoop measures RTT (and keeps NAT bindings warm) with a Ping at once
+// and then every keep-alive period.
+func (c *quicConn) pingLoop() {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	nonce := binary.LittleEndian.Uint64(b[:])
+	tick := time.NewTicker(c.t.keepAlive)
+	defer tick.Stop()
+	for {
+		nonce++
+		c.pingMu.Lock()
+		if len(c.pings) > 16 { // the peer is not answering; forget old probes
+			clear(c.pings)
+		}
+		c.pings[nonce] = time.Now()
+		c.pingMu.Unlock()
+		if err := c.writeControl(&messages.Ping{Nonce: nonce, SentAt: time.Now().UnixMilli()}); err != nil {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+func (c *quicConn) pong(nonce uint64) {
+	c.pingMu.Lock()
+	sent, ok := c.pings[nonce]
+	delete(c.pings, nonce)
+	c.pingMu.Unlock()
+	if !ok {
+		return // late or unsolicited
+	}
+	d := max(time.Since(sent), time.Nanosecond)
+	c.rtt.Store(int64(d))
+	c.t.obs.RTT(c.peer, d)
+}
+
+// writeControl writes one frame on the control stream. Control frames are
+// exempt from the bandwidth limit.
+func (c *quicConn) writeControl(m messages.Message) error {
+	f, err := encodeFrame(messages.LibraryID{}, m, c.t.version, c.t.maxFrame)
+	if err != nil {
+		return err
+	}
+	c.ctrlMu.Lock()
+	defer c.ctrlMu.Unlock()
+	if _, err := c.control.Write(f.b); err != nil {
+		return err
+	}
+	c.t.obs.MessageOut(c.peer, f.t, len(f.b))
+	return nil
+}
+
+// refuse counts and logs bad input and cancels the stream with
+// streamBadInput. The connection and its other streams go on.
+func (c *quicConn) refuse(cancel func(quic.StreamErrorCode), id quic.StreamID, reason string, err error) {
+	c.t.obs.Rejected(reason)
+	c.t.log.Warn("refused stream", "peer", c.peer, "stream", int64(id), "reason", reason, "err", err)
+	cancel(streamBadInput)
+}
+
+// isControlType reports the node-level types that belong to the control
+// stream, never to live or request streams.
+func isControlType(t messages.Type) bool {
+	return t == messages.TypeHello || t == messages.TypePing || t == messages.TypePong
+}

@@ -1,0 +1,138 @@
+// Package net is lsync's network layer: the device identity, the trust
+// store of pinned peers, the QUIC transport behind the Transport seam, and
+// pairing. (net/memnet is the in-memory twin the simulations run on.)
+//
+// # Identity and trust
+//
+// A device is an Ed25519 key kept in its home (device.key, mode 0600) and a
+// self-signed certificate for it (device.crt). Its DeviceID is derived from
+// the public key — the first 16 bytes of SHA-256(key) with the UUID version
+// 8 and RFC 4122 variant bits — so no certificate can claim another
+// device's id. The PeerStore (peers.json, rewritten atomically) pins each
+// paired device's certificate fingerprint (SHA-256 of the DER) under that
+// id. On lsync/1 both sides require a certificate (TLS 1.3, mutual) and
+// admit it only if it is pinned under the id derived from its key and, when
+// dialing, that id is the one dialed. An unpaired device fails the TLS
+// handshake; the refusal is counted as "unpaired" or "wrong_peer".
+//
+// # Transport
+//
+// One quic.Transport on one UDP socket listens and dials, so each peer is
+// client and server at once and the source address of an inbound
+// connection is also where to dial that peer back. Every stream starts with
+// one kind byte written by its opener:
+//
+//	'C' control  bidirectional, the dialer's first stream: Hello each way,
+//	             then Ping/Pong (RTT, keep-alive) and Error
+//	'L' live     unidirectional, one per library and direction, opened on the
+//	             first Send: that library's frames, in order
+//	'R' request  bidirectional, one per Conn.Request: one request frame, then
+//	             one response frame
+//	'P' pairing  bidirectional, on lsync-pair/1 connections only
+//
+// A Conn is returned only after both Hellos: the dialer writes first, the
+// acceptor writes its own before reading, and each checks the other's
+// schema version itself. The side that sees a mismatch counts it, sends
+// messages.Error{schema_mismatch} phrased for the peer, and closes the
+// connection with the same text as the reason; Dial returns a
+// *messages.VersionError (or, if the peer's close came first, an error
+// wrapping messages.ErrSchemaVersion with its text), which says which side
+// must upgrade.
+//
+// Frames are DESIGN §7 frames (messages.EncodeFrame layout, zstd above the
+// codec's threshold). Their length is checked against Config.MaxFrame
+// before anything is allocated, and a large body's buffer grows with the
+// bytes that arrive, so announced lengths cannot reserve memory that QUIC
+// flow control never let the peer send.
+//
+// # Guarantees
+//
+// Live messages of one library arrive in the order they were sent, or the
+// connection fails: a live stream that breaks while the connection lives
+// (the peer refused it) closes the connection rather than skip frames.
+//
+// Bulk never blocks live: each request runs on its own stream, each
+// library's live frames on theirs, and QUIC flow control is per stream.
+//
+// Send blocks while Config.SendQueue frames of the connection are queued
+// and unwritten; writers block on QUIC flow control while the peer does not
+// call Recv (its readers block on a bounded inbox). So a peer that stops
+// reading slows the sender down to a stop instead of growing memory.
+//
+// Bad input on a stream — garbage, an oversized length, a malformed or
+// unknown message, a Hello after the handshake, an unknown stream kind —
+// is counted with Observer.Rejected, logged, and closes that stream only
+// (CancelRead/CancelWrite with code 0x10); a request that parses but does
+// not decode is answered with bad_request. The connection and its other
+// streams go on. Nothing from the wire can panic the process.
+//
+// Close closes every connection with a CONNECTION_CLOSE, ends pending
+// pairing codes, and returns after every goroutine of the transport did.
+//
+// Hazard: Inbound.Reply must be called (once) for every request, or the
+// stream stays open until the connection ends. Reply blocks until the
+// response is handed to QUIC, which for a large response follows the
+// requester's reading.
+//
+// Hazard: Config.BandwidthLimit is one token bucket for all outgoing frames
+// of the transport, paid per 16 KiB chunk; control frames are exempt, so
+// RTT measurements are not inflated by the queue of a bulk transfer.
+//
+// # Pairing
+//
+// Pairing runs on the same socket with ALPN lsync-pair/1, where any device
+// certificate is accepted: CPace (draft-irtf-cfrg-cpace) over ristretto255
+// authenticates. The creator shows a code like WXYZ-1234 (four letters of
+// an alphabet without I, L, O; four digits; about 31 bits from
+// crypto/rand), valid for a TTL and a few wrong attempts. The joiner opens
+// a 'P' stream and the exchange is:
+//
+//	J→C  Ya = ya·G(code)
+//	C→J  Yb_i = yb_i·G(code_i), one per pending (or recently expired) code
+//	J→C  MAC_J(ISK_i) for each i
+//	C→J  reject(failed | expired), or MAC_C(ISK) + creator info sealed
+//	J→C  joiner info, sealed
+//	C→J  done (the creator has pinned the joiner); the joiner pins the creator
+//
+// with G(code) = HashToElement(code ‖ sid ‖ both certificate fingerprints
+// in sorted order ‖ both device ids in the same order), sid a TLS exporter
+// value of this session, K = y·Y_other, ISK = SHA-512(DST ‖ sid ‖ K ‖ Ya ‖ Yb),
+// MACs HMAC-SHA-256 keyed by ISK, and the infos (name, listen address)
+// sealed with AES-GCM under keys derived from ISK.
+//
+// Hazard: offline guessing. A wrong-code joiner sees only Yb_i = yb_i·G_i
+// with fresh random yb_i: for every candidate code there is a scalar giving
+// that same element, so the Yb_i are independent of the codes and no guess
+// can be checked against them. The creator checks the joiner's MACs before
+// it sends anything derived from ISK, and on failure answers a bare
+// "reject": the attempt learns one bit for its one guess, online. Each
+// failed attempt costs every pending code one attempt, and a code is dead
+// after its attempts, so an online attacker gets a few guesses out of
+// ~2.8·10⁹.
+//
+// Hazard: the joiner confirms first, so whoever answers at the address the
+// joiner typed (a fake creator) receives MAC_J for each Yb it sent: it may
+// test one guessed code per Yb it sent, online, per attempt of the user.
+// The joiner accepts at most 16 shares, so that is at most 16 guesses out
+// of ~2.8·10⁹ per attempt, and a failed pairing is visible to the user.
+//
+// Hazard: man in the middle. A relay terminates two TLS sessions, so the
+// two ends compute G from different session ids and different certificate
+// fingerprints: their keys differ, the MACs fail, and the attempt counts as
+// a wrong code. Without the code the relay cannot run two honest CPace
+// sessions instead; with it, it is a participant, which no PAKE prevents.
+// Once the MACs verified, both ends know that the certificate each of them
+// saw is the other's, and pin exactly that.
+//
+// Hazard: which code? The joiner does not say which code it uses (sending
+// any function of it would allow offline guessing), so the creator answers
+// with a share for every pending code — and, when none is pending, for a
+// random generator, so an attempt looks the same either way. A code that
+// expired within the last hour stays a candidate only to tell a joiner
+// holding it "pairing code expired"; a used or disabled code is forgotten
+// and looks wrong.
+//
+// Hazard: small-subgroup and identity shares. Ristretto255 has prime order
+// and no small subgroup; shares that do not decode or decode to the
+// identity, and a K equal to the identity, abort the exchange.
+package net

@@ -1,0 +1,30 @@
+package net
+
+import (
+	"time"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// Observer receives the transport's counters. The actor runtime implements
+// it with the Prometheus series of DESIGN.md §9; both transports call it.
+// Implementations must be safe for concurrent use and must not block.
+type Observer interface {
+	// MessageIn/MessageOut count one frame of type t of the given size.
+	MessageIn(peer messages.DeviceID, t messages.Type, bytes int)
+	MessageOut(peer messages.DeviceID, t messages.Type, bytes int)
+	// Rejected counts refused input: "frame_too_large", "malformed",
+	// "unknown_type", "schema_mismatch", "unpaired", "wrong_peer",
+	// "pairing_failed", ...
+	Rejected(reason string)
+	// RTT reports a new round-trip measurement to peer.
+	RTT(peer messages.DeviceID, d time.Duration)
+}
+
+// NopObserver ignores everything.
+type NopObserver struct{}
+
+func (NopObserver) MessageIn(messages.DeviceID, messages.Type, int)  {}
+func (NopObserver) MessageOut(messages.DeviceID, messages.Type, int) {}
+func (NopObserver) Rejected(string)                                  {}
+func (NopObserver) RTT(messages.DeviceID, time.Duration)             {}

@@ -1,0 +1,748 @@
+package net
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	stdnet "net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cloudflare/circl/group"
+	"github.com/quic-go/quic-go"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// Pairing errors.
+var (
+	// ErrPairingFailed is the joiner's error for a wrong, unknown, used or
+	// dead code (they are indistinguishable on purpose).
+	ErrPairingFailed = errors.New("pairing failed: wrong code or the code was already used")
+	// ErrPairingExpired: the code was right but its time ran out.
+	ErrPairingExpired = errors.New("pairing code expired")
+	// ErrPairingExhausted ends a code after too many wrong attempts.
+	ErrPairingExhausted = errors.New("pairing code disabled: too many wrong attempts")
+	// ErrInvalidCode is a code that is not of the form WXYZ-1234.
+	ErrInvalidCode = errors.New("invalid pairing code: want four letters, a dash and four digits, like WXYZ-1234")
+)
+
+// PairResult is the outcome of a generated code: the peer that paired with
+// it, or why the code ended (expired, exhausted, transport closed).
+type PairResult struct {
+	Peer PeerInfo
+	Err  error
+}
+
+const (
+	defaultCodeTTL      = 5 * time.Minute
+	defaultCodeAttempts = 3
+	maxLiveCodes        = 8 // pending codes at once
+	maxExpiredCodes     = 8 // expired codes remembered, to say "expired"
+	expiredRetention    = time.Hour
+	maxCandidates       = maxLiveCodes + maxExpiredCodes
+	maxPairMsg          = 4096
+	maxPairSessions     = 4 // pairing exchanges served at once
+
+	// codeLetters leaves out I, L and O, which read like 1 and 0.
+	codeLetters = "ABCDEFGHJKMNPQRSTUVWXYZ"
+	codeDigits  = "0123456789"
+
+	exporterLabel = "EXPORTER-lsync-pair/1 session id"
+)
+
+// Pairing messages on the pairing stream: type byte, uint16 length, body.
+const (
+	pairStart     byte = 1 // J→C: joiner's share Ya
+	pairChallenge byte = 2 // C→J: one share Yb per candidate code
+	pairConfirm   byte = 3 // J→C: joiner's MAC for each candidate
+	pairAccept    byte = 4 // C→J: creator's MAC, sealed creator info
+	pairReject    byte = 5 // C→J: reason (rejectFailed, rejectExpired)
+	pairInfo      byte = 6 // J→C: sealed joiner info
+	pairDone      byte = 7 // C→J: joiner pinned; done
+
+	rejectFailed  byte = 1
+	rejectExpired byte = 2
+)
+
+type codeState int
+
+const (
+	codeLive codeState = iota
+	codeExpired
+)
+
+// pendingCode is a generated code. Used and exhausted codes leave the map
+// at once (and then look unknown, i.e. wrong); expired ones stay a while.
+type pendingCode struct {
+	code     string
+	expires  time.Time
+	attempts int // wrong attempts left
+	state    codeState
+	results  chan PairResult // capacity 1: one result, then closed
+	finished bool            // results was sent and closed
+	timer    *time.Timer     // sweeps the code when it expires
+}
+
+type pairingState struct {
+	mu     sync.Mutex
+	closed bool                    // guarded by mu
+	codes  map[string]*pendingCode // guarded by mu
+}
+
+// pairedInfo is what each side tells the other once the PAKE succeeded,
+// sealed under a key derived from the PAKE's ISK.
+type pairedInfo struct {
+	Name string `json:"name"`
+	Addr string `json:"addr"`
+}
+
+// GeneratePairingCode creates a one-time code ("WXYZ-1234"), valid for ttl
+// (0: 5 minutes) and attempts wrong tries (0: 3). results receives one
+// PairResult when the code is used, expires, runs out of attempts or the
+// transport closes, and is then closed. Several codes may be pending.
+func (t *QUICTransport) GeneratePairingCode(ttl time.Duration, attempts int) (code string, expires time.Time, results <-chan PairResult, err error) {
+	if ttl <= 0 {
+		ttl = defaultCodeTTL
+	}
+	if attempts <= 0 {
+		attempts = defaultCodeAttempts
+	}
+	p := &t.pairing
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return "", time.Time{}, nil, ErrClosed
+	}
+	now := t.now()
+	t.sweepLocked(now)
+	live := 0
+	for _, pc := range p.codes {
+		if pc.state == codeLive {
+			live++
+		}
+	}
+	if live >= maxLiveCodes {
+		return "", time.Time{}, nil, fmt.Errorf("generate pairing code: %d codes already pending", live)
+	}
+	for {
+		if code, err = newCode(); err != nil {
+			return "", time.Time{}, nil, fmt.Errorf("generate pairing code: %w", err)
+		}
+		if _, dup := p.codes[code]; !dup {
+			break
+		}
+	}
+	pc := &pendingCode{code: code, expires: now.Add(ttl), attempts: attempts, results: make(chan PairResult, 1)}
+	pc.timer = time.AfterFunc(ttl, t.sweepCodes)
+	p.codes[code] = pc
+	t.log.Info("pairing code generated", "expires", pc.expires, "attempts", attempts)
+	return code, pc.expires, pc.results, nil
+}
+
+// newCode draws four letters and four digits from crypto/rand.
+func newCode() (string, error) {
+	var b strings.Builder
+	for i := range 8 {
+		alphabet := codeLetters
+		if i >= 4 {
+			alphabet = codeDigits
+		}
+		n, err := rand.Int(rand.Reader, big.NewInt(int64(len(alphabet))))
+		if err != nil {
+			return "", err
+		}
+		if i == 4 {
+			b.WriteByte('-')
+		}
+		b.WriteByte(alphabet[n.Int64()])
+	}
+	return b.String(), nil
+}
+
+// normalizeCode accepts a code typed with any case, spaces or dash.
+func normalizeCode(s string) (string, error) {
+	s = strings.ToUpper(strings.NewReplacer(" ", "", "-", "", "\t", "").Replace(s))
+	if len(s) != 8 {
+		return "", ErrInvalidCode
+	}
+	for i := range 8 {
+		alphabet := codeLetters
+		if i >= 4 {
+			alphabet = codeDigits
+		}
+		if !strings.ContainsRune(alphabet, rune(s[i])) {
+			return "", ErrInvalidCode
+		}
+	}
+	return s[:4] + "-" + s[4:], nil
+}
+
+// sweepCodes expires codes whose time is up (timer callback).
+func (t *QUICTransport) sweepCodes() {
+	t.pairing.mu.Lock()
+	defer t.pairing.mu.Unlock()
+	if !t.pairing.closed {
+		t.sweepLocked(t.now())
+	}
+}
+
+// sweepLocked expires live codes past their time and forgets expired codes
+// past the retention (or beyond the few remembered).
+func (t *QUICTransport) sweepLocked(now time.Time) {
+	p := &t.pairing
+	var expired []*pendingCode
+	for code, pc := range p.codes {
+		if pc.state == codeLive && !now.Before(pc.expires) {
+			pc.state = codeExpired
+			t.finishLocked(pc, PairResult{Err: ErrPairingExpired})
+		}
+		if pc.state == codeExpired {
+			if now.After(pc.expires.Add(expiredRetention)) {
+				delete(p.codes, code)
+			} else {
+				expired = append(expired, pc)
+			}
+		}
+	}
+	for len(expired) > maxExpiredCodes {
+		oldest := 0
+		for i, pc := range expired {
+			if pc.expires.Before(expired[oldest].expires) {
+				oldest = i
+			}
+		}
+		delete(p.codes, expired[oldest].code)
+		expired = append(expired[:oldest], expired[oldest+1:]...)
+	}
+}
+
+// finishLocked delivers a code's one result and closes its channel.
+func (t *QUICTransport) finishLocked(pc *pendingCode, r PairResult) {
+	if pc.finished {
+		return
+	}
+	pc.finished = true
+	pc.timer.Stop()
+	pc.results <- r
+	close(pc.results)
+}
+
+func (t *QUICTransport) finishCode(pc *pendingCode, r PairResult) {
+	t.pairing.mu.Lock()
+	defer t.pairing.mu.Unlock()
+	t.finishLocked(pc, r)
+}
+
+// endPairing ends every pending code (transport closing).
+func (t *QUICTransport) endPairing() {
+	p := &t.pairing
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for code, pc := range p.codes {
+		t.finishLocked(pc, PairResult{Err: ErrClosed})
+		delete(p.codes, code)
+	}
+}
+
+// candidate is a code the creator answers a joiner with. pc is nil for the
+// dummy answered when no code is pending, so an attempt looks the same
+// whether or not codes exist.
+type candidate struct {
+	pc   *pendingCode
+	code string
+}
+
+func (t *QUICTransport) pairCandidates() []candidate {
+	p := &t.pairing
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t.sweepLocked(t.now())
+	out := make([]candidate, 0, len(p.codes))
+	for code, pc := range p.codes {
+		out = append(out, candidate{pc: pc, code: code})
+	}
+	if len(out) == 0 {
+		out = append(out, candidate{})
+	}
+	return out
+}
+
+type attemptOutcome int
+
+const (
+	attemptFailed attemptOutcome = iota
+	attemptExpired
+	attemptOK
+)
+
+// settleAttempt decides a pairing attempt once the joiner's MACs are
+// checked. match is the candidate whose MAC verified (-1: none). A correct
+// live code is consumed; a wrong code costs every live code one attempt
+// (the creator cannot tell which code the joiner meant, and the guess was
+// tried against all of them); a code out of attempts ends.
+func (t *QUICTransport) settleAttempt(cands []candidate, match int) (attemptOutcome, *pendingCode) {
+	p := &t.pairing
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t.sweepLocked(t.now())
+	if match >= 0 && cands[match].pc != nil {
+		pc := cands[match].pc
+		if cur, ok := p.codes[pc.code]; ok && cur == pc {
+			switch pc.state {
+			case codeLive:
+				delete(p.codes, pc.code)
+				pc.timer.Stop()
+				return attemptOK, pc
+			case codeExpired:
+				return attemptExpired, nil
+			}
+		}
+		return attemptFailed, nil // used or disabled meanwhile
+	}
+	for code, pc := range p.codes {
+		if pc.state != codeLive {
+			continue
+		}
+		pc.attempts--
+		if pc.attempts <= 0 {
+			delete(p.codes, code)
+			t.finishLocked(pc, PairResult{Err: ErrPairingExhausted})
+			t.log.Warn("pairing code disabled after too many wrong attempts")
+		}
+	}
+	return attemptFailed, nil
+}
+
+// pairContext binds the PAKE to this TLS session and both certificates.
+func (t *QUICTransport) pairContext(qc *quic.Conn, joiner bool) (cpaceContext, error) {
+	st := qc.ConnectionState().TLS
+	if len(st.PeerCertificates) == 0 {
+		return cpaceContext{}, errors.New("no peer certificate")
+	}
+	sid, err := st.ExportKeyingMaterial(exporterLabel, nil, 32)
+	if err != nil {
+		return cpaceContext{}, fmt.Errorf("session id: %w", err)
+	}
+	raw := st.PeerCertificates[0].Raw
+	id, err := DeviceIDFromCert(raw)
+	if err != nil {
+		return cpaceContext{}, err
+	}
+	if id == t.id.DeviceID {
+		return cpaceContext{}, errors.New("cannot pair a device with itself")
+	}
+	me := cpaceParty{FP: t.id.Fingerprint(), ID: t.id.DeviceID}
+	them := cpaceParty{FP: FingerprintOf(raw), ID: id}
+	if joiner {
+		return cpaceContext{SID: sid, Joiner: me, Creator: them}, nil
+	}
+	return cpaceContext{SID: sid, Joiner: them, Creator: me}, nil
+}
+
+// servePairing runs the creator's side of one pairing attempt.
+func (t *QUICTransport) servePairing(qc *quic.Conn) {
+	defer qc.CloseWithError(connPairingDone, "")
+	ctx, cancel := context.WithTimeout(t.ctx, t.hsTimeout)
+	defer cancel()
+	err := t.creatorExchange(ctx, qc)
+	if err != nil {
+		t.log.Warn("pairing attempt failed", "addr", qc.RemoteAddr(), "err", err)
+	}
+}
+
+func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn) error {
+	s, err := qc.AcceptStream(ctx)
+	if err != nil {
+		return err
+	}
+	stop := bindDeadline(ctx, s)
+	defer stop()
+	// Whatever the outcome, let the joiner read our last message and hang
+	// up first, so closing the connection does not cut it off.
+	defer func() {
+		s.Close()
+		_, _ = io.Copy(io.Discard, s)
+	}()
+	var kind [1]byte
+	if _, err := io.ReadFull(s, kind[:]); err != nil {
+		return err
+	}
+	if streamKind(kind[0]) != kindPair {
+		t.obs.Rejected(reasonUnknownStream)
+		return fmt.Errorf("stream of kind %q on a pairing connection", kind[0])
+	}
+	x, err := t.pairContext(qc, false)
+	if err != nil {
+		t.obs.Rejected(reasonPairingFailed)
+		return err
+	}
+	// 1. The joiner's share.
+	ya, err := expectPairMsg(s, pairStart)
+	if err != nil {
+		return err
+	}
+	// 2. A share per candidate code; the keys they give with ya.
+	cands := t.pairCandidates()
+	shares := make([][]byte, len(cands))
+	isks := make([][]byte, len(cands))
+	for i, c := range cands {
+		var g group.Element
+		if c.pc == nil {
+			g = r255.RandomElement(rand.Reader)
+		} else {
+			g = x.generator(c.code)
+		}
+		sec, err := newCPaceSecret(g)
+		if err != nil {
+			return err
+		}
+		shares[i] = sec.share
+		if isks[i], err = sec.key(x, ya, ya, sec.share); err != nil {
+			t.obs.Rejected(reasonPairingFailed)
+			_ = writePairMsg(s, pairReject, []byte{rejectFailed})
+			return fmt.Errorf("joiner share: %w", err)
+		}
+	}
+	if err := writePairMsg(s, pairChallenge, concat(shares)); err != nil {
+		return err
+	}
+	// 3. Check the joiner's MACs before revealing anything that depends on
+	// the code: a wrong guess learns only "no".
+	body, err := expectPairMsg(s, pairConfirm)
+	if err != nil {
+		return err
+	}
+	if len(body) != len(cands)*cpaceMACSize {
+		t.obs.Rejected(reasonPairingFailed)
+		return fmt.Errorf("confirmation of %d bytes for %d candidates", len(body), len(cands))
+	}
+	match := -1
+	for i := range cands {
+		want := confirmMAC(isks[i], roleJoiner, ya, shares[i])
+		if hmac.Equal(want, body[i*cpaceMACSize:(i+1)*cpaceMACSize]) {
+			match = i
+		}
+	}
+	outcome, pc := t.settleAttempt(cands, match)
+	switch outcome {
+	case attemptExpired:
+		t.obs.Rejected(reasonPairingFailed)
+		_ = writePairMsg(s, pairReject, []byte{rejectExpired})
+		return ErrPairingExpired
+	case attemptFailed:
+		t.obs.Rejected(reasonPairingFailed)
+		_ = writePairMsg(s, pairReject, []byte{rejectFailed})
+		return ErrPairingFailed
+	}
+	// From here the code is consumed: report how the pairing ended.
+	peer, err := t.creatorFinish(s, qc, x, isks[match], ya, shares[match])
+	if err != nil {
+		t.obs.Rejected(reasonPairingFailed)
+		t.finishCode(pc, PairResult{Err: fmt.Errorf("pairing aborted: %w", err)})
+		return err
+	}
+	t.finishCode(pc, PairResult{Peer: peer})
+	t.log.Info("paired", "peer", peer.ID, "name", peer.Name, "role", roleCreator)
+	if t.onPaired != nil {
+		t.onPaired(peer)
+	}
+	return nil
+}
+
+// creatorFinish proves the creator knows the code, exchanges the sealed
+// infos and pins the joiner.
+func (t *QUICTransport) creatorFinish(s *quic.Stream, qc *quic.Conn, x cpaceContext, isk, ya, yb []byte) (PeerInfo, error) {
+	sealed, err := sealInfo(isk, roleCreator, pairedInfo{Name: t.id.Name(), Addr: t.Addr()})
+	if err != nil {
+		return PeerInfo{}, err
+	}
+	if err := writePairMsg(s, pairAccept, append(confirmMAC(isk, roleCreator, ya, yb), sealed...)); err != nil {
+		return PeerInfo{}, err
+	}
+	body, err := expectPairMsg(s, pairInfo)
+	if err != nil {
+		return PeerInfo{}, err
+	}
+	info, err := openInfo(isk, roleJoiner, body)
+	if err != nil {
+		return PeerInfo{}, err
+	}
+	peer := PeerInfo{
+		ID:          x.Joiner.ID,
+		Name:        info.Name,
+		Fingerprint: x.Joiner.FP,
+		Addr:        dialableAddr(info.Addr, qc.RemoteAddr()),
+		PairedAt:    t.now(),
+	}
+	if err := t.peers.Add(peer); err != nil {
+		return PeerInfo{}, err
+	}
+	if err := writePairMsg(s, pairDone, nil); err != nil {
+		return PeerInfo{}, err
+	}
+	return peer, nil
+}
+
+// JoinPairing pairs with the device at addr that generated code: both
+// sides prove knowledge of the code (CPace) bound to both certificates and
+// then pin each other. It returns the new peer.
+func (t *QUICTransport) JoinPairing(ctx context.Context, code, addr string) (PeerInfo, error) {
+	norm, err := normalizeCode(code)
+	if err != nil {
+		return PeerInfo{}, err
+	}
+	ua, err := stdnet.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return PeerInfo{}, fmt.Errorf("pair with %s: %w", addr, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.hsTimeout)
+	defer cancel()
+	qc, err := t.qt.Dial(ctx, ua, t.tlsConfig(alpnPair, nil), t.qconf)
+	if err != nil {
+		return PeerInfo{}, fmt.Errorf("pair with %s: %w", addr, err)
+	}
+	if !t.track(qc) {
+		qc.CloseWithError(connShutdown, "transport closed")
+		return PeerInfo{}, ErrClosed
+	}
+	defer qc.CloseWithError(connPairingDone, "")
+	peer, err := t.joinerExchange(ctx, qc, norm, addr)
+	if err != nil {
+		if errors.Is(err, ErrPairingFailed) || errors.Is(err, ErrPairingExpired) {
+			t.obs.Rejected(reasonPairingFailed)
+			return PeerInfo{}, err
+		}
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return PeerInfo{}, fmt.Errorf("pair with %s: %w", addr, err)
+	}
+	t.log.Info("paired", "peer", peer.ID, "name", peer.Name, "role", roleJoiner)
+	if t.onPaired != nil {
+		t.onPaired(peer)
+	}
+	return peer, nil
+}
+
+func (t *QUICTransport) joinerExchange(ctx context.Context, qc *quic.Conn, code, addr string) (PeerInfo, error) {
+	x, err := t.pairContext(qc, true)
+	if err != nil {
+		return PeerInfo{}, err
+	}
+	s, err := qc.OpenStreamSync(ctx)
+	if err != nil {
+		return PeerInfo{}, err
+	}
+	stop := bindDeadline(ctx, s)
+	defer stop()
+	// 1. Our share, for the code we were given.
+	sec, err := newCPaceSecret(x.generator(code))
+	if err != nil {
+		return PeerInfo{}, err
+	}
+	if _, err := s.Write([]byte{byte(kindPair)}); err != nil {
+		return PeerInfo{}, err
+	}
+	if err := writePairMsg(s, pairStart, sec.share); err != nil {
+		return PeerInfo{}, err
+	}
+	// 2. The creator's shares, one per code it has pending.
+	body, err := expectPairMsg(s, pairChallenge)
+	if err != nil {
+		return PeerInfo{}, err
+	}
+	if len(body) == 0 || len(body)%cpaceShare != 0 || len(body)/cpaceShare > maxCandidates {
+		return PeerInfo{}, fmt.Errorf("%w: challenge of %d bytes", messages.ErrMalformed, len(body))
+	}
+	n := len(body) / cpaceShare
+	shares := make([][]byte, n)
+	isks := make([][]byte, n)
+	macs := make([][]byte, n)
+	for i := range n {
+		shares[i] = body[i*cpaceShare : (i+1)*cpaceShare]
+		if isks[i], err = sec.key(x, shares[i], sec.share, shares[i]); err != nil {
+			isks[i] = nil
+			macs[i] = make([]byte, cpaceMACSize)
+			_, _ = rand.Read(macs[i])
+			continue
+		}
+		macs[i] = confirmMAC(isks[i], roleJoiner, sec.share, shares[i])
+	}
+	// 3. We confirm first; the creator answers only if one MAC verified.
+	if err := writePairMsg(s, pairConfirm, concat(macs)); err != nil {
+		return PeerInfo{}, err
+	}
+	typ, body, err := readPairMsg(s)
+	if err != nil {
+		return PeerInfo{}, err
+	}
+	switch typ {
+	case pairReject:
+		if len(body) == 1 && body[0] == rejectExpired {
+			return PeerInfo{}, ErrPairingExpired
+		}
+		return PeerInfo{}, ErrPairingFailed
+	case pairAccept:
+	default:
+		return PeerInfo{}, fmt.Errorf("%w: pairing message %d, want accept", messages.ErrMalformed, typ)
+	}
+	// 4. The creator must prove the same key.
+	if len(body) < cpaceMACSize {
+		return PeerInfo{}, fmt.Errorf("%w: short accept", messages.ErrMalformed)
+	}
+	match := -1
+	for i := range n {
+		if isks[i] != nil && hmac.Equal(body[:cpaceMACSize], confirmMAC(isks[i], roleCreator, sec.share, shares[i])) {
+			match = i
+		}
+	}
+	if match < 0 {
+		return PeerInfo{}, fmt.Errorf("%w (the other device did not prove it knows the code)", ErrPairingFailed)
+	}
+	isk := isks[match]
+	info, err := openInfo(isk, roleCreator, body[cpaceMACSize:])
+	if err != nil {
+		return PeerInfo{}, err
+	}
+	// 5. Our info; pin the creator once it says it pinned us.
+	sealed, err := sealInfo(isk, roleJoiner, pairedInfo{Name: t.id.Name(), Addr: t.Addr()})
+	if err != nil {
+		return PeerInfo{}, err
+	}
+	if err := writePairMsg(s, pairInfo, sealed); err != nil {
+		return PeerInfo{}, err
+	}
+	if _, err := expectPairMsg(s, pairDone); err != nil {
+		return PeerInfo{}, err
+	}
+	peer := PeerInfo{ID: x.Creator.ID, Name: info.Name, Fingerprint: x.Creator.FP, Addr: addr, PairedAt: t.now()}
+	if err := t.peers.Add(peer); err != nil {
+		return PeerInfo{}, err
+	}
+	s.Close()
+	return peer, nil
+}
+
+// bindDeadline makes s fail when ctx ends.
+func bindDeadline(ctx context.Context, s *quic.Stream) (stop func() bool) {
+	if d, ok := ctx.Deadline(); ok {
+		s.SetDeadline(d)
+	}
+	return context.AfterFunc(ctx, func() { s.SetDeadline(time.Now()) })
+}
+
+func writePairMsg(w io.Writer, typ byte, body []byte) error {
+	if len(body) > maxPairMsg {
+		return fmt.Errorf("pairing message of %d bytes", len(body))
+	}
+	b := make([]byte, 3, 3+len(body))
+	b[0] = typ
+	binary.BigEndian.PutUint16(b[1:], uint16(len(body)))
+	_, err := w.Write(append(b, body...))
+	return err
+}
+
+func readPairMsg(r io.Reader) (byte, []byte, error) {
+	var hdr [3]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := int(binary.BigEndian.Uint16(hdr[1:]))
+	if n > maxPairMsg {
+		return 0, nil, fmt.Errorf("%w: pairing message of %d bytes", messages.ErrFrameTooLarge, n)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, nil, err
+	}
+	return hdr[0], body, nil
+}
+
+func expectPairMsg(r io.Reader, want byte) ([]byte, error) {
+	typ, body, err := readPairMsg(r)
+	if err != nil {
+		return nil, err
+	}
+	if typ != want {
+		return nil, fmt.Errorf("%w: pairing message %d, want %d", messages.ErrMalformed, typ, want)
+	}
+	if want == pairStart && len(body) != cpaceShare {
+		return nil, fmt.Errorf("%w: share of %d bytes", messages.ErrMalformed, len(body))
+	}
+	return body, nil
+}
+
+func concat(parts [][]byte) []byte {
+	var out []byte
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// sealInfo encrypts info under a key only the holder of the ISK has. Each
+// key seals one message, so a fixed nonce is safe.
+func sealInfo(isk []byte, role string, info pairedInfo) ([]byte, error) {
+	b, err := json.Marshal(info)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := infoAEAD(isk, role)
+	if err != nil {
+		return nil, err
+	}
+	return aead.Seal(nil, make([]byte, aead.NonceSize()), b, []byte(role)), nil
+}
+
+func openInfo(isk []byte, role string, sealed []byte) (pairedInfo, error) {
+	aead, err := infoAEAD(isk, role)
+	if err != nil {
+		return pairedInfo{}, err
+	}
+	b, err := aead.Open(nil, make([]byte, aead.NonceSize()), sealed, []byte(role))
+	if err != nil {
+		return pairedInfo{}, fmt.Errorf("%w: pairing info: %v", messages.ErrMalformed, err)
+	}
+	var info pairedInfo
+	if err := json.Unmarshal(b, &info); err != nil {
+		return pairedInfo{}, fmt.Errorf("%w: pairing info: %v", messages.ErrMalformed, err)
+	}
+	if len(info.Name) > messages.MaxNameLen || len(info.Addr) > messages.MaxNameLen {
+		return pairedInfo{}, fmt.Errorf("%w: pairing info too long", messages.ErrMalformed)
+	}
+	return info, nil
+}
+
+func infoAEAD(isk []byte, role string) (cipher.AEAD, error) {
+	block, err := aes.NewCipher(sealKey(isk, role))
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+// dialableAddr prefers the address the peer announced, unless it is a
+// wildcard (":4000", "0.0.0.0:4000"): then the host we saw it from, with the
+// announced port.
+func dialableAddr(announced string, seen stdnet.Addr) string {
+	ap, err := netip.ParseAddrPort(announced)
+	if err == nil && !ap.Addr().IsUnspecified() {
+		return announced
+	}
+	if ua, ok := seen.(*stdnet.UDPAddr); ok && err == nil {
+		return netip.AddrPortFrom(ua.AddrPort().Addr(), ap.Port()).String()
+	}
+	return seen.String()
+}

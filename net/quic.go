@@ -1,0 +1,664 @@
+package net
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	stdnet "net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// Config configures a QUICTransport. Zero values mean the documented
+// defaults.
+type Config struct {
+	// Identity is this device's key and certificate (required).
+	Identity *Identity
+	// Peers is the trust store; only pinned devices may connect (required).
+	// Pairing adds to it.
+	Peers *PeerStore
+	// Listen is the UDP address to listen and dial from, e.g.
+	// "127.0.0.1:0" (default ":0": every interface, a free port).
+	Listen string
+	// Observer receives metrics (nil: NopObserver).
+	Observer Observer
+	// Logger receives the transport's logs (nil: discarded).
+	Logger *slog.Logger
+	// MaxFrame is the largest frame accepted or sent (0:
+	// messages.DefaultMaxFrame).
+	MaxFrame int
+	// SendQueue is how many live messages a connection queues before Send
+	// blocks (0: 1024).
+	SendQueue int
+	// BandwidthLimit caps outgoing frames, in bytes per second, over all
+	// connections (0: unlimited). Control frames (Hello, Ping, Pong) are
+	// exempt so RTT probes stay honest.
+	BandwidthLimit int64
+	// KeepAlive is the Ping interval on the control stream and the QUIC
+	// keep-alive period (0: 10 s).
+	KeepAlive time.Duration
+	// HandshakeTimeout bounds the QUIC handshake plus the Hello exchange,
+	// and each pairing exchange (0: 10 s).
+	HandshakeTimeout time.Duration
+	// SchemaVersion overrides the schema version this node speaks (0:
+	// messages.SchemaVersion). Only tests and the e2e harness set it, to
+	// simulate a peer on another version.
+	SchemaVersion uint16
+	// OnPaired, if set, is called after a pairing pinned a new peer (on
+	// both sides).
+	OnPaired func(PeerInfo)
+	// Now is the clock of pairing-code expiry (nil: time.Now).
+	Now func() time.Time
+}
+
+// Defaults.
+const (
+	defaultSendQueue        = 1024
+	defaultKeepAlive        = 10 * time.Second
+	defaultHandshakeTimeout = 10 * time.Second
+	inboxLen                = 64 // inbound messages buffered per connection before readers block
+)
+
+// QUICTransport is the real Transport: one quic.Transport on one UDP socket
+// that both listens and dials, so a peer is client and server at once and
+// its source address is also the address to dial it back.
+type QUICTransport struct {
+	id        *Identity
+	peers     *PeerStore
+	obs       Observer
+	log       *slog.Logger
+	maxFrame  int
+	sendQueue int
+	keepAlive time.Duration
+	hsTimeout time.Duration
+	version   uint16
+	bucket    *tokenBucket // nil: unlimited
+	onPaired  func(PeerInfo)
+	now       func() time.Time
+
+	udp   *stdnet.UDPConn
+	qt    *quic.Transport
+	ln    *quic.Listener
+	qconf *quic.Config
+
+	ctx      context.Context // canceled by Close
+	cancel   context.CancelFunc
+	accepted chan *quicConn // authenticated inbound connections, for Accept
+
+	mu     sync.Mutex
+	closed bool                    // guarded by mu; once set, spawn starts nothing
+	conns  map[*quic.Conn]struct{} // guarded by mu: every live QUIC connection
+	wg     sync.WaitGroup          // every goroutine of the transport and its connections
+
+	pairing   pairingState
+	pairSlots chan struct{} // one per pairing exchange being served
+}
+
+var _ Transport = (*QUICTransport)(nil)
+
+// Listen opens the UDP socket and starts accepting connections.
+func Listen(cfg Config) (*QUICTransport, error) {
+	if cfg.Identity == nil {
+		return nil, errors.New("listen: no identity")
+	}
+	if cfg.Peers == nil {
+		return nil, errors.New("listen: no peer store")
+	}
+	t := &QUICTransport{
+		id:        cfg.Identity,
+		peers:     cfg.Peers,
+		obs:       cfg.Observer,
+		log:       cfg.Logger,
+		maxFrame:  cfg.MaxFrame,
+		sendQueue: cfg.SendQueue,
+		keepAlive: cfg.KeepAlive,
+		hsTimeout: cfg.HandshakeTimeout,
+		version:   cfg.SchemaVersion,
+		onPaired:  cfg.OnPaired,
+		now:       cfg.Now,
+		accepted:  make(chan *quicConn, 16),
+		pairSlots: make(chan struct{}, maxPairSessions),
+		conns:     map[*quic.Conn]struct{}{},
+	}
+	if t.obs == nil {
+		t.obs = NopObserver{}
+	}
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
+	}
+	t.log = t.log.With("device", t.id.DeviceID)
+	if t.maxFrame <= 0 {
+		t.maxFrame = messages.DefaultMaxFrame
+	}
+	if t.sendQueue <= 0 {
+		t.sendQueue = defaultSendQueue
+	}
+	if t.keepAlive <= 0 {
+		t.keepAlive = defaultKeepAlive
+	}
+	if t.hsTimeout <= 0 {
+		t.hsTimeout = defaultHandshakeTimeout
+	}
+	if t.version == 0 {
+		t.version = messages.SchemaVersion
+	}
+	if cfg.BandwidthLimit > 0 {
+		t.bucket = newTokenBucket(cfg.BandwidthLimit)
+	}
+	if t.now == nil {
+		t.now = time.Now
+	}
+	t.pairing.codes = map[string]*pendingCode{}
+	t.qconf = &quic.Config{
+		HandshakeIdleTimeout:  t.hsTimeout,
+		MaxIdleTimeout:        max(30*time.Second, 3*t.keepAlive),
+		KeepAlivePeriod:       t.keepAlive,
+		MaxIncomingStreams:    256,  // concurrent requests from one peer
+		MaxIncomingUniStreams: 1024, // live streams: one per library
+	}
+
+	listen := cfg.Listen
+	if listen == "" {
+		listen = ":0"
+	}
+	ua, err := stdnet.ResolveUDPAddr("udp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", listen, err)
+	}
+	if t.udp, err = stdnet.ListenUDP("udp", ua); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", listen, err)
+	}
+	t.qt = &quic.Transport{Conn: t.udp}
+	if t.ln, err = t.qt.Listen(t.serverTLS(), t.qconf); err != nil {
+		t.qt.Close()
+		t.udp.Close()
+		return nil, fmt.Errorf("listen %s: %w", listen, err)
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.spawn(t.acceptLoop)
+	t.log.Info("listening", "addr", t.Addr())
+	return t, nil
+}
+
+// LocalID is this node's device id.
+func (t *QUICTransport) LocalID() messages.DeviceID { return t.id.DeviceID }
+
+// Addr is the UDP address peers dial.
+func (t *QUICTransport) Addr() string { return t.udp.LocalAddr().String() }
+
+// Identity is the identity the transport presents.
+func (t *QUICTransport) Identity() *Identity { return t.id }
+
+// Peers is the trust store the transport checks.
+func (t *QUICTransport) Peers() *PeerStore { return t.peers }
+
+// Dial connects to the paired device peer at addr and exchanges Hello.
+func (t *QUICTransport) Dial(ctx context.Context, peer messages.DeviceID, addr string) (Conn, error) {
+	if _, ok := t.peers.Get(peer); !ok {
+		return nil, fmt.Errorf("dial %s: %w", peer, ErrNotPaired)
+	}
+	ua, err := stdnet.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", peer, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.hsTimeout)
+	defer cancel()
+	start := time.Now()
+	// QUIC + TLS handshake: both certificates are checked against the pins.
+	qc, err := t.qt.Dial(ctx, ua, t.tlsConfig(alpnSync, &peer), t.qconf)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s at %s: %w", peer, addr, t.dialError(err))
+	}
+	if !t.track(qc) {
+		qc.CloseWithError(connShutdown, "transport closed")
+		return nil, ErrClosed
+	}
+	// Hello exchange on the control stream.
+	c, err := t.handshake(ctx, qc, true, peer)
+	if err != nil {
+		qc.CloseWithError(connProtocol, "handshake failed")
+		return nil, fmt.Errorf("dial %s at %s: %w", peer, addr, err)
+	}
+	if err := t.peers.SetAddr(peer, addr); err != nil {
+		t.log.Warn("record peer address", "peer", peer, "err", err)
+	}
+	if !c.start() {
+		return nil, ErrClosed
+	}
+	t.log.Info("connected", "peer", peer, "name", c.peerName, "addr", addr, "took", time.Since(start))
+	return c, nil
+}
+
+// Accept returns the next authenticated inbound connection.
+func (t *QUICTransport) Accept(ctx context.Context) (Conn, error) {
+	select {
+	case c := <-t.accepted:
+		return c, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.ctx.Done():
+		return nil, ErrClosed
+	}
+}
+
+// Close closes every connection, stops listening, ends pending pairing codes
+// and waits for every goroutine of the transport to return.
+func (t *QUICTransport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	conns := make([]*quic.Conn, 0, len(t.conns))
+	for qc := range t.conns {
+		conns = append(conns, qc)
+	}
+	t.mu.Unlock()
+
+	// Stop accepting, then close connections with a CONNECTION_CLOSE so
+	// peers learn at once (quic.Transport.Close would just drop them).
+	t.cancel()
+	t.ln.Close()
+	for _, qc := range conns {
+		qc.CloseWithError(connShutdown, "transport closed")
+	}
+	t.qt.Close()
+	err := t.udp.Close()
+	t.wg.Wait()
+	t.endPairing()
+	t.log.Info("closed")
+	return err
+}
+
+// spawn runs f in a goroutine tracked by Close, unless the transport is
+// closing (then it reports false and f never runs).
+func (t *QUICTransport) spawn(f func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.wg.Go(f)
+	return true
+}
+
+// track registers qc so Close closes it; it forgets it when qc ends.
+func (t *QUICTransport) track(qc *quic.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.conns[qc] = struct{}{}
+	context.AfterFunc(qc.Context(), func() {
+		t.mu.Lock()
+		delete(t.conns, qc)
+		t.mu.Unlock()
+	})
+	return true
+}
+
+// acceptLoop accepts QUIC connections (TLS already verified for the
+// protocol the client chose) and hands each to its protocol's handler.
+func (t *QUICTransport) acceptLoop() {
+	for {
+		qc, err := t.ln.Accept(t.ctx)
+		if err != nil {
+			return
+		}
+		if !t.track(qc) {
+			qc.CloseWithError(connShutdown, "transport closed")
+			return
+		}
+		var handler func()
+		switch qc.ConnectionState().TLS.NegotiatedProtocol {
+		case alpnSync:
+			handler = func() { t.handleInbound(qc) }
+		case alpnPair:
+			// Bound the PAKE work strangers can make us do.
+			select {
+			case t.pairSlots <- struct{}{}:
+			default:
+				qc.CloseWithError(connPairingBusy, "too many pairing attempts at once")
+				continue
+			}
+			handler = func() {
+				defer func() { <-t.pairSlots }()
+				t.servePairing(qc)
+			}
+		default:
+			qc.CloseWithError(connProtocol, "no application protocol")
+			continue
+		}
+		if !t.spawn(handler) {
+			qc.CloseWithError(connShutdown, "transport closed")
+			return
+		}
+	}
+}
+
+// handleInbound runs the Hello exchange of an inbound sync connection and
+// queues it for Accept.
+func (t *QUICTransport) handleInbound(qc *quic.Conn) {
+	peer, err := peerID(qc)
+	if err != nil { // cannot happen: the TLS verifier derived it already
+		qc.CloseWithError(connProtocol, "no peer certificate")
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, t.hsTimeout)
+	defer cancel()
+	c, err := t.handshake(ctx, qc, false, peer)
+	if err != nil {
+		t.log.Warn("inbound handshake failed", "peer", peer, "addr", qc.RemoteAddr(), "err", err)
+		qc.CloseWithError(connProtocol, "handshake failed")
+		return
+	}
+	// The peer sends from its listening socket: its source address is
+	// where to dial it back.
+	if err := t.peers.SetAddr(peer, qc.RemoteAddr().String()); err != nil {
+		t.log.Warn("record peer address", "peer", peer, "err", err)
+	}
+	if !c.start() {
+		return
+	}
+	t.log.Info("accepted", "peer", peer, "name", c.peerName, "addr", qc.RemoteAddr())
+	select {
+	case t.accepted <- c:
+	case <-t.ctx.Done():
+		c.Close()
+	}
+}
+
+// handshake exchanges Hello on the control stream: the dialer opens it and
+// writes first; the acceptor answers with its own Hello before reading the
+// dialer's, so each side can check the other's version independently.
+// Nothing but Hello is accepted first. On a schema mismatch the side that
+// sees it sends messages.Error{schema_mismatch} and closes the connection.
+func (t *QUICTransport) handshake(ctx context.Context, qc *quic.Conn, dialer bool, peer messages.DeviceID) (*quicConn, error) {
+	// Open or accept the control stream, bounded by ctx.
+	var s *quic.Stream
+	var err error
+	if dialer {
+		s, err = qc.OpenStreamSync(ctx)
+	} else {
+		s, err = qc.AcceptStream(ctx)
+	}
+	if err != nil {
+		return nil, t.peerRefusal(err, "open control stream")
+	}
+	if d, ok := ctx.Deadline(); ok {
+		s.SetDeadline(d)
+	}
+	stop := context.AfterFunc(ctx, func() { s.SetDeadline(time.Now()) })
+	defer stop()
+
+	// The acceptor checks that the first stream is the control stream.
+	if !dialer {
+		var kind [1]byte
+		if _, err := io.ReadFull(s, kind[:]); err != nil {
+			return nil, t.peerRefusal(err, "read control stream")
+		}
+		if streamKind(kind[0]) != kindControl {
+			t.obs.Rejected(reasonHandshake)
+			return nil, fmt.Errorf("%w: first stream is %q, want the control stream", messages.ErrMalformed, kind[0])
+		}
+	}
+
+	// Send our Hello (the dialer prefixes the stream kind).
+	hello := &messages.Hello{Device: t.id.DeviceID, Name: t.id.Name(), SchemaVersion: t.version, SentAt: time.Now().UnixMilli()}
+	f, err := encodeFrame(messages.LibraryID{}, hello, t.version, t.maxFrame)
+	if err != nil {
+		return nil, err
+	}
+	out := f.b
+	if dialer {
+		out = append([]byte{byte(kindControl)}, f.b...)
+	}
+	if _, err := s.Write(out); err != nil {
+		return nil, t.peerRefusal(err, "send hello")
+	}
+	t.obs.MessageOut(peer, f.t, len(f.b))
+
+	// Read the peer's Hello.
+	env, n, err := readFrame(s, t.maxFrame, t.version)
+	var verr *messages.VersionError
+	switch {
+	case errors.As(err, &verr):
+		return nil, t.refuseVersion(ctx, qc, s, dialer, peer, verr.Remote)
+	case err != nil && isBadInput(err):
+		t.obs.Rejected(reasonHandshake)
+		return nil, fmt.Errorf("read hello: %w", err)
+	case err == io.EOF:
+		return nil, fmt.Errorf("read hello: %w: peer closed the control stream", ErrClosed)
+	case err != nil:
+		return nil, t.peerRefusal(err, "read hello")
+	}
+	m, err := env.Decode()
+	if err != nil {
+		t.obs.Rejected(reasonFor(err))
+		return nil, fmt.Errorf("read hello: %w", err)
+	}
+	t.obs.MessageIn(peer, env.Type, n)
+	var h *messages.Hello
+	switch m := m.(type) {
+	case *messages.Hello:
+		h = m
+	case *messages.Error:
+		if m.Code == messages.CodeSchemaMismatch {
+			return nil, fmt.Errorf("%w: %s", messages.ErrSchemaVersion, m.Message)
+		}
+		return nil, fmt.Errorf("peer refused: %w", m)
+	default:
+		t.obs.Rejected(reasonUnexpected)
+		return nil, fmt.Errorf("%w: %s before hello", messages.ErrMalformed, env.Type)
+	}
+	if h.SchemaVersion != t.version {
+		return nil, t.refuseVersion(ctx, qc, s, dialer, peer, h.SchemaVersion)
+	}
+	// The certificate decides who the peer is; its Hello must agree.
+	if h.Device != peer {
+		t.obs.Rejected(reasonWrongPeer)
+		qc.CloseWithError(connWrongPeer, "hello names another device than the certificate")
+		return nil, fmt.Errorf("%w: certificate of %s, hello of %s", ErrWrongPeer, peer, h.Device)
+	}
+	if !stop() {
+		return nil, ctx.Err()
+	}
+	s.SetDeadline(time.Time{})
+	return newConn(t, qc, s, peer, h.Name), nil
+}
+
+// refuseVersion handles a schema mismatch: count and log it, tell the peer
+// in its terms (messages.Error, then the close reason), close, and return
+// the mismatch in ours. The acceptor lingers a moment before closing so the
+// dialer can read the Error; the dialer closes at once (the acceptor is
+// then already done with it).
+func (t *QUICTransport) refuseVersion(ctx context.Context, qc *quic.Conn, s *quic.Stream, dialer bool, peer messages.DeviceID, remote uint16) error {
+	ours := &messages.VersionError{Local: t.version, Remote: remote}
+	theirs := (&messages.VersionError{Local: remote, Remote: t.version}).Error()
+	t.obs.Rejected(reasonSchemaMismatch)
+	t.log.Warn("refused peer on another schema version", "peer", peer, "local", t.version, "remote", remote, "err", ours)
+	if f, err := encodeFrame(messages.LibraryID{}, &messages.Error{Code: messages.CodeSchemaMismatch, Message: theirs}, t.version, t.maxFrame); err == nil {
+		if _, err := s.Write(f.b); err == nil {
+			t.obs.MessageOut(peer, f.t, len(f.b))
+		}
+	}
+	s.Close()
+	if !dialer {
+		linger := time.NewTimer(time.Second)
+		select {
+		case <-qc.Context().Done():
+		case <-ctx.Done():
+		case <-linger.C:
+		}
+		linger.Stop()
+	}
+	qc.CloseWithError(connSchemaMismatch, theirs)
+	return ours
+}
+
+// peerRefusal turns the error of a connection the peer refused into ours:
+// a rejected certificate is ErrNotPaired, a schema mismatch wraps
+// messages.ErrSchemaVersion with the peer's explanation.
+func (t *QUICTransport) peerRefusal(err error, op string) error {
+	if e := refusalOf(err); e != nil {
+		return e
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func refusalOf(err error) error {
+	var ae *quic.ApplicationError
+	if errors.As(err, &ae) && ae.Remote {
+		switch ae.ErrorCode {
+		case connSchemaMismatch:
+			return fmt.Errorf("%w: %s", messages.ErrSchemaVersion, ae.ErrorMessage)
+		case connWrongPeer:
+			return fmt.Errorf("%w: peer says: %s", ErrWrongPeer, ae.ErrorMessage)
+		}
+		return fmt.Errorf("%w: closed by peer: %s", ErrClosed, ae.ErrorMessage)
+	}
+	var te *quic.TransportError
+	if errors.As(err, &te) && te.Remote && te.ErrorCode.IsCryptoError() {
+		// bad_certificate (42) or certificate_required (116): the peer
+		// does not have our certificate pinned.
+		switch uint8(te.ErrorCode - 0x100) {
+		case 42, 116:
+			return fmt.Errorf("%w: the remote refused our certificate (%v)", ErrNotPaired, err)
+		}
+	}
+	return nil
+}
+
+// dialError explains a failed QUIC dial. Our own verifier's refusal
+// (ErrNotPaired, ErrWrongPeer) is already wrapped inside err.
+func (t *QUICTransport) dialError(err error) error {
+	var r *certRefusal
+	if errors.As(err, &r) {
+		return r.err
+	}
+	if e := refusalOf(err); e != nil {
+		return e
+	}
+	return err
+}
+
+// serverTLS picks the TLS configuration by the protocol the client asks
+// for: lsync/1 admits pinned certificates only, lsync-pair/1 any device
+// certificate (the PAKE authenticates).
+func (t *QUICTransport) serverTLS() *tls.Config {
+	syncConf := t.tlsConfig(alpnSync, nil)
+	pairConf := t.tlsConfig(alpnPair, nil)
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{t.id.Certificate},
+		NextProtos:   []string{alpnSync, alpnPair},
+		GetConfigForClient: func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+			switch {
+			case slices.Contains(hi.SupportedProtos, alpnSync):
+				return syncConf, nil
+			case slices.Contains(hi.SupportedProtos, alpnPair):
+				return pairConf, nil
+			}
+			return nil, fmt.Errorf("unsupported application protocols %q", hi.SupportedProtos)
+		},
+	}
+}
+
+// tlsConfig is the TLS configuration of one protocol, for both roles:
+// TLS 1.3, our certificate, the peer's certificate required. Chain
+// validation is replaced by pinning (VerifyPeerCertificate), so
+// InsecureSkipVerify only turns off the CA check. expect, when dialing,
+// is the device we mean to reach.
+func (t *QUICTransport) tlsConfig(proto string, expect *messages.DeviceID) *tls.Config {
+	verify := t.verifyPinned(expect)
+	if proto == alpnPair {
+		verify = verifyDeviceCert
+	}
+	return &tls.Config{
+		MinVersion:             tls.VersionTLS13,
+		Certificates:           []tls.Certificate{t.id.Certificate},
+		NextProtos:             []string{proto},
+		ClientAuth:             tls.RequireAnyClientCert,
+		InsecureSkipVerify:     true,
+		SessionTicketsDisabled: true,
+		ServerName:             "lsync",
+		VerifyPeerCertificate:  verify,
+	}
+}
+
+// verifyPinned is the VerifyPeerCertificate of lsync/1, on both sides.
+func (t *QUICTransport) verifyPinned(expect *messages.DeviceID) func([][]byte, [][]*x509.Certificate) error {
+	return func(raw [][]byte, _ [][]*x509.Certificate) error {
+		if err := t.checkPinned(raw, expect); err != nil {
+			return &certRefusal{err}
+		}
+		return nil
+	}
+}
+
+// checkPinned admits a certificate only if it is pinned under the device id
+// derived from its key, and (when dialing) that id is the one expected.
+func (t *QUICTransport) checkPinned(raw [][]byte, expect *messages.DeviceID) error {
+	if len(raw) == 0 {
+		t.obs.Rejected(reasonUnpaired)
+		return fmt.Errorf("%w: no certificate", ErrNotPaired)
+	}
+	id, err := DeviceIDFromCert(raw[0])
+	if err != nil {
+		t.obs.Rejected(reasonUnpaired)
+		return fmt.Errorf("%w: %v", ErrNotPaired, err)
+	}
+	if expect != nil && id != *expect {
+		t.obs.Rejected(reasonWrongPeer)
+		return fmt.Errorf("%w: dialed %s, reached %s", ErrWrongPeer, *expect, id)
+	}
+	p, ok := t.peers.Get(id)
+	if !ok {
+		t.obs.Rejected(reasonUnpaired)
+		t.log.Warn("refused unpaired device", "peer", id)
+		return fmt.Errorf("%w: %s", ErrNotPaired, id)
+	}
+	if p.Fingerprint != FingerprintOf(raw[0]) {
+		t.obs.Rejected(reasonUnpaired)
+		t.log.Warn("refused device with an unpinned certificate", "peer", id)
+		return fmt.Errorf("%w: %s presented a certificate other than the pinned one", ErrNotPaired, id)
+	}
+	return nil
+}
+
+// certRefusal marks our verifier's refusal inside the TLS error quic-go
+// returns, so Dial can report it without the TLS wrapping.
+type certRefusal struct{ err error }
+
+func (r *certRefusal) Error() string { return r.err.Error() }
+func (r *certRefusal) Unwrap() error { return r.err }
+
+// verifyDeviceCert admits any lsync device certificate (Ed25519), for
+// pairing.
+func verifyDeviceCert(raw [][]byte, _ [][]*x509.Certificate) error {
+	if len(raw) == 0 {
+		return errors.New("no certificate")
+	}
+	_, err := DeviceIDFromCert(raw[0])
+	return err
+}
+
+// peerID is the device id of the certificate the peer presented.
+func peerID(qc *quic.Conn) (messages.DeviceID, error) {
+	certs := qc.ConnectionState().TLS.PeerCertificates
+	if len(certs) == 0 {
+		return messages.DeviceID{}, errors.New("no peer certificate")
+	}
+	return DeviceIDFromCert(certs[0].Raw)
+}
