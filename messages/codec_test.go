@@ -45,6 +45,8 @@ func sampleMessages() []Message {
 		&LibraryListResponse{Libraries: []LibraryInfo{{ID: lib, Name: "Jamie"}}},
 		&SyncSetupRequest{Library: lib, Device: DeviceID(devB), DeviceName: "b", Action: "join"},
 		&SyncSetupResponse{Library: lib, LibraryName: "Jamie", Device: DeviceID(devA), DeviceName: "a"},
+		&StateOwnersRequest{},
+		&StateOwnersResponse{Owners: []OriginWatermark{{Origin: DeviceID(devA), HLC: h1}}},
 	}
 }
 

@@ -34,7 +34,9 @@ const (
 	TypeLibraryListResponse  Type = 22
 	TypeSyncSetupRequest     Type = 23
 	TypeSyncSetupResponse    Type = 24
-	typeEnd                       = TypeSyncSetupResponse + 1 // one past the last known type; move when appending
+	TypeStateOwnersRequest   Type = 25
+	TypeStateOwnersResponse  Type = 26
+	typeEnd                       = TypeStateOwnersResponse + 1 // one past the last known type; move when appending
 )
 
 var typeNames = [...]string{
@@ -62,6 +64,8 @@ var typeNames = [...]string{
 	TypeLibraryListResponse:  "library_list_response",
 	TypeSyncSetupRequest:     "sync_setup_request",
 	TypeSyncSetupResponse:    "sync_setup_response",
+	TypeStateOwnersRequest:   "state_owners_request",
+	TypeStateOwnersResponse:  "state_owners_response",
 }
 
 // Known reports whether t is a type this build understands.
@@ -307,8 +311,8 @@ type SharedStateRequest struct {
 
 // SharedStateResponse is one page of shared state. Entries have a zero Prev
 // and are applied through the same LWW rules as live changes. Watermarks,
-// sent on the last page, say up to where the state includes each origin's
-// changes.
+// sent on the first page (read before any row), say up to where the whole
+// scan includes each origin's changes.
 type SharedStateResponse struct {
 	_msgpack   struct{} `msgpack:",as_array"`
 	Model      string
@@ -316,6 +320,19 @@ type SharedStateResponse struct {
 	Cursor     Cursor
 	HasMore    bool
 	Watermarks []OriginWatermark
+}
+
+// StateOwnersRequest asks which devices' rows the peer holds, and up to
+// where (a joining device plans its backfill from the answer).
+type StateOwnersRequest struct {
+	_msgpack struct{} `msgpack:",as_array"`
+}
+
+// StateOwnersResponse lists each owner with the peer's gap-free state
+// watermark for it.
+type StateOwnersResponse struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Owners   []OriginWatermark
 }
 
 // ---- anti-entropy ----
@@ -446,6 +463,8 @@ func (*LibraryListRequest) MessageType() Type   { return TypeLibraryListRequest 
 func (*LibraryListResponse) MessageType() Type  { return TypeLibraryListResponse }
 func (*SyncSetupRequest) MessageType() Type     { return TypeSyncSetupRequest }
 func (*SyncSetupResponse) MessageType() Type    { return TypeSyncSetupResponse }
+func (*StateOwnersRequest) MessageType() Type   { return TypeStateOwnersRequest }
+func (*StateOwnersResponse) MessageType() Type  { return TypeStateOwnersResponse }
 
 // newMessage returns a zero value of the message type t (t must be Known).
 func newMessage(t Type) Message {
@@ -498,6 +517,10 @@ func newMessage(t Type) Message {
 		return new(SyncSetupRequest)
 	case TypeSyncSetupResponse:
 		return new(SyncSetupResponse)
+	case TypeStateOwnersRequest:
+		return new(StateOwnersRequest)
+	case TypeStateOwnersResponse:
+		return new(StateOwnersResponse)
 	}
 	return nil
 }

@@ -1,0 +1,121 @@
+package persistence
+
+// This file fixes the public surface the actor runtime builds against;
+// the signatures are the contract.
+
+import (
+	"errors"
+	"time"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// Kind is how a model replicates (DESIGN.md §3).
+type Kind int
+
+const (
+	DeviceOwned Kind = iota + 1 // owner-only; state replication with the owner's HLC per row
+	Shared                      // anyone writes; HLC log; LWW per field; union on creation
+)
+
+// Row is one row as the outside world sees it: snake_case column names,
+// uuids and HLCs in their text forms, foreign keys as uuids, no local ids.
+// It marshals to the JSON that `lsync query` prints.
+type Row map[string]any
+
+// Options configure Open.
+type Options struct {
+	// Self is this device. Required.
+	Self messages.DeviceID
+	// Wall is the physical clock for the library's HLC clock (nil: time.Now).
+	Wall func() time.Time
+	// MaxSkew is how far ahead of Wall a remote HLC may be (0: 5 minutes).
+	MaxSkew time.Duration
+	// Registry defaults to DefaultRegistry().
+	Registry *Registry
+	// Retention bounds the shared log when partners do not acknowledge.
+	Retention RetentionPolicy
+	// CacheMiB sizes the SQLite page cache of the write connection (0: 64).
+	CacheMiB int
+}
+
+// RetentionPolicy bounds what the log and tombstones keep.
+type RetentionPolicy struct {
+	MaxEntries      int           // shared log entries kept past the minimum ACK (0: 10,000)
+	MaxAge          time.Duration // shared log entries older than this are pruned regardless (0: 7 days)
+	TombstoneMaxAge time.Duration // tombstones acknowledged by every partner are dropped after this (0: 30 days)
+}
+
+// Meta is library.json.
+type Meta struct {
+	ID            messages.LibraryID `json:"id"`
+	Name          string             `json:"name"`
+	CreatedAt     time.Time          `json:"created_at"`
+	CreatedBy     messages.DeviceID  `json:"created_by"`
+	SchemaVersion int                `json:"schema_version"`
+}
+
+// Partner is a row of sync_partners.
+type Partner struct {
+	Device      messages.DeviceID
+	Name        string
+	SyncEnabled bool
+	AddedAt     time.Time
+	LastSyncAt  time.Time
+}
+
+// Checkpoint is saved in the same transaction as the batch it follows, so a
+// resumed job restarts exactly after the last applied batch.
+type Checkpoint struct {
+	Job  string // e.g. "backfill/<job-id>"
+	Data []byte // opaque to persistence (the job's own encoding)
+}
+
+// ApplyOptions tune one apply call.
+type ApplyOptions struct {
+	// Checkpoint, when set, is written in the same transaction.
+	Checkpoint *Checkpoint
+	// Local marks this device's own writes (skips the forged-owner check
+	// against the sender; the owner must still be Self).
+	Local bool
+}
+
+// Rejection is one record an apply refused (the rest of the batch applies).
+type Rejection struct {
+	Model  string
+	UUID   messages.UUID
+	Reason string // short, e.g. "forged_owner", "unknown_model", "bad_value", "cycle"
+	Err    error
+}
+
+// Change names a row an apply changed, for events.
+type Change struct {
+	Model   string
+	UUID    messages.UUID
+	Deleted bool
+}
+
+// ApplyResult reports what an apply did.
+type ApplyResult struct {
+	Applied  int         // rows written (inserted, updated, deleted)
+	Stale    int         // ignored: not newer than what is stored (incl. duplicates)
+	Parked   int         // parked: a parent has not arrived yet
+	Released int         // parked rows applied because their parent landed
+	Rejected []Rejection // refused records
+	Changes  []Change    // rows that changed (capped at 10,000 per call)
+	// Gapped lists shared changes not applied because an earlier change of
+	// their origin is missing (Prev != watermark). Only ApplyShared sets it.
+	Gapped []messages.SharedChange
+}
+
+// Sentinel errors; test with errors.Is.
+var (
+	ErrUnknownModel  = errors.New("unknown model")
+	ErrForgedOwner   = errors.New("forged ownership")
+	ErrNotFound      = errors.New("not found")
+	ErrNotOwner      = errors.New("not the owner")
+	ErrBadValue      = errors.New("bad value")
+	ErrCycle         = errors.New("dependency cycle")
+	ErrSchemaVersion = errors.New("library schema version")
+	ErrExists        = errors.New("already exists")
+)

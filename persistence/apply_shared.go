@@ -1,0 +1,413 @@
+package persistence
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// lwwRow is one shared row as the LWW rule sees it: every field with the
+// HLC of its last write, and the row's tombstone T (the newest delete).
+// A field is written by a change at h only if h > T and h > its HLC; a
+// delete at h raises T and clears every field not newer than T. The row
+// exists iff some field is newer than T. The result is a pure function of
+// the set of changes applied: any order, any duplicates.
+type lwwRow struct {
+	vals []any
+	hlcs []messages.HLC
+	tomb messages.HLC
+}
+
+func newLWWRow(n int) *lwwRow {
+	return &lwwRow{vals: make([]any, n), hlcs: make([]messages.HLC, n)}
+}
+
+func (r *lwwRow) exists() bool {
+	for _, h := range r.hlcs {
+		if h.Compare(r.tomb) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// rowHLC is the newest field HLC.
+func (r *lwwRow) rowHLC() messages.HLC {
+	var m messages.HLC
+	for _, h := range r.hlcs {
+		m = maxHLC(m, h)
+	}
+	return m
+}
+
+// apply merges one change: set holds the written columns (an insert
+// writes every column). It reports whether the row changed.
+func (r *lwwRow) apply(op messages.ChangeOp, h messages.HLC, set map[int]any) bool {
+	if h.Compare(r.tomb) <= 0 {
+		return false
+	}
+	if op == messages.OpDelete {
+		r.tomb = h
+		for i := range r.hlcs {
+			if r.hlcs[i].Compare(h) <= 0 {
+				r.vals[i], r.hlcs[i] = nil, messages.HLC{}
+			}
+		}
+		return true
+	}
+	changed := false
+	for i, v := range set {
+		if h.Compare(r.hlcs[i]) > 0 {
+			r.vals[i], r.hlcs[i] = v, h
+			changed = true
+		}
+	}
+	return changed
+}
+
+// chainVerdict is what a receiver does with a shared change of an origin
+// whose gap-free watermark is wm.
+type chainVerdict int
+
+const (
+	chainApply chainVerdict = iota // Prev == wm: the next change of the chain
+	chainStale                     // HLC <= wm: held already
+	chainGap                       // an earlier change of the origin is missing
+)
+
+func chainStep(wm messages.HLC, c *messages.SharedChange) chainVerdict {
+	switch {
+	case c.HLC.Compare(wm) <= 0:
+		return chainStale
+	case c.Prev == wm:
+		return chainApply
+	}
+	return chainGap
+}
+
+// sharedInput validates a change against its model and returns the
+// columns it writes.
+func sharedInput(mi *modelInfo, c *messages.SharedChange) (map[int]any, error) {
+	if c.HLC.IsZero() || c.Record.IsZero() {
+		return nil, fmt.Errorf("%w: %s change needs an hlc and a record uuid", ErrBadValue, mi.Name)
+	}
+	return sharedColumns(mi, c.Op, c.Fields)
+}
+
+// sharedColumns checks the fields of an operation: an insert writes every
+// column (absent ones as null) and needs the required ones; an update may
+// not null a required column; a delete carries nothing.
+func sharedColumns(mi *modelInfo, op messages.ChangeOp, fields map[string]any) (map[int]any, error) {
+	if !op.Valid() {
+		return nil, fmt.Errorf("%w: %s change op %d", ErrBadValue, mi.Name, op)
+	}
+	norm, err := mi.normalizeFields(fields)
+	if err != nil {
+		return nil, err
+	}
+	set := make(map[int]any, len(mi.Columns))
+	switch op {
+	case messages.OpDelete:
+		if len(norm) != 0 {
+			return nil, fmt.Errorf("%w: %s delete carries fields", ErrBadValue, mi.Name)
+		}
+	case messages.OpInsert:
+		for i, col := range mi.Columns {
+			set[i] = norm[col.Name]
+			if set[i] == nil && col.Required {
+				return nil, fmt.Errorf("%w: %s.%s is required", ErrBadValue, mi.Name, col.Name)
+			}
+		}
+	case messages.OpUpdate:
+		for name, v := range norm {
+			i := mi.colIdx[name]
+			if v == nil && mi.Columns[i].Required {
+				return nil, fmt.Errorf("%w: %s.%s is required", ErrBadValue, mi.Name, name)
+			}
+			set[i] = v
+		}
+	}
+	return set, nil
+}
+
+// applyShared applies one shared change through the LWW rule.
+func (tx *txn) applyShared(mi *modelInfo, c *messages.SharedChange, remote bool) (outcome, error) {
+	set, err := sharedInput(mi, c)
+	if err != nil {
+		return tx.reject(mi.Name, c.Record, ReasonBadValue, err), nil
+	}
+	if remote {
+		if err := tx.observe(c.HLC); err != nil {
+			return tx.reject(mi.Name, c.Record, ReasonClockSkew, err), nil
+		}
+	}
+	id, row, err := tx.loadShared(mi, c.Record)
+	if err != nil {
+		return 0, err
+	}
+	tb, err := tx.getTomb(mi, c.Record)
+	if err != nil {
+		return 0, err
+	}
+	if tb != nil {
+		row.tomb = tb.hlc
+	}
+	oldTomb := row.tomb
+	before := row.exists()
+	if mi.derived == derivedTagEdge {
+		tx.touchEdge(c.Record, before && row.vals[mi.edgeParentCol] != nil && row.vals[mi.edgeChildCol] != nil)
+	}
+	if !row.apply(c.Op, c.HLC, set) {
+		return outStale, nil
+	}
+	tx.note(c.HLC)
+	if row.tomb != oldTomb {
+		if err := tx.putTomb(mi, c.Record, 0, row.tomb, row.tomb, tb != nil); err != nil {
+			return 0, err
+		}
+	}
+	switch {
+	case row.exists() && id == 0:
+		err = tx.storeShared(mi, mi.sql.sharedInsert, c.Record, row, 0)
+	case row.exists():
+		err = tx.storeShared(mi, mi.sql.sharedUpdate, c.Record, row, id)
+	case id != 0:
+		err = tx.c.exec(mi.sql.delete, id)
+	default:
+		return outApplied, nil // a delete of a row not here: the tombstone is all
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store %s %s: %w", mi.Name, c.Record, err)
+	}
+	tx.change(mi.Name, c.Record, !row.exists())
+	return outApplied, nil
+}
+
+func (tx *txn) loadShared(mi *modelInfo, u messages.UUID) (int64, *lwwRow, error) {
+	row := newLWWRow(len(mi.Columns))
+	var id int64
+	_, err := tx.c.queryRow(mi.sql.sharedGet, []any{u}, func(s *sqlite3.Stmt) error {
+		id = s.ColumnInt64(0)
+		for i, col := range mi.Columns {
+			row.vals[i] = columnValue(s, 2+2*i, col.Type)
+			h, err := columnHLC(s, 3+2*i)
+			if err != nil {
+				return err
+			}
+			row.hlcs[i] = h
+		}
+		return nil
+	})
+	return id, row, err
+}
+
+// storeShared runs the insert (id 0: uuid first) or update (id last) of
+// a whole row.
+func (tx *txn) storeShared(mi *modelInfo, sql string, u messages.UUID, row *lwwRow, id int64) error {
+	s, temp, err := tx.c.prep(sql)
+	if err != nil {
+		return err
+	}
+	defer release(s, temp)
+	args := make([]any, 0, 3+2*len(row.vals))
+	if id == 0 {
+		args = append(args, u)
+	}
+	args = append(args, row.rowHLC())
+	for i := range row.vals {
+		args = append(args, row.vals[i], row.hlcs[i])
+	}
+	if id != 0 {
+		args = append(args, id)
+	}
+	if err := bindArgs(s, args...); err != nil {
+		return err
+	}
+	return s.Exec()
+}
+
+// sharedModel resolves the model of a change, rejecting unknown models and
+// device-owned ones.
+func (tx *txn) sharedModel(c *messages.SharedChange) *modelInfo {
+	mi, ok := tx.l.reg.models[c.Model]
+	switch {
+	case !ok:
+		tx.reject(c.Model, c.Record, ReasonUnknownModel, fmt.Errorf("%w: %q", ErrUnknownModel, c.Model))
+		return nil
+	case mi.Kind != Shared:
+		tx.reject(c.Model, c.Record, ReasonWrongKind, fmt.Errorf("%w: %q is not a shared model", ErrUnknownModel, c.Model))
+		return nil
+	}
+	return mi
+}
+
+// ApplyShared applies live or requested shared changes (any mix of origins,
+// any order) in one transaction. For each origin, a change is applied only
+// when its Prev equals the stored watermark of that origin (or it is not
+// newer than the watermark: a duplicate, counted Stale); the watermark then
+// advances to it. A change after a gap is returned in Gapped, not applied.
+// A change refused for clock skew leaves the watermark where it is, so the
+// origin's later changes wait in Gapped until it is sent again.
+func (l *Library) ApplyShared(changes []messages.SharedChange, opts ApplyOptions) (ApplyResult, error) {
+	var res ApplyResult
+	byOrigin := map[messages.DeviceID][]messages.SharedChange{}
+	for _, c := range changes {
+		byOrigin[c.Origin()] = append(byOrigin[c.Origin()], c)
+	}
+	origins := make([]messages.DeviceID, 0, len(byOrigin))
+	for o := range byOrigin {
+		origins = append(origins, o)
+	}
+	slices.SortFunc(origins, func(a, b messages.DeviceID) int { return compareUUID(messages.UUID(a), messages.UUID(b)) })
+	if err := l.lockWriter(); err != nil {
+		return res, err
+	}
+	defer l.mu.Unlock()
+	err := l.writeTx(&res, func(tx *txn) error {
+		for _, origin := range origins {
+			list := byOrigin[origin]
+			slices.SortStableFunc(list, func(a, b messages.SharedChange) int { return a.HLC.Compare(b.HLC) })
+			wm := tx.sharedWatermark(origin)
+			for i := range list {
+				c := &list[i]
+				switch chainStep(wm, c) {
+				case chainStale:
+					res.Stale++
+					continue
+				case chainGap:
+					res.Gapped = append(res.Gapped, *c)
+					continue
+				}
+				mi := tx.sharedModel(c)
+				if mi == nil {
+					wm = c.HLC // refused the same way everywhere: the chain moves on
+					continue
+				}
+				n := len(res.Rejected)
+				out, err := tx.applyShared(mi, c, true)
+				if err != nil {
+					return fmt.Errorf("apply %s %s: %w", c.Model, c.Record, err)
+				}
+				if out == outRejected && res.Rejected[n].Reason == ReasonClockSkew {
+					continue
+				}
+				tx.count(out)
+				wm = c.HLC
+			}
+			if err := tx.setSharedWatermark(origin, wm); err != nil {
+				return err
+			}
+		}
+		return tx.saveCheckpoint(opts.Checkpoint)
+	})
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	return res, nil
+}
+
+// ApplySharedState applies shared-state snapshot entries (Prev zero) through
+// the same LWW rules, then raises per-origin watermarks to wms.
+func (l *Library) ApplySharedState(changes []messages.SharedChange, wms []messages.OriginWatermark, opts ApplyOptions) (ApplyResult, error) {
+	var res ApplyResult
+	if err := l.lockWriter(); err != nil {
+		return res, err
+	}
+	defer l.mu.Unlock()
+	err := l.writeTx(&res, func(tx *txn) error {
+		for i := range changes {
+			c := &changes[i]
+			mi := tx.sharedModel(c)
+			if mi == nil {
+				continue
+			}
+			out, err := tx.applyShared(mi, c, true)
+			if err != nil {
+				return fmt.Errorf("apply %s %s: %w", c.Model, c.Record, err)
+			}
+			tx.count(out)
+		}
+		for _, wm := range wms {
+			if err := tx.setSharedWatermark(wm.Origin, wm.HLC); err != nil {
+				return err
+			}
+		}
+		return tx.saveCheckpoint(opts.Checkpoint)
+	})
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	return res, nil
+}
+
+// CommitShared is the log-first local write path for shared models: stamps
+// a new HLC and Prev, appends to sync.db, applies through the shared
+// applier, and returns the change to broadcast. uuid zero on OpInsert mints
+// a UUIDv7 (or the model's deterministic uuid, see Registry.DeterministicUUID).
+func (l *Library) CommitShared(model string, u messages.UUID, op messages.ChangeOp, fields map[string]any) (messages.SharedChange, ApplyResult, error) {
+	var res ApplyResult
+	mi, err := l.reg.model(model)
+	if err != nil {
+		return messages.SharedChange{}, res, fmt.Errorf("commit shared: %w", err)
+	}
+	if mi.Kind != Shared {
+		return messages.SharedChange{}, res, fmt.Errorf("commit shared: %w: %q is device-owned", ErrUnknownModel, model)
+	}
+	norm, err := mi.normalizeFields(fields)
+	if err != nil {
+		return messages.SharedChange{}, res, fmt.Errorf("commit %s: %w", model, err)
+	}
+	if len(norm) == 0 {
+		norm = nil
+	}
+	c := messages.SharedChange{Model: model, Record: u, Op: op, Fields: norm}
+	if det, ok := l.reg.DeterministicUUID(model, norm); ok && op != messages.OpDelete {
+		if u.IsZero() {
+			c.Record = det
+		} else if u != det {
+			return messages.SharedChange{}, res, fmt.Errorf("commit %s: %w: uuid %s is not the one derived from its fields (%s)",
+				model, ErrBadValue, u, det)
+		}
+	}
+	if c.Record.IsZero() {
+		if op != messages.OpInsert {
+			return messages.SharedChange{}, res, fmt.Errorf("commit %s %v: %w: no uuid", model, op, ErrBadValue)
+		}
+		c.Record = NewUUID()
+	}
+	if _, err := sharedColumns(mi, op, norm); err != nil {
+		return messages.SharedChange{}, res, fmt.Errorf("commit %s: %w", model, err)
+	}
+	if err := l.lockWriter(); err != nil {
+		return messages.SharedChange{}, res, err
+	}
+	defer l.mu.Unlock()
+	// Log first: once the append commits, the change survives any crash.
+	c.HLC = l.clock.Now()
+	c.Prev = l.LastLogged()
+	if err := l.appendLogLocked(&c); err != nil {
+		return messages.SharedChange{}, res, fmt.Errorf("commit %s: log: %w", model, err)
+	}
+	if l.afterLogAppend != nil {
+		if err := l.afterLogAppend(); err != nil {
+			return messages.SharedChange{}, res, err
+		}
+	}
+	// Apply through the applier remote changes use; replay on open covers
+	// a crash between the two.
+	err = l.writeTx(&res, func(tx *txn) error {
+		out, err := tx.applyShared(mi, &c, false)
+		if err != nil {
+			return err
+		}
+		tx.count(out)
+		return tx.setSharedWatermark(l.self, c.HLC)
+	})
+	if err != nil {
+		return messages.SharedChange{}, ApplyResult{}, fmt.Errorf("commit %s %s: apply: %w", model, c.Record, err)
+	}
+	return c, res, nil
+}

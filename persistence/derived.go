@@ -1,0 +1,723 @@
+package persistence
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// The derived caches are never synced and use local ids; the appliers keep
+// them correct incrementally inside the transaction that changes their
+// source rows, and VerifyDerived recomputes them from scratch to check.
+//
+//	entry_closure(ancestor_id, descendant_id, depth): every (ancestor,
+//	  descendant) pair of the entry forest, (e, e, 0) included.
+//	directory_paths(entry_id, path): for directories, the location's path
+//	  joined with the names of the parent chain.
+//	tag_closure(ancestor_uuid, descendant_uuid, depth): pairs connected by
+//	  accepted tag_relationship edges (depth >= 1, the shortest path).
+
+// Subtrees are walked through entry.parent_id (indexed) rather than a
+// second index on entry_closure: it halves the closure's cost on the bulk
+// path, where rows are only ever added.
+const (
+	subtreeCTE = `WITH RECURSIVE sub(id, depth) AS (
+		SELECT ?1, 0
+		UNION ALL SELECT e.id, sub.depth + 1 FROM "entry" e JOIN sub ON e.parent_id = sub.id WHERE sub.depth < 100000) `
+	closureDetachSQL = subtreeCTE + `DELETE FROM entry_closure
+		WHERE descendant_id IN (SELECT id FROM sub)
+		AND ancestor_id IN (SELECT ancestor_id FROM entry_closure WHERE descendant_id = ?1 AND ancestor_id != ?1)`
+	closureAttachSQL = subtreeCTE + `INSERT INTO entry_closure (ancestor_id, descendant_id, depth)
+		SELECT a.ancestor_id, sub.id, a.depth + sub.depth + 1 FROM entry_closure a, sub WHERE a.descendant_id = ?2`
+	subtreeSQL = subtreeCTE + `SELECT e.id, e.parent_id, e.location_id, e.name, e.kind
+		FROM sub JOIN "entry" e ON e.id = sub.id ORDER BY sub.depth`
+	chainSQL = `SELECT e.name, e.location_id FROM entry_closure c JOIN "entry" e ON e.id = c.ancestor_id
+		WHERE c.descendant_id = ? ORDER BY c.depth DESC`
+	pathUpsertSQL = `INSERT INTO directory_paths (entry_id, path) VALUES (?, ?)
+		ON CONFLICT (entry_id) DO UPDATE SET path = excluded.path`
+)
+
+const maxClosureRows = 32
+
+var closureAddSQLs = func() (out [maxClosureRows + 1]string) {
+	for n := 1; n <= maxClosureRows; n++ {
+		out[n] = `INSERT INTO entry_closure (ancestor_id, descendant_id, depth) VALUES (?, ?, ?)` +
+			strings.Repeat(`, (?, ?, ?)`, n-1)
+	}
+	return out
+}()
+
+func closureAddSQL(n int) string { return closureAddSQLs[n] }
+
+// ancestor is one entry_closure row seen from its descendant.
+type ancestor struct{ id, depth int64 }
+
+const maxCachedAncestors = 1 << 15
+
+// ancestorsOf returns the closure rows of id ((id, 0) included), from the
+// batch cache of directories or the closure's primary key.
+func (tx *txn) ancestorsOf(id int64) ([]ancestor, error) {
+	if a, ok := tx.ancs[id]; ok {
+		return a, nil
+	}
+	var out []ancestor
+	err := tx.c.query(`SELECT ancestor_id, depth FROM entry_closure WHERE descendant_id = ?`, []any{id}, func(s *sqlite3.Stmt) error {
+		out = append(out, ancestor{id: s.ColumnInt64(0), depth: s.ColumnInt64(1)})
+		return nil
+	})
+	return out, err
+}
+
+// closureAdd inserts the closure rows of a new entry: its parent's
+// ancestors one level deeper, and itself.
+func (tx *txn) closureAdd(id, parent int64, isDir bool) error {
+	var pa []ancestor
+	if parent != 0 {
+		var err error
+		if pa, err = tx.ancestorsOf(parent); err != nil {
+			return err
+		}
+	}
+	own := make([]ancestor, 0, len(pa)+1)
+	own = append(own, ancestor{id: id})
+	for _, a := range pa {
+		own = append(own, ancestor{id: a.id, depth: a.depth + 1})
+	}
+	if isDir {
+		if tx.ancs == nil || len(tx.ancs) >= maxCachedAncestors {
+			tx.ancs = make(map[int64][]ancestor, 1024)
+		}
+		tx.ancs[id] = own
+	}
+	// One multi-row INSERT per entry: the statement, not the row, is the
+	// unit of cost on this path.
+	for len(own) > 0 {
+		n := min(len(own), maxClosureRows)
+		s, temp, err := tx.c.prep(closureAddSQL(n))
+		if err != nil {
+			return err
+		}
+		for i, a := range own[:n] {
+			s.BindInt64(3*i+1, a.id)
+			s.BindInt64(3*i+2, id)
+			s.BindInt64(3*i+3, a.depth)
+		}
+		err = s.Exec()
+		release(s, temp)
+		if err != nil {
+			return fmt.Errorf("entry_closure: %w", err)
+		}
+		own = own[n:]
+	}
+	return nil
+}
+
+func joinPath(base, name string) string {
+	return strings.TrimSuffix(base, "/") + "/" + name
+}
+
+func (tx *txn) entryWritten(m *modelInfo, id int64, ex *stateRow, vals []any) error {
+	parent, _ := vals[m.parentCol].(int64)
+	loc, _ := vals[m.locationCol].(int64)
+	name, _ := vals[m.nameCol].(string)
+	kind, _ := vals[m.kindCol].(int64)
+	if ex == nil {
+		if err := tx.closureAdd(id, parent, kind == EntryDirectory); err != nil {
+			return err
+		}
+		if kind != EntryDirectory {
+			return nil
+		}
+		base, err := tx.basePath(parent, loc)
+		if err != nil {
+			return err
+		}
+		p := joinPath(base, name)
+		tx.cachePath(id, p)
+		return tx.c.exec(pathUpsertSQL, id, p)
+	}
+	oldParent, _ := ex.vals[m.parentCol].(int64)
+	oldLoc, _ := ex.vals[m.locationCol].(int64)
+	oldName, _ := ex.vals[m.nameCol].(string)
+	oldKind, _ := ex.vals[m.kindCol].(int64)
+	if parent != oldParent {
+		tx.ancs = nil
+		if err := tx.c.exec(closureDetachSQL, id); err != nil {
+			return err
+		}
+		if err := tx.c.exec(closureAttachSQL, id, parent); err != nil {
+			return err
+		}
+	}
+	if parent != oldParent || name != oldName || kind != oldKind || parent == 0 && loc != oldLoc {
+		return tx.recomputePaths(id)
+	}
+	return nil
+}
+
+// entryRemoved drops an entry's own closure rows. Its descendants go in
+// the same cascade (or park), each dropping theirs, so rows naming it as
+// an ancestor go with them.
+func (tx *txn) entryRemoved(id int64) error {
+	if err := tx.c.exec(`DELETE FROM entry_closure WHERE descendant_id = ?`, id); err != nil {
+		return err
+	}
+	tx.ancs = nil
+	delete(tx.paths, id)
+	return tx.c.exec(`DELETE FROM directory_paths WHERE entry_id = ?`, id)
+}
+
+func (tx *txn) inSubtree(ancestor, descendant int64) (bool, error) {
+	return tx.c.queryRow(`SELECT 1 FROM entry_closure WHERE descendant_id = ? AND ancestor_id = ?`,
+		[]any{descendant, ancestor}, func(*sqlite3.Stmt) error { return nil })
+}
+
+func (tx *txn) locationWritten(m *modelInfo, id int64, ex *stateRow, vals []any) error {
+	path, _ := vals[m.pathCol].(string)
+	if tx.locPaths == nil {
+		tx.locPaths = map[int64]string{}
+	}
+	tx.locPaths[id] = path
+	if ex == nil || ex.vals[m.pathCol] == path {
+		return nil
+	}
+	if e, ok := tx.l.reg.models["entry"]; !ok || e.derived != derivedEntry {
+		return nil
+	}
+	var tops []int64
+	err := tx.c.query(`SELECT id FROM "entry" WHERE location_id = ? AND parent_id IS NULL`, []any{id}, func(s *sqlite3.Stmt) error {
+		tops = append(tops, s.ColumnInt64(0))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, top := range tops {
+		if err := tx.recomputePaths(top); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// basePath is the path an entry's name is joined to: its parent's path,
+// or its location's path at the top.
+func (tx *txn) basePath(parent, loc int64) (string, error) {
+	if parent != 0 {
+		return tx.pathOf(parent)
+	}
+	if p, ok := tx.locPaths[loc]; ok {
+		return p, nil
+	}
+	var p string
+	_, err := tx.c.queryRow(`SELECT path FROM "location" WHERE id = ?`, []any{loc}, func(s *sqlite3.Stmt) error {
+		p = s.ColumnText(0)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if tx.locPaths == nil {
+		tx.locPaths = map[int64]string{}
+	}
+	tx.locPaths[loc] = p
+	return p, nil
+}
+
+// pathOf is the full path of an entry: stored for directories, walked
+// through the closure for anything else.
+func (tx *txn) pathOf(id int64) (string, error) {
+	if p, ok := tx.paths[id]; ok {
+		return p, nil
+	}
+	var p string
+	found, err := tx.c.queryRow(`SELECT path FROM directory_paths WHERE entry_id = ?`, []any{id}, func(s *sqlite3.Stmt) error {
+		p = s.ColumnText(0)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if found {
+		tx.cachePath(id, p)
+		return p, nil
+	}
+	var names []string
+	var loc int64
+	first := true
+	err = tx.c.query(chainSQL, []any{id}, func(s *sqlite3.Stmt) error {
+		if first {
+			loc, first = s.ColumnInt64(1), false
+		}
+		names = append(names, s.ColumnText(0))
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	p, err = tx.basePath(0, loc)
+	if err != nil {
+		return "", err
+	}
+	for _, n := range names {
+		p = joinPath(p, n)
+	}
+	return p, nil
+}
+
+const maxCachedPaths = 1 << 16
+
+func (tx *txn) cachePath(id int64, p string) {
+	if tx.paths == nil || len(tx.paths) >= maxCachedPaths {
+		tx.paths = make(map[int64]string, 1024)
+	}
+	tx.paths[id] = p
+}
+
+// recomputePaths rewrites the directory paths of an entry's subtree after
+// a move, rename, kind change or location path change.
+func (tx *txn) recomputePaths(root int64) error {
+	type node struct {
+		id, parent, loc, kind int64
+		name                  string
+	}
+	var nodes []node
+	err := tx.c.query(subtreeSQL, []any{root}, func(s *sqlite3.Stmt) error {
+		nodes = append(nodes, node{id: s.ColumnInt64(0), parent: s.ColumnInt64(1), loc: s.ColumnInt64(2),
+			name: s.ColumnText(3), kind: s.ColumnInt64(4)})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	paths := make(map[int64]string, len(nodes))
+	for i, n := range nodes {
+		base, ok := paths[n.parent]
+		if i == 0 || !ok {
+			if base, err = tx.basePath(n.parent, n.loc); err != nil {
+				return err
+			}
+		}
+		p := joinPath(base, n.name)
+		paths[n.id] = p
+		switch {
+		case n.kind == EntryDirectory:
+			tx.cachePath(n.id, p)
+			if err := tx.c.exec(pathUpsertSQL, n.id, p); err != nil {
+				return err
+			}
+		case i == 0:
+			delete(tx.paths, n.id)
+			if err := tx.c.exec(`DELETE FROM directory_paths WHERE entry_id = ?`, n.id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ---- tag graph ----
+
+// tagEdge is a present tag_relationship row: both ends set. Its key orders
+// acceptance: the HLC at which its ends were written (its creation), then
+// its uuid.
+type tagEdge struct {
+	u             messages.UUID
+	parent, child messages.UUID
+	key           messages.HLC
+	rejected      bool // as stored
+}
+
+func edgeLess(a, b tagEdge) int {
+	if c := a.key.Compare(b.key); c != 0 {
+		return c
+	}
+	return compareUUID(a.u, b.u)
+}
+
+// acceptEdges is the cycle rule, the same on every device: edges in
+// (creation HLC, uuid) order are accepted greedily, each unless it closes
+// a cycle among the edges accepted before it. It returns the rejected set.
+func acceptEdges(edges []tagEdge) map[messages.UUID]bool {
+	sorted := slices.Clone(edges)
+	slices.SortFunc(sorted, edgeLess)
+	g := tagGraph{}
+	rejected := map[messages.UUID]bool{}
+	for _, e := range sorted {
+		if g.closesCycle(e.parent, e.child) {
+			rejected[e.u] = true
+			continue
+		}
+		g.add(e.parent, e.child)
+	}
+	return rejected
+}
+
+// tagGraph is the adjacency of accepted edges (parent -> children).
+type tagGraph map[messages.UUID][]messages.UUID
+
+func (g tagGraph) add(p, c messages.UUID) { g[p] = append(g[p], c) }
+
+// closesCycle reports whether adding p -> c closes a cycle: c reaches p.
+func (g tagGraph) closesCycle(p, c messages.UUID) bool {
+	if p == c {
+		return true
+	}
+	seen := map[messages.UUID]bool{c: true}
+	stack := []messages.UUID{c}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, k := range g[n] {
+			if k == p {
+				return true
+			}
+			if !seen[k] {
+				seen[k] = true
+				stack = append(stack, k)
+			}
+		}
+	}
+	return false
+}
+
+type uuidPair struct{ a, d messages.UUID }
+
+// closure returns the shortest-path depth of every connected pair.
+func (g tagGraph) closure() map[uuidPair]int {
+	out := map[uuidPair]int{}
+	for start := range g {
+		depth := map[messages.UUID]int{start: 0}
+		queue := []messages.UUID{start}
+		for len(queue) > 0 {
+			n := queue[0]
+			queue = queue[1:]
+			for _, k := range g[n] {
+				if _, ok := depth[k]; !ok {
+					depth[k] = depth[n] + 1
+					out[uuidPair{start, k}] = depth[k]
+					queue = append(queue, k)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// edgeTouch remembers a tag_relationship row as it was before this
+// transaction first changed it.
+type edgeTouch struct {
+	presentBefore bool
+}
+
+func (tx *txn) edgeModel() *modelInfo {
+	for _, name := range tx.l.reg.shared {
+		if mi := tx.l.reg.models[name]; mi.derived == derivedTagEdge {
+			return mi
+		}
+	}
+	return nil
+}
+
+func (tx *txn) touchEdge(u messages.UUID, presentBefore bool) {
+	if tx.edges == nil {
+		tx.edges = map[messages.UUID]edgeTouch{}
+	}
+	if _, ok := tx.edges[u]; !ok {
+		tx.edges[u] = edgeTouch{presentBefore: presentBefore}
+	}
+}
+
+func loadEdges(c *conn, mi *modelInfo) ([]tagEdge, error) {
+	p, ch := quote(mi.sqlCol[mi.edgeParentCol]), quote(mi.sqlCol[mi.edgeChildCol])
+	q := fmt.Sprintf(`SELECT uuid, %s, %s, %s, %s, cycle_rejected FROM %s WHERE %s IS NOT NULL AND %s IS NOT NULL`,
+		p, ch, quote(mi.sqlCol[mi.edgeParentCol]+"_hlc"), quote(mi.sqlCol[mi.edgeChildCol]+"_hlc"), mi.table, p, ch)
+	var edges []tagEdge
+	err := c.query(q, nil, func(s *sqlite3.Stmt) error {
+		hp, err := columnHLC(s, 3)
+		if err != nil {
+			return err
+		}
+		hc, err := columnHLC(s, 4)
+		if err != nil {
+			return err
+		}
+		edges = append(edges, tagEdge{u: columnUUID(s, 0), parent: columnUUID(s, 1), child: columnUUID(s, 2),
+			key: maxHLC(hp, hc), rejected: s.ColumnBool(5)})
+		return nil
+	})
+	return edges, err
+}
+
+// finishTagGraph brings cycle_rejected and tag_closure up to date with
+// the tag_relationship rows this transaction touched. When every touched
+// edge is new and created after the newest accepted edge, only the new
+// edges are checked and the closure grows incrementally; otherwise the
+// acceptance and the closure are recomputed (tag graphs are small).
+func (tx *txn) finishTagGraph() error {
+	if len(tx.edges) == 0 {
+		return nil
+	}
+	mi := tx.edgeModel()
+	edges, err := loadEdges(tx.c, mi)
+	if err != nil {
+		return err
+	}
+	var newest messages.HLC
+	var newestU messages.UUID
+	g := tagGraph{}
+	incremental := true
+	var fresh []tagEdge
+	for _, e := range edges {
+		if _, touched := tx.edges[e.u]; touched {
+			fresh = append(fresh, e)
+			continue
+		}
+		if !e.rejected {
+			g.add(e.parent, e.child)
+			if edgeLess(e, tagEdge{key: newest, u: newestU}) > 0 {
+				newest, newestU = e.key, e.u
+			}
+		}
+	}
+	for _, t := range tx.edges {
+		if t.presentBefore {
+			incremental = false
+		}
+	}
+	for _, e := range fresh {
+		if edgeLess(e, tagEdge{key: newest, u: newestU}) <= 0 {
+			incremental = false
+		}
+	}
+	tx.edges = nil
+	setRejected := func(u messages.UUID, rejected bool) error {
+		return tx.c.exec(`UPDATE `+mi.table+` SET cycle_rejected = ? WHERE uuid = ?`, rejected, u)
+	}
+	if incremental {
+		slices.SortFunc(fresh, edgeLess)
+		for _, e := range fresh {
+			rejected := g.closesCycle(e.parent, e.child)
+			if rejected != e.rejected {
+				if err := setRejected(e.u, rejected); err != nil {
+					return err
+				}
+			}
+			if rejected {
+				continue
+			}
+			g.add(e.parent, e.child)
+			if err := tx.c.exec(`INSERT INTO tag_closure (ancestor_uuid, descendant_uuid, depth)
+				SELECT a.anc, d.dsc, a.depth + d.depth + 1 FROM
+					(SELECT ancestor_uuid AS anc, depth FROM tag_closure WHERE descendant_uuid = ?1 UNION ALL SELECT ?1, 0) a,
+					(SELECT descendant_uuid AS dsc, depth FROM tag_closure WHERE ancestor_uuid = ?2 UNION ALL SELECT ?2, 0) d
+				WHERE true
+				ON CONFLICT (ancestor_uuid, descendant_uuid) DO UPDATE SET depth = min(depth, excluded.depth)`,
+				e.parent, e.child); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	rejected := acceptEdges(edges)
+	full := tagGraph{}
+	for _, e := range edges {
+		if rejected[e.u] != e.rejected {
+			if err := setRejected(e.u, rejected[e.u]); err != nil {
+				return err
+			}
+		}
+		if !rejected[e.u] {
+			full.add(e.parent, e.child)
+		}
+	}
+	if err := tx.c.exec(`DELETE FROM tag_closure`); err != nil {
+		return err
+	}
+	for p, d := range full.closure() {
+		if err := tx.c.exec(`INSERT INTO tag_closure (ancestor_uuid, descendant_uuid, depth) VALUES (?, ?, ?)`, p.a, p.d, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ---- verification ----
+
+// VerifyDerived rebuilds the derived caches (entry_closure,
+// directory_paths, tag_closure and the cycle_rejected flags) from scratch
+// in memory and reports any difference from the stored ones.
+func (l *Library) VerifyDerived() error {
+	return l.readTx(func(c *conn) error {
+		var errs []error
+		if e, ok := l.reg.models["entry"]; ok && e.derived == derivedEntry {
+			errs = append(errs, verifyEntries(c))
+		}
+		if mi := (&txn{l: l}).edgeModel(); mi != nil {
+			errs = append(errs, verifyTags(c, mi))
+		}
+		return errors.Join(errs...)
+	})
+}
+
+func verifyEntries(c *conn) error {
+	type ent struct {
+		parent, loc, kind int64
+		name              string
+	}
+	ents := map[int64]ent{}
+	err := c.query(`SELECT id, parent_id, location_id, name, kind FROM "entry"`, nil, func(s *sqlite3.Stmt) error {
+		ents[s.ColumnInt64(0)] = ent{parent: s.ColumnInt64(1), loc: s.ColumnInt64(2), name: s.ColumnText(3), kind: s.ColumnInt64(4)}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	locs := map[int64]string{}
+	err = c.query(`SELECT id, path FROM "location"`, nil, func(s *sqlite3.Stmt) error {
+		locs[s.ColumnInt64(0)] = s.ColumnText(1)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	type pair struct{ a, d int64 }
+	want := map[pair]int64{}
+	wantPath := map[int64]string{}
+	var pathOf func(id int64, depth int) (string, error)
+	pathOf = func(id int64, depth int) (string, error) {
+		if depth > len(ents) {
+			return "", fmt.Errorf("entry %d: parent cycle", id)
+		}
+		e := ents[id]
+		if e.parent == 0 {
+			p, ok := locs[e.loc]
+			if !ok {
+				return "", fmt.Errorf("entry %d: location %d missing", id, e.loc)
+			}
+			return joinPath(p, e.name), nil
+		}
+		if _, ok := ents[e.parent]; !ok {
+			return "", fmt.Errorf("entry %d: parent %d missing (orphan)", id, e.parent)
+		}
+		pp, err := pathOf(e.parent, depth+1)
+		return joinPath(pp, e.name), err
+	}
+	for id, e := range ents {
+		d := int64(0)
+		for cur := id; cur != 0; cur = ents[cur].parent {
+			if d > int64(len(ents)) {
+				return fmt.Errorf("entry_closure: entry %d: parent cycle", id)
+			}
+			want[pair{cur, id}] = d
+			d++
+		}
+		if e.kind == EntryDirectory {
+			p, err := pathOf(id, 0)
+			if err != nil {
+				return fmt.Errorf("directory_paths: %w", err)
+			}
+			wantPath[id] = p
+		}
+	}
+	got := map[pair]int64{}
+	err = c.query(`SELECT ancestor_id, descendant_id, depth FROM entry_closure`, nil, func(s *sqlite3.Stmt) error {
+		got[pair{s.ColumnInt64(0), s.ColumnInt64(1)}] = s.ColumnInt64(2)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var diffs []string
+	for p, d := range want {
+		if g, ok := got[p]; !ok {
+			diffs = append(diffs, fmt.Sprintf("missing (%d, %d, %d)", p.a, p.d, d))
+		} else if g != d {
+			diffs = append(diffs, fmt.Sprintf("(%d, %d) depth %d, want %d", p.a, p.d, g, d))
+		}
+	}
+	for p, d := range got {
+		if _, ok := want[p]; !ok {
+			diffs = append(diffs, fmt.Sprintf("extra (%d, %d, %d)", p.a, p.d, d))
+		}
+	}
+	gotPath := map[int64]string{}
+	err = c.query(`SELECT entry_id, path FROM directory_paths`, nil, func(s *sqlite3.Stmt) error {
+		gotPath[s.ColumnInt64(0)] = s.ColumnText(1)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var pdiffs []string
+	for id, p := range wantPath {
+		if g, ok := gotPath[id]; !ok {
+			pdiffs = append(pdiffs, fmt.Sprintf("missing %d %q", id, p))
+		} else if g != p {
+			pdiffs = append(pdiffs, fmt.Sprintf("%d is %q, want %q", id, g, p))
+		}
+	}
+	for id, p := range gotPath {
+		if _, ok := wantPath[id]; !ok {
+			pdiffs = append(pdiffs, fmt.Sprintf("extra %d %q", id, p))
+		}
+	}
+	return errors.Join(diffError("entry_closure", diffs), diffError("directory_paths", pdiffs))
+}
+
+func verifyTags(c *conn, mi *modelInfo) error {
+	edges, err := loadEdges(c, mi)
+	if err != nil {
+		return err
+	}
+	rejected := acceptEdges(edges)
+	g := tagGraph{}
+	var diffs []string
+	for _, e := range edges {
+		if rejected[e.u] != e.rejected {
+			diffs = append(diffs, fmt.Sprintf("edge %s cycle_rejected=%v, want %v", e.u, e.rejected, rejected[e.u]))
+		}
+		if !rejected[e.u] {
+			g.add(e.parent, e.child)
+		}
+	}
+	want := g.closure()
+	got := map[uuidPair]int{}
+	err = c.query(`SELECT ancestor_uuid, descendant_uuid, depth FROM tag_closure`, nil, func(s *sqlite3.Stmt) error {
+		got[uuidPair{columnUUID(s, 0), columnUUID(s, 1)}] = int(s.ColumnInt64(2))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for p, d := range want {
+		if g, ok := got[p]; !ok || g != d {
+			diffs = append(diffs, fmt.Sprintf("tag_closure (%s, %s) depth %d, want %d", p.a, p.d, g, d))
+		}
+	}
+	for p, d := range got {
+		if _, ok := want[p]; !ok {
+			diffs = append(diffs, fmt.Sprintf("tag_closure extra (%s, %s, %d)", p.a, p.d, d))
+		}
+	}
+	return diffError("tags", diffs)
+}
+
+func diffError(what string, diffs []string) error {
+	if len(diffs) == 0 {
+		return nil
+	}
+	slices.SortFunc(diffs, cmp.Compare)
+	more := ""
+	if len(diffs) > 5 {
+		more = fmt.Sprintf(" (and %d more)", len(diffs)-5)
+		diffs = diffs[:5]
+	}
+	return fmt.Errorf("%s differs from a rebuild: %s%s", what, strings.Join(diffs, "; "), more)
+}

@@ -1,0 +1,140 @@
+// Package persistence is lsync's SQLite store: the library folder
+// (library.json, database.db, sync.db), the model registry, the appliers
+// that merge local and remote changes, the derived caches, and the
+// per-device shared-change log.
+//
+// It uses ncruces/go-sqlite3's low-level API: one write connection (a mutex
+// serialises writers; prepared statements stay cached on it; its memory cap
+// is raised for a large page cache) and a small pool of read-only
+// connections, so reads never block the writer. database.db and sync.db are
+// both in WAL mode; sync.db, the write-ahead log of shared changes, syncs
+// fully on every commit.
+//
+// # Rows
+//
+// Every synced row has a local integer id that never leaves the device and
+// a global uuid (16-byte BLOB). HLCs are stored in their 28-byte binary
+// form, which sorts bytewise in HLC order. Device-owned rows carry the
+// local id of their owner's device row (a placeholder device row stands in
+// for an owner whose device row has not arrived) and the owner's HLC of
+// their last write. Shared rows carry, per field, the HLC of the field's
+// last write, and the row HLC is the newest of them.
+//
+// # Device-owned guarantees
+//
+// A record is applied only if its HLC is newer than the stored row's: a
+// duplicate or an older record changes nothing. A record whose stored row,
+// tombstone or reference target belongs to another device is refused as
+// forged (the rest of the batch applies). A record whose reference target
+// has not arrived is parked and applied, in the same transaction, when the
+// target lands, recursively: a parent chain delivered in any order
+// resolves completely. Deleting a row deletes its dependants (an entry's
+// subtree and entry metadata, a location's entries), each with a tombstone
+// at the delete's HLC; receivers of the delete run the same cascade.
+//
+// A tombstone keeps (model, uuid, owner, hlc) and a floor: the newest write
+// known to be superseded. For an explicit delete the floor is the delete's
+// HLC. For a row removed by a cascade, or a record arriving after its
+// parent's delete, the floor is that row's own HLC: a later record of it
+// written after the row we had but before the delete is applied if its
+// parent is alive here. This covers a receiver's stale view: the owner
+// moved a subtree out of a directory and then deleted the directory, and
+// the delete arrived before the move.
+//
+// Held records: for the same reason, the records a remote delete's cascade
+// removes (and records arriving after their parent's delete) are held in
+// fk_parked. If the parent is written here again at an HLC not newer than
+// the delete (the delete did not cover it on the owner), they come back;
+// if it is written after the delete (re-created under the same uuid), they
+// are discarded. This device's own deletes hold nothing. Held records are
+// not counted by ParkedCount and are dropped with their tombstones after
+// RetentionPolicy.TombstoneMaxAge.
+//
+// Hazard: held records keep deleted metadata on receivers until they
+// expire; a remote delete of a large subtree holds one record per row.
+//
+// Hazard: a cascade runs on the receiver's view. A row written after the
+// delete that reaches it through a reference to a deleted row is parked
+// with its dependants rather than deleted; a row reachable through two
+// references (an entry through its location and its parent) is settled by
+// whichever the cascade meets first. Outside same-uuid re-creation of a
+// deleted location, both agree.
+//
+// Hazard: tombstones received in state pages carry no floor; they are
+// applied as explicit deletes.
+//
+// # Shared guarantees
+//
+// Every field is last-writer-wins by HLC, and a row's deletes are merged
+// into one tombstone T (the newest delete). A change at h writes a field
+// only if h is newer than both T and the field; a delete at h raises T and
+// clears every field not newer than T (the deleted data is not kept); the
+// row exists iff some field is newer than T. The outcome is a pure function
+// of the set of changes applied, whatever their order and duplicates: a
+// concurrent rename on one device and recolor on another both survive, and
+// a late older write never resurrects a deleted row. Creation is union:
+// two tags with the same name and different uuids are two tags.
+//
+// Hazard: an update newer than a delete revives the row with only the
+// fields written after the delete; the others stay null (a required field
+// included).
+//
+// References between shared rows and to device-owned rows (junction ends,
+// tag relationship ends, content_uuid, entry_uuid of album_entry) are plain
+// uuids: they never park and never cascade. A junction row may precede
+// either end (an album still on its way) or outlive it (an entry deleted by
+// its owner); parking or cascading would make the outcome depend on
+// arrival order. Readers join at read time and skip dangling ends.
+//
+// Records every device creates on its own get deterministic, name-based
+// uuids (Registry.DeterministicUUID): content identities from their hash,
+// junction rows and tag relationships from their two ends, metadata from
+// the row they describe. Two devices creating "the same" row merge.
+//
+// tag_relationship edges that would close a cycle are rejected by the same
+// rule everywhere: present edges ordered by (creation HLC, uuid) are
+// accepted greedily unless they close a cycle among the accepted ones; rows
+// show cycle_rejected, and tag_closure follows accepted edges only.
+// Removing an accepted edge can re-admit a rejected one.
+//
+// # The log and the watermarks
+//
+// CommitShared is log-first (DESIGN.md §5): the change is committed to
+// sync.db, then applied to database.db through the applier remote changes
+// use, and this device's shared watermark advances in the same transaction
+// as the apply. Open re-applies every logged change newer than that
+// watermark, so a crash between the two loses nothing. Each change carries
+// Prev, the HLC of its origin's previous change. ApplyShared applies a
+// change of origin O only if Prev equals the watermark of O; older ones are
+// duplicates, others wait in Gapped. Prune deletes entries every sync
+// partner has acknowledged (a partner that never acknowledged holds all
+// back), and entries past the retention caps; a peer asking for entries
+// older than the newest pruned one is told to take a snapshot.
+//
+// Hazard: pruning past a partner's ACK (retention caps) forces that
+// partner into a snapshot; pruning tombstones after TombstoneMaxAge lets a
+// write older than the delete resurrect the row, so that age must exceed
+// the time after which a peer is forced into reconciliation.
+//
+// # Clock
+//
+// Open seeds the library's clock from the largest HLC stored anywhere
+// (rows, tombstones, log, ACKs, watermarks; kept in kv as each transaction
+// commits), with a wall clock that never reads below that timestamp, so a
+// restart after the wall clock stepped back still issues larger HLCs.
+// Remote HLCs are observed as they are applied; one beyond the maximum skew
+// rejects its record (reason clock_skew).
+//
+// # Derived caches
+//
+// entry_closure, directory_paths and tag_closure are never synced, use
+// local ids (tag_closure uses uuids: its tags may not be here), and are
+// kept correct inside the transaction that changes their sources.
+// VerifyDerived recomputes them from scratch and reports differences.
+//
+// # Anti-entropy
+//
+// RangeSummary fingerprints (uuid, hlc) pairs of a uuid range: their count
+// and the XOR of ItemFingerprint over rows and tombstones (a tombstone with
+// its delete's HLC and a marked hash), so a missed delete shows too.
+package persistence

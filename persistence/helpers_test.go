@@ -1,0 +1,158 @@
+package persistence
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/lsync/lsync/messages"
+)
+
+var (
+	devA = messages.DeviceID(uuid.MustParse("aaaaaaaa-0000-4000-8000-000000000001"))
+	devB = messages.DeviceID(uuid.MustParse("bbbbbbbb-0000-4000-8000-000000000002"))
+	devC = messages.DeviceID(uuid.MustParse("cccccccc-0000-4000-8000-000000000003"))
+	devR = messages.DeviceID(uuid.MustParse("dddddddd-0000-4000-8000-000000000004")) // a receiver
+)
+
+// baseTS is a realistic wall time for test HLCs (in the past, so no skew).
+const baseTS = 1_730_000_000_000
+
+// fakeWall is an injectable wall clock.
+type fakeWall struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeWall(t time.Time) *fakeWall { return &fakeWall{t: t} }
+
+func (w *fakeWall) Now() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.t
+}
+
+func (w *fakeWall) Set(t time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.t = t
+}
+
+func hlcAt(ts uint64, c uint32, dev messages.DeviceID) messages.HLC {
+	return messages.HLC{Timestamp: baseTS + ts, Counter: c, Device: dev.UUID()}
+}
+
+func newLib(t testing.TB, self messages.DeviceID) *Library {
+	t.Helper()
+	return newLibOpts(t, Options{Self: self})
+}
+
+func newLibOpts(t testing.TB, opts Options) *Library {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "lib")
+	l, err := Create(dir, Meta{Name: "test"}, opts)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func reopen(t testing.TB, l *Library, opts Options) *Library {
+	t.Helper()
+	dir := l.Dir()
+	if err := l.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	l2, err := Open(dir, opts)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	t.Cleanup(func() { l2.Close() })
+	return l2
+}
+
+func mustApply(t testing.TB, l *Library, owner messages.DeviceID, model string, recs ...messages.StateRecord) ApplyResult {
+	t.Helper()
+	res, err := l.ApplyState(owner, model, recs, ApplyOptions{})
+	if err != nil {
+		t.Fatalf("apply %s: %v", model, err)
+	}
+	for _, r := range res.Rejected {
+		t.Fatalf("apply %s: unexpected rejection %s: %v", model, r.Reason, r.Err)
+	}
+	return res
+}
+
+func mustShared(t testing.TB, l *Library, cs ...messages.SharedChange) ApplyResult {
+	t.Helper()
+	res, err := l.ApplySharedState(cs, nil, ApplyOptions{})
+	if err != nil {
+		t.Fatalf("apply shared: %v", err)
+	}
+	for _, r := range res.Rejected {
+		t.Fatalf("apply shared: unexpected rejection %s: %v", r.Reason, r.Err)
+	}
+	return res
+}
+
+func dumpJSON(t testing.TB, l *Library) string {
+	t.Helper()
+	d, err := l.Dump()
+	if err != nil {
+		t.Fatalf("dump: %v", err)
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		t.Fatalf("marshal dump: %v", err)
+	}
+	return string(b)
+}
+
+func mustVerify(t testing.TB, l *Library) {
+	t.Helper()
+	if err := l.VerifyDerived(); err != nil {
+		t.Fatalf("verify derived: %v", err)
+	}
+}
+
+func rows(t testing.TB, l *Library, model string) []Row {
+	t.Helper()
+	r, err := l.Query(model)
+	if err != nil {
+		t.Fatalf("query %s: %v", model, err)
+	}
+	return r
+}
+
+// fataler is what helpers need of testing.TB and rapid.T.
+type fataler interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// recordFor builds a device-owned record from a field map.
+func recordFor(t fataler, model string, u messages.UUID, h messages.HLC, fields map[string]any) messages.StateRecord {
+	t.Helper()
+	vals, err := DefaultRegistry().EncodeValues(model, fields)
+	if err != nil {
+		t.Fatalf("encode %s: %v", model, err)
+	}
+	return messages.StateRecord{UUID: u, HLC: h, Values: vals}
+}
+
+func uid(n int) messages.UUID {
+	var u messages.UUID
+	u[0], u[14], u[15] = 0x01, byte(n>>8), byte(n)
+	u[6], u[8] = 0x40, 0x80
+	return u
+}
+
+func timeAt(ms uint64) time.Time { return time.UnixMilli(int64(baseTS + ms)) }
+
+type sqliteStmt = sqlite3.Stmt

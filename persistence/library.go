@@ -1,0 +1,504 @@
+package persistence
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// File names inside a library folder.
+const (
+	MetaFile     = "library.json"
+	DatabaseFile = "database.db"
+	LogFile      = "sync.db"
+)
+
+// ErrClosed is returned by every method of a closed Library.
+var ErrClosed = errors.New("library closed")
+
+const (
+	defaultMaxSkew   = 5 * time.Minute
+	defaultCacheMiB  = 64
+	maxReaders       = 4
+	deviceModel      = "device"
+	maxChangesListed = 10_000
+)
+
+// Library is one open library folder: database.db (replicated rows and
+// local-only sync state) and sync.db (this device's shared-change log).
+// Its methods are safe for concurrent use: writes serialise on one write
+// connection; reads use separate connections and never block writes.
+type Library struct {
+	dir   string
+	meta  Meta
+	self  messages.DeviceID
+	reg   *Registry
+	opts  Options
+	wall  func() time.Time
+	clock *messages.Clock
+
+	// mu serialises writers; it guards w and the fields up to pub. Helpers
+	// that need it end in Locked or run inside writeTx.
+	mu     sync.Mutex
+	w      *conn
+	closed bool
+	selfID int64
+	// owners maps device uuids to local ids of their device rows
+	// (placeholders included); ownerDev is the inverse.
+	owners   map[messages.DeviceID]int64
+	ownerDev map[int64]messages.DeviceID
+	// parked is the number of rows in fk_parked: zero lets the bulk path
+	// skip every parking lookup.
+	parked int
+	// tombs counts tombstones per model: zero lets inserts skip the lookup.
+	tombs map[string]int
+	// maxStored is the largest HLC written to database.db (kept in kv).
+	maxStored messages.HLC
+	// afterLogAppend, when set by a test, runs between the log append and
+	// the apply of CommitShared; an error simulates a crash there.
+	afterLogAppend func() error
+
+	// pub holds values published after commit, read without taking mu.
+	pub struct {
+		sync.RWMutex
+		lastLogged messages.HLC
+		selfState  messages.HLC // largest HLC of a committed own state write
+		sharedWM   map[messages.DeviceID]messages.HLC
+		stateWM    map[messages.DeviceID]messages.HLC
+	}
+
+	rmu      sync.Mutex // guards readers bookkeeping
+	readers  chan *conn
+	nReaders int
+	rclosed  bool
+}
+
+// Create makes a new library folder at dir (which must not exist or be
+// empty) with a fresh library.json, both databases migrated, and this
+// device's own device row.
+func Create(dir string, meta Meta, opts Options) (*Library, error) {
+	if opts.Self.IsZero() {
+		return nil, fmt.Errorf("create library: %w: Options.Self is required", ErrBadValue)
+	}
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		return nil, fmt.Errorf("create library %s: %w: folder is not empty", dir, ErrExists)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create library: %w", err)
+	}
+	wall := opts.Wall
+	if wall == nil {
+		wall = time.Now
+	}
+	if meta.ID.IsZero() {
+		meta.ID = messages.LibraryID(NewUUID())
+	}
+	if meta.CreatedAt.IsZero() {
+		meta.CreatedAt = wall().UTC().Truncate(time.Millisecond)
+	}
+	if meta.CreatedBy.IsZero() {
+		meta.CreatedBy = opts.Self
+	}
+	meta.SchemaVersion = SchemaVersion
+	if err := writeMeta(dir, meta); err != nil {
+		return nil, fmt.Errorf("create library: %w", err)
+	}
+	return Open(dir, opts)
+}
+
+func writeMeta(dir string, meta Meta) error {
+	b, err := json.MarshalIndent(meta, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, MetaFile+".tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, MetaFile))
+}
+
+// Open opens an existing library folder, migrates it, seeds the clock from
+// the largest stored HLC and replays sync.db entries not yet applied.
+func Open(dir string, opts Options) (*Library, error) {
+	if opts.Self.IsZero() {
+		return nil, fmt.Errorf("open library: %w: Options.Self is required", ErrBadValue)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, MetaFile))
+	if err != nil {
+		return nil, fmt.Errorf("open library: %w", err)
+	}
+	var meta Meta
+	if err := json.Unmarshal(b, &meta); err != nil {
+		return nil, fmt.Errorf("open library: %s: %w", MetaFile, err)
+	}
+	if meta.SchemaVersion > SchemaVersion {
+		return nil, fmt.Errorf("open library %s: %w", dir, schemaTooNew(meta.SchemaVersion))
+	}
+	if opts.Registry == nil {
+		opts.Registry = DefaultRegistry()
+	}
+	if k, ok := opts.Registry.Kind(deviceModel); !ok || k != DeviceOwned {
+		return nil, fmt.Errorf("open library: registry lacks the device-owned %q model", deviceModel)
+	}
+	if opts.MaxSkew == 0 {
+		opts.MaxSkew = defaultMaxSkew
+	}
+	if opts.CacheMiB <= 0 {
+		opts.CacheMiB = defaultCacheMiB
+	}
+	opts.Retention = opts.Retention.withDefaults()
+	l := &Library{
+		dir:      dir,
+		meta:     meta,
+		self:     opts.Self,
+		reg:      opts.Registry,
+		opts:     opts,
+		wall:     opts.Wall,
+		readers:  make(chan *conn, maxReaders),
+		owners:   map[messages.DeviceID]int64{},
+		ownerDev: map[int64]messages.DeviceID{},
+		tombs:    map[string]int{},
+	}
+	if l.wall == nil {
+		l.wall = time.Now
+	}
+	l.w, err = openConn(filepath.Join(dir, DatabaseFile), filepath.Join(dir, LogFile), false, opts.CacheMiB)
+	if err != nil {
+		return nil, fmt.Errorf("open library: %w", err)
+	}
+	if err := l.init(); err != nil {
+		l.w.close()
+		return nil, fmt.Errorf("open library %s: %w", dir, err)
+	}
+	return l, nil
+}
+
+// init runs the steps of Open after the write connection exists.
+func (l *Library) init() error {
+	// Bring both databases to this build's schema.
+	if err := migrate(l.w, l.reg); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Load counters, owners and watermarks.
+	if err := l.reloadLocked(); err != nil {
+		return err
+	}
+	// Seed the clock above everything stored, even if the wall clock was
+	// set back: the wall never reads below the largest stored timestamp.
+	seed, err := l.maxStoredHLCLocked()
+	if err != nil {
+		return err
+	}
+	floor := time.UnixMilli(int64(seed.Timestamp))
+	wall := l.wall
+	l.clock = messages.NewClock(l.self.UUID(), func() time.Time {
+		if t := wall(); t.After(floor) {
+			return t
+		}
+		return floor
+	}, l.opts.MaxSkew)
+	if !seed.IsZero() {
+		if err := l.clock.Observe(seed); err != nil {
+			return fmt.Errorf("seed clock: %w", err)
+		}
+	}
+	// Make sure this device has its own device row.
+	if err := l.ensureSelfRowLocked(); err != nil {
+		return err
+	}
+	// Re-apply logged shared changes that database.db does not reflect.
+	return l.replayLocked()
+}
+
+func (l *Library) maxStoredHLCLocked() (messages.HLC, error) {
+	m := l.maxStored
+	for _, q := range []string{
+		`SELECT max(hlc) FROM log.shared_changes`,
+		`SELECT value FROM log.log_meta WHERE key = 'last_logged'`,
+		`SELECT max(last_acked_hlc) FROM log.peer_acks`,
+		`SELECT max(state_watermark) FROM peer_sync_state`,
+		`SELECT max(shared_watermark) FROM peer_sync_state`,
+	} {
+		h, err := l.w.queryHLC(q)
+		if err != nil {
+			return m, err
+		}
+		m = maxHLC(m, h)
+	}
+	return m, nil
+}
+
+// reloadLocked re-reads every in-memory mirror of the database: on open
+// and after a rolled-back transaction.
+func (l *Library) reloadLocked() error {
+	c := l.w
+	l.owners = map[messages.DeviceID]int64{}
+	l.ownerDev = map[int64]messages.DeviceID{}
+	err := c.query(`SELECT id, uuid FROM "device"`, nil, func(s *sqlite3.Stmt) error {
+		id, dev := s.ColumnInt64(0), messages.DeviceID(columnUUID(s, 1))
+		l.owners[dev], l.ownerDev[id] = id, dev
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	l.selfID = l.owners[l.self]
+	n, err := c.queryInt(`SELECT count(*) FROM fk_parked`)
+	if err != nil {
+		return err
+	}
+	l.parked = int(n)
+	l.tombs = map[string]int{}
+	err = c.query(`SELECT model, count(*) FROM tombstones GROUP BY model`, nil, func(s *sqlite3.Stmt) error {
+		l.tombs[s.ColumnText(0)] = int(s.ColumnInt64(1))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if l.maxStored, err = c.queryHLC(`SELECT value FROM kv WHERE key = 'max_hlc'`); err != nil {
+		return err
+	}
+	shared := map[messages.DeviceID]messages.HLC{}
+	state := map[messages.DeviceID]messages.HLC{}
+	err = c.query(`SELECT device, state_watermark, shared_watermark FROM peer_sync_state`, nil, func(s *sqlite3.Stmt) error {
+		dev := messages.DeviceID(columnUUID(s, 0))
+		sw, err := columnHLC(s, 1)
+		if err != nil {
+			return err
+		}
+		hw, err := columnHLC(s, 2)
+		if err != nil {
+			return err
+		}
+		if !sw.IsZero() {
+			state[dev] = sw
+		}
+		if !hw.IsZero() {
+			shared[dev] = hw
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	last, err := c.queryHLC(`SELECT value FROM log.log_meta WHERE key = 'last_logged'`)
+	if err != nil {
+		return err
+	}
+	selfState := messages.HLC{}
+	if l.selfID != 0 {
+		for _, name := range l.reg.deviceOwned {
+			h, err := c.queryHLC(l.reg.models[name].sql.maxOwner, l.selfID)
+			if err != nil {
+				return err
+			}
+			selfState = maxHLC(selfState, h)
+			h, err = c.queryHLC(`SELECT max(hlc) FROM tombstones WHERE model = ? AND owner_id = ?`, name, l.selfID)
+			if err != nil {
+				return err
+			}
+			selfState = maxHLC(selfState, h)
+		}
+	}
+	l.pub.Lock()
+	l.pub.lastLogged = last
+	l.pub.selfState = selfState
+	l.pub.sharedWM = shared
+	l.pub.stateWM = state
+	l.pub.Unlock()
+	return nil
+}
+
+func (l *Library) ensureSelfRowLocked() error {
+	if l.selfID != 0 {
+		h, err := l.w.queryHLC(`SELECT hlc FROM "device" WHERE id = ?`, l.selfID)
+		if err != nil || !h.IsZero() {
+			return err
+		}
+	}
+	mi := l.reg.models[deviceModel]
+	fields := map[string]any{}
+	if _, ok := mi.colIdx["platform"]; ok {
+		fields["platform"] = runtime.GOOS
+	}
+	if _, ok := mi.colIdx["created_at"]; ok {
+		fields["created_at"] = l.wall().UnixMilli()
+	}
+	_, _, err := l.writeStateLocked(mi, messages.UUID(l.self), fields)
+	return err
+}
+
+// Close closes the databases. Outstanding reads finish first.
+func (l *Library) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	l.rmu.Lock()
+	l.rclosed = true
+	var errs []error
+	for {
+		select {
+		case c := <-l.readers:
+			l.nReaders--
+			errs = append(errs, c.close())
+			continue
+		default:
+		}
+		break
+	}
+	l.rmu.Unlock()
+	errs = append(errs, l.w.close())
+	return errors.Join(errs...)
+}
+
+// Meta is the library's library.json as opened.
+func (l *Library) Meta() Meta { return l.meta }
+
+// Dir is the library folder.
+func (l *Library) Dir() string { return l.dir }
+
+// Self is this device.
+func (l *Library) Self() messages.DeviceID { return l.self }
+
+// Registry is the model registry the library was opened with.
+func (l *Library) Registry() *Registry { return l.reg }
+
+// Clock is the library's HLC generator, seeded on open.
+func (l *Library) Clock() *messages.Clock { return l.clock }
+
+// ---- readers ----
+
+// withReader runs fn on a read-only connection from the pool.
+func (l *Library) withReader(fn func(c *conn) error) error {
+	c, err := l.getReader()
+	if err != nil {
+		return err
+	}
+	defer l.putReader(c)
+	return fn(c)
+}
+
+// readTx runs fn in one read transaction (a consistent snapshot).
+func (l *Library) readTx(fn func(c *conn) error) error {
+	return l.withReader(func(c *conn) error {
+		if err := c.c.Exec(`BEGIN`); err != nil {
+			return err
+		}
+		err := fn(c)
+		if cerr := c.c.Exec(`COMMIT`); err == nil {
+			err = cerr
+		}
+		return err
+	})
+}
+
+func (l *Library) getReader() (*conn, error) {
+	select {
+	case c := <-l.readers:
+		return c, nil
+	default:
+	}
+	l.rmu.Lock()
+	if l.rclosed {
+		l.rmu.Unlock()
+		return nil, ErrClosed
+	}
+	if l.nReaders < maxReaders {
+		l.nReaders++
+		l.rmu.Unlock()
+		c, err := openConn(filepath.Join(l.dir, DatabaseFile), filepath.Join(l.dir, LogFile), true, readerCacheMiB)
+		if err != nil {
+			l.rmu.Lock()
+			l.nReaders--
+			l.rmu.Unlock()
+			return nil, err
+		}
+		return c, nil
+	}
+	l.rmu.Unlock()
+	return <-l.readers, nil
+}
+
+func (l *Library) putReader(c *conn) {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	if l.rclosed {
+		l.nReaders--
+		c.close()
+		return
+	}
+	l.readers <- c
+}
+
+// ---- the writer ----
+
+// lockWriter takes mu, failing on a closed library.
+func (l *Library) lockWriter() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// writeTx runs fn in one write transaction on the writer (mu held). On
+// success it commits and publishes what the transaction changed; on failure
+// it rolls back and reloads the in-memory mirrors.
+func (l *Library) writeTx(res *ApplyResult, fn func(tx *txn) error) error {
+	if err := l.w.c.Exec(`BEGIN IMMEDIATE`); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	tx := newTxn(l, res)
+	err := fn(tx)
+	if err == nil {
+		err = tx.finish()
+	}
+	if err == nil {
+		err = l.w.c.Exec(`COMMIT`)
+	}
+	if err != nil {
+		if !l.w.c.GetAutocommit() {
+			if rerr := l.w.c.Exec(`ROLLBACK`); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("rollback: %w", rerr))
+			}
+		}
+		if rerr := l.reloadLocked(); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("reload: %w", rerr))
+		}
+		return err
+	}
+	tx.publish()
+	return nil
+}
+
+func (p RetentionPolicy) withDefaults() RetentionPolicy {
+	if p.MaxEntries <= 0 {
+		p.MaxEntries = 10_000
+	}
+	if p.MaxAge <= 0 {
+		p.MaxAge = 7 * 24 * time.Hour
+	}
+	if p.TombstoneMaxAge <= 0 {
+		p.TombstoneMaxAge = 30 * 24 * time.Hour
+	}
+	return p
+}
+
+func (l *Library) nowMS() int64 { return l.wall().UnixMilli() }

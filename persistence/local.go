@@ -1,0 +1,244 @@
+package persistence
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// ---- partners ----
+
+// AddPartner registers a sync partner; registering one again updates its
+// name and sync_enabled.
+func (l *Library) AddPartner(p Partner) error {
+	if p.Device.IsZero() {
+		return fmt.Errorf("add partner: %w: zero device", ErrBadValue)
+	}
+	if p.AddedAt.IsZero() {
+		p.AddedAt = l.wall()
+	}
+	if err := l.lockWriter(); err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	var last any
+	if !p.LastSyncAt.IsZero() {
+		last = p.LastSyncAt.UnixMilli()
+	}
+	err := l.w.exec(`INSERT INTO sync_partners (device, name, sync_enabled, added_at, last_sync_at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (device) DO UPDATE SET name = excluded.name, sync_enabled = excluded.sync_enabled`,
+		p.Device, p.Name, p.SyncEnabled, p.AddedAt.UnixMilli(), last)
+	if err != nil {
+		return fmt.Errorf("add partner %s: %w", p.Device, err)
+	}
+	return nil
+}
+
+// RemovePartner forgets a sync partner (ErrNotFound if it is not one). Its
+// ACK no longer holds back pruning.
+func (l *Library) RemovePartner(dev messages.DeviceID) error {
+	if err := l.lockWriter(); err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	if err := l.w.exec(`DELETE FROM sync_partners WHERE device = ?`, dev); err != nil {
+		return fmt.Errorf("remove partner %s: %w", dev, err)
+	}
+	if l.w.c.Changes() == 0 {
+		return fmt.Errorf("remove partner %s: %w", dev, ErrNotFound)
+	}
+	return nil
+}
+
+// Partners lists the sync partners by device uuid.
+func (l *Library) Partners() ([]Partner, error) {
+	var out []Partner
+	err := l.withReader(func(c *conn) error {
+		return c.query(`SELECT device, name, sync_enabled, added_at, last_sync_at FROM sync_partners ORDER BY device`, nil,
+			func(s *sqlite3.Stmt) error {
+				p := Partner{Device: messages.DeviceID(columnUUID(s, 0)), Name: s.ColumnText(1), SyncEnabled: s.ColumnBool(2),
+					AddedAt: time.UnixMilli(s.ColumnInt64(3))}
+				if s.ColumnType(4) != sqlite3.NULL {
+					p.LastSyncAt = time.UnixMilli(s.ColumnInt64(4))
+				}
+				out = append(out, p)
+				return nil
+			})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("partners: %w", err)
+	}
+	return out, nil
+}
+
+// TouchPartner sets a partner's last sync time to now.
+func (l *Library) TouchPartner(dev messages.DeviceID) error {
+	if err := l.lockWriter(); err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	if err := l.w.exec(`UPDATE sync_partners SET last_sync_at = ? WHERE device = ?`, l.nowMS(), dev); err != nil {
+		return fmt.Errorf("touch partner %s: %w", dev, err)
+	}
+	if l.w.c.Changes() == 0 {
+		return fmt.Errorf("touch partner %s: %w", dev, ErrNotFound)
+	}
+	return nil
+}
+
+// ---- checkpoints ----
+
+// LoadCheckpoint returns a job's checkpoint, or nil when it has none.
+func (l *Library) LoadCheckpoint(job string) ([]byte, error) {
+	var data []byte
+	err := l.withReader(func(c *conn) error {
+		_, err := c.queryRow(`SELECT data FROM checkpoints WHERE job = ?`, []any{job}, func(s *sqlite3.Stmt) error {
+			data = s.ColumnBlob(0, []byte{})
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load checkpoint %s: %w", job, err)
+	}
+	return data, nil
+}
+
+// SaveCheckpoint stores a checkpoint on its own; ApplyOptions.Checkpoint
+// stores one in the same transaction as a batch.
+func (l *Library) SaveCheckpoint(c Checkpoint) error {
+	if err := l.lockWriter(); err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	err := l.writeTx(nil, func(tx *txn) error { return tx.saveCheckpoint(&c) })
+	if err != nil {
+		return fmt.Errorf("save checkpoint %s: %w", c.Job, err)
+	}
+	return nil
+}
+
+// DeleteCheckpoint forgets a finished job's checkpoint.
+func (l *Library) DeleteCheckpoint(job string) error {
+	if err := l.lockWriter(); err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	if err := l.w.exec(`DELETE FROM checkpoints WHERE job = ?`, job); err != nil {
+		return fmt.Errorf("delete checkpoint %s: %w", job, err)
+	}
+	return nil
+}
+
+// ---- failures ----
+
+// RecordFailure notes a record that could not be applied (for `sync
+// status` and later inspection).
+func (l *Library) RecordFailure(model string, u messages.UUID, reason string, payload []byte) error {
+	if err := l.lockWriter(); err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	var uu any
+	if !u.IsZero() {
+		uu = u
+	}
+	// One row per record: a poison record met again (live, then in a
+	// catch-up page) updates its row instead of piling up copies.
+	if err := l.w.exec(`INSERT INTO failed_records (model, uuid, reason, payload, at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (model, uuid) DO UPDATE SET reason = excluded.reason, payload = excluded.payload,
+			at = excluded.at, attempts = attempts + 1`,
+		model, uu, reason, payload, l.nowMS()); err != nil {
+		return fmt.Errorf("record failure: %w", err)
+	}
+	return nil
+}
+
+// Failures lists recorded failures, oldest first: model, uuid (or null),
+// reason, payload (bytes), at (ms of the latest), attempts.
+func (l *Library) Failures() ([]Row, error) {
+	out := []Row{}
+	err := l.withReader(func(c *conn) error {
+		return c.query(`SELECT model, uuid, reason, payload, at, attempts FROM failed_records ORDER BY id`, nil, func(s *sqlite3.Stmt) error {
+			var u any
+			if s.ColumnType(1) != sqlite3.NULL {
+				u = columnUUID(s, 1).String()
+			}
+			out = append(out, Row{"model": s.ColumnText(0), "uuid": u, "reason": s.ColumnText(2),
+				"payload": s.ColumnBlob(3, nil), "at": s.ColumnInt64(4), "attempts": s.ColumnInt64(5)})
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failures: %w", err)
+	}
+	return out, nil
+}
+
+// ---- watermarks ----
+
+// SharedWatermark is the gap-free watermark of origin's shared changes here.
+func (l *Library) SharedWatermark(origin messages.DeviceID) messages.HLC {
+	l.pub.RLock()
+	defer l.pub.RUnlock()
+	return l.pub.sharedWM[origin]
+}
+
+// SharedWatermarks lists every origin's watermark (self included), by origin.
+func (l *Library) SharedWatermarks() ([]messages.OriginWatermark, error) {
+	l.pub.RLock()
+	defer l.pub.RUnlock()
+	return sortedWatermarks(l.pub.sharedWM), nil
+}
+
+func sortedWatermarks(m map[messages.DeviceID]messages.HLC) []messages.OriginWatermark {
+	out := make([]messages.OriginWatermark, 0, len(m))
+	for d, h := range m {
+		out = append(out, messages.OriginWatermark{Origin: d, HLC: h})
+	}
+	slices.SortFunc(out, func(a, b messages.OriginWatermark) int {
+		return compareUUID(messages.UUID(a.Origin), messages.UUID(b.Origin))
+	})
+	return out
+}
+
+// StateWatermark is the HLC up to which this device holds every state
+// change of owner. For Self it is the largest HLC of a committed own write
+// (never an HLC taken from the clock but not yet committed).
+func (l *Library) StateWatermark(owner messages.DeviceID) messages.HLC {
+	l.pub.RLock()
+	defer l.pub.RUnlock()
+	if owner == l.self {
+		return maxHLC(l.pub.selfState, l.pub.stateWM[owner])
+	}
+	return l.pub.stateWM[owner]
+}
+
+// StateWatermarks lists every owner's state watermark (self included).
+func (l *Library) StateWatermarks() ([]messages.OriginWatermark, error) {
+	l.pub.RLock()
+	defer l.pub.RUnlock()
+	m := make(map[messages.DeviceID]messages.HLC, len(l.pub.stateWM)+1)
+	for d, h := range l.pub.stateWM {
+		m[d] = h
+	}
+	m[l.self] = maxHLC(l.pub.selfState, m[l.self])
+	return sortedWatermarks(m), nil
+}
+
+// RaiseStateWatermark moves owner's state watermark up to h (never down),
+// after a completed catch-up scan of owner.
+func (l *Library) RaiseStateWatermark(owner messages.DeviceID, h messages.HLC) error {
+	if owner.IsZero() {
+		return fmt.Errorf("raise state watermark: %w: zero owner", ErrBadValue)
+	}
+	if err := l.lockWriter(); err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	return l.writeTx(nil, func(tx *txn) error { return tx.raiseStateWatermark(owner, h) })
+}

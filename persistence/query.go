@@ -1,0 +1,449 @@
+package persistence
+
+import (
+	"fmt"
+	"hash/fnv"
+	"slices"
+
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// cmpHLC is an HLC as a comparison operand: the zero HLC is the empty
+// blob, below every stored HLC (bound as NULL it would compare as unknown).
+func cmpHLC(h messages.HLC) []byte {
+	if h.IsZero() {
+		return []byte{}
+	}
+	return h.Bytes()
+}
+
+func uuidString(v any) any {
+	if u, ok := v.(messages.UUID); ok {
+		return u.String()
+	}
+	return v
+}
+
+// scanRow reads a row of a model's query select list into a Row.
+func scanRow(mi *modelInfo, s *sqlite3.Stmt) (Row, error) {
+	h, err := columnHLC(s, 1)
+	if err != nil {
+		return nil, err
+	}
+	row := make(Row, len(mi.Columns)+4)
+	row["uuid"] = columnUUID(s, 0).String()
+	row["hlc"] = h.String()
+	base := 2
+	if mi.Kind == DeviceOwned {
+		row["device_uuid"] = columnUUID(s, 2).String()
+		base = 3
+	}
+	for i, c := range mi.Columns {
+		row[c.Name] = uuidString(columnValue(s, base+i, c.Type))
+	}
+	if mi.derived == derivedTagEdge {
+		row["cycle_rejected"] = s.ColumnBool(base + len(mi.Columns))
+	}
+	return row, nil
+}
+
+func queryRows(c *conn, mi *modelInfo, sql string, args []any) ([]Row, error) {
+	rows := []Row{}
+	err := c.query(sql, args, func(s *sqlite3.Stmt) error {
+		r, err := scanRow(mi, s)
+		rows = append(rows, r)
+		return err
+	})
+	return rows, err
+}
+
+// Query returns every row of model as Rows sorted by uuid (the convergence
+// oracle: identical on every converged device).
+func (l *Library) Query(model string) ([]Row, error) {
+	mi, err := l.reg.model(model)
+	if err != nil {
+		return nil, fmt.Errorf("query: %w", err)
+	}
+	var rows []Row
+	err = l.readTx(func(c *conn) error {
+		rows, err = queryRows(c, mi, mi.sql.query, nil)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("query %s: %w", model, err)
+	}
+	return rows, nil
+}
+
+// Get returns one row by uuid (ErrNotFound if it is not here).
+func (l *Library) Get(model string, u messages.UUID) (Row, error) {
+	mi, err := l.reg.model(model)
+	if err != nil {
+		return nil, fmt.Errorf("get: %w", err)
+	}
+	var rows []Row
+	err = l.withReader(func(c *conn) error {
+		rows, err = queryRows(c, mi, mi.sql.get, []any{u})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get %s %s: %w", model, u, err)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("get %s %s: %w", model, u, ErrNotFound)
+	}
+	return rows[0], nil
+}
+
+// Dump returns Query for every synced model, keyed by model name, read in
+// one snapshot.
+func (l *Library) Dump() (map[string][]Row, error) {
+	out := map[string][]Row{}
+	err := l.readTx(func(c *conn) error {
+		for _, name := range l.reg.order {
+			mi := l.reg.models[name]
+			rows, err := queryRows(c, mi, mi.sql.query, nil)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			out[name] = rows
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dump: %w", err)
+	}
+	return out, nil
+}
+
+// Counts returns the number of rows per synced model.
+func (l *Library) Counts() (map[string]int, error) {
+	out := map[string]int{}
+	err := l.readTx(func(c *conn) error {
+		for _, name := range l.reg.order {
+			mi := l.reg.models[name]
+			q := `SELECT count(*) FROM ` + mi.table
+			if mi.Kind == DeviceOwned {
+				q += ` WHERE hlc IS NOT NULL`
+			}
+			n, err := c.queryInt(q)
+			if err != nil {
+				return err
+			}
+			out[name] = int(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("counts: %w", err)
+	}
+	return out, nil
+}
+
+// ParkedCount is the number of parked records per model: records waiting
+// for a row they refer to. Records held by a delete (see doc.go) are not
+// counted.
+func (l *Library) ParkedCount() (map[string]int, error) {
+	out := map[string]int{}
+	err := l.withReader(func(c *conn) error {
+		return c.query(`SELECT model, count(*) FROM fk_parked WHERE held = 0 GROUP BY model`, nil, func(s *sqlite3.Stmt) error {
+			out[s.ColumnText(0)] = int(s.ColumnInt64(1))
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("parked count: %w", err)
+	}
+	return out, nil
+}
+
+type pageKey struct {
+	h messages.HLC
+	u messages.UUID
+}
+
+func (a pageKey) compare(b pageKey) int {
+	if c := a.h.Compare(b.h); c != 0 {
+		return c
+	}
+	return compareUUID(a.u, b.u)
+}
+
+func ownerIDOf(c *conn, owner messages.DeviceID) (int64, bool, error) {
+	var id int64
+	found, err := c.queryRow(`SELECT id FROM "device" WHERE uuid = ?`, []any{owner}, func(s *sqlite3.Stmt) error {
+		id = s.ColumnInt64(0)
+		return nil
+	})
+	return id, found, err
+}
+
+// StatePage returns owner's records of model (rows and tombstones) with
+// hlc > since, in (hlc, uuid) order strictly after cursor, at most limit
+// (0 means 1,000). A tombstone is served as a record with Deleted set and
+// the delete's HLC.
+func (l *Library) StatePage(owner messages.DeviceID, model string, since messages.HLC, after messages.Cursor, limit int) (recs []messages.StateRecord, next messages.Cursor, more bool, err error) {
+	mi, err := l.reg.model(model)
+	if err != nil {
+		return nil, after, false, fmt.Errorf("state page: %w", err)
+	}
+	if mi.Kind != DeviceOwned {
+		return nil, after, false, fmt.Errorf("state page: %w: %q is shared", ErrUnknownModel, model)
+	}
+	if limit <= 0 {
+		limit = 1000
+	}
+	err = l.readTx(func(c *conn) error {
+		ownerID, found, err := ownerIDOf(c, owner)
+		if err != nil || !found {
+			return err
+		}
+		args := []any{ownerID, cmpHLC(since), cmpHLC(after.HLC), after.UUID, limit + 1}
+		var rows []messages.StateRecord
+		err = c.query(mi.sql.page, args, func(s *sqlite3.Stmt) error {
+			r, _, err := scanRecord(mi, s)
+			rows = append(rows, r)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		var tombs []messages.StateRecord
+		err = c.query(`SELECT uuid, hlc FROM tombstones WHERE model = ? AND owner_id = ? AND hlc > ? AND (hlc, uuid) > (?, ?)
+			ORDER BY hlc, uuid LIMIT ?`, append([]any{mi.Name}, args...), func(s *sqlite3.Stmt) error {
+			h, err := columnHLC(s, 1)
+			tombs = append(tombs, messages.StateRecord{UUID: columnUUID(s, 0), HLC: h, Deleted: true})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		recs = mergePage(rows, tombs)
+		return nil
+	})
+	if err != nil {
+		return nil, after, false, fmt.Errorf("state page %s of %s: %w", model, owner, err)
+	}
+	if len(recs) > limit {
+		recs, more = recs[:limit], true
+	}
+	next = after
+	if len(recs) > 0 {
+		last := recs[len(recs)-1]
+		next = messages.Cursor{HLC: last.HLC, UUID: last.UUID}
+	}
+	return recs, next, more, nil
+}
+
+func mergePage(a, b []messages.StateRecord) []messages.StateRecord {
+	out := make([]messages.StateRecord, 0, len(a)+len(b))
+	for len(a) > 0 || len(b) > 0 {
+		if len(b) == 0 || len(a) > 0 && (pageKey{a[0].HLC, a[0].UUID}).compare(pageKey{b[0].HLC, b[0].UUID}) < 0 {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return out
+}
+
+// SharedStatePage returns the current state of a shared model as changes
+// (one per row and distinct field HLC, as updates; tombstones as deletes)
+// after cursor, in (hlc, uuid) order of rows and tombstones. A row's
+// changes are never split across pages, so a page may exceed limit by the
+// changes of its last row.
+func (l *Library) SharedStatePage(model string, after messages.Cursor, limit int) (changes []messages.SharedChange, next messages.Cursor, more bool, err error) {
+	mi, err := l.reg.model(model)
+	if err != nil {
+		return nil, after, false, fmt.Errorf("shared state page: %w", err)
+	}
+	if mi.Kind != Shared {
+		return nil, after, false, fmt.Errorf("shared state page: %w: %q is device-owned", ErrUnknownModel, model)
+	}
+	if limit <= 0 {
+		limit = 1000
+	}
+	type item struct {
+		key     pageKey
+		changes []messages.SharedChange
+	}
+	var rows, tombs []item
+	err = l.readTx(func(c *conn) error {
+		args := []any{cmpHLC(after.HLC), after.UUID, limit + 1}
+		err := c.query(mi.sql.sharedPage, args, func(s *sqlite3.Stmt) error {
+			u := columnUUID(s, 0)
+			h, err := columnHLC(s, 1)
+			if err != nil {
+				return err
+			}
+			byHLC := map[messages.HLC]map[string]any{}
+			for i, col := range mi.Columns {
+				fh, err := columnHLC(s, 3+2*i)
+				if err != nil {
+					return err
+				}
+				if fh.IsZero() {
+					continue
+				}
+				if byHLC[fh] == nil {
+					byHLC[fh] = map[string]any{}
+				}
+				byHLC[fh][col.Name] = columnValue(s, 2+2*i, col.Type)
+			}
+			it := item{key: pageKey{h, u}}
+			for fh, fields := range byHLC {
+				it.changes = append(it.changes, messages.SharedChange{HLC: fh, Model: model, Record: u,
+					Op: messages.OpUpdate, Fields: fields})
+			}
+			slices.SortFunc(it.changes, func(a, b messages.SharedChange) int { return a.HLC.Compare(b.HLC) })
+			rows = append(rows, it)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return c.query(`SELECT uuid, hlc FROM tombstones WHERE model = ? AND owner_id = 0 AND (hlc, uuid) > (?, ?)
+			ORDER BY hlc, uuid LIMIT ?`, append([]any{model}, args...), func(s *sqlite3.Stmt) error {
+			u := columnUUID(s, 0)
+			h, err := columnHLC(s, 1)
+			tombs = append(tombs, item{key: pageKey{h, u},
+				changes: []messages.SharedChange{{HLC: h, Model: model, Record: u, Op: messages.OpDelete}}})
+			return err
+		})
+	})
+	if err != nil {
+		return nil, after, false, fmt.Errorf("shared state page %s: %w", model, err)
+	}
+	next = after
+	taken := 0
+	for len(rows) > 0 || len(tombs) > 0 {
+		var it item
+		if len(tombs) == 0 || len(rows) > 0 && rows[0].key.compare(tombs[0].key) < 0 {
+			it, rows = rows[0], rows[1:]
+		} else {
+			it, tombs = tombs[0], tombs[1:]
+		}
+		if taken > 0 && len(changes)+len(it.changes) > limit || taken == limit {
+			more = true
+			break
+		}
+		changes = append(changes, it.changes...)
+		next = messages.Cursor{HLC: it.key.h, UUID: it.key.u}
+		taken++
+	}
+	return changes, next, more, nil
+}
+
+// ItemFingerprint is the 64-bit hash of one (uuid, hlc) pair that
+// RangeSummary XORs together: FNV-1a over uuid ‖ hlc (28-byte binary form)
+// ‖ one byte (1 for a tombstone, 0 for a row), then the splitmix64
+// finaliser. It is part of the protocol: both sides must compute it alike.
+func ItemFingerprint(u messages.UUID, h messages.HLC, deleted bool) uint64 {
+	var buf [16 + messages.HLCBinaryLen + 1]byte
+	copy(buf[:16], u[:])
+	h.AppendBinary(buf[16:16]) // fills buf in place: the capacity is there
+	if deleted {
+		buf[len(buf)-1] = 1
+	}
+	f := fnv.New64a()
+	f.Write(buf[:])
+	x := f.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// RangeSummary fingerprints the (uuid, hlc) pairs of model (of owner, for
+// device-owned models) with lo <= uuid < hi (hi zero: no bound); items are
+// listed when count <= maxItems. Tombstones count as pairs too, with the
+// delete's HLC and a marked hash (see ItemFingerprint), so a delete one
+// side missed makes the ranges differ.
+func (l *Library) RangeSummary(model string, owner messages.DeviceID, lo, hi messages.UUID, maxItems int) (messages.FingerprintRange, error) {
+	fr := messages.FingerprintRange{Lo: lo, Hi: hi}
+	mi, err := l.reg.model(model)
+	if err != nil {
+		return fr, fmt.Errorf("range summary: %w", err)
+	}
+	type pair struct {
+		u       messages.UUID
+		h       messages.HLC
+		deleted bool
+	}
+	var items []pair
+	err = l.readTx(func(c *conn) error {
+		ownerID := int64(0)
+		if mi.Kind == DeviceOwned {
+			id, found, err := ownerIDOf(c, owner)
+			if err != nil || !found {
+				return err
+			}
+			ownerID = id
+		}
+		bound := func(col string, args []any) (string, []any) {
+			w := col + ` >= ?`
+			args = append(args, lo)
+			if !hi.IsZero() {
+				w += ` AND ` + col + ` < ?`
+				args = append(args, hi)
+			}
+			return w, args
+		}
+		scan := func(deleted bool) func(s *sqlite3.Stmt) error {
+			return func(s *sqlite3.Stmt) error {
+				h, err := columnHLC(s, 1)
+				items = append(items, pair{u: columnUUID(s, 0), h: h, deleted: deleted})
+				return err
+			}
+		}
+		w, args := bound("uuid", nil)
+		q := `SELECT uuid, hlc FROM ` + mi.table + ` WHERE ` + w + ` AND hlc IS NOT NULL`
+		if mi.Kind == DeviceOwned {
+			q += ` AND owner_id = ?`
+			args = append(args, ownerID)
+		}
+		if err := c.query(q, args, scan(false)); err != nil {
+			return err
+		}
+		w, args = bound("uuid", []any{model, ownerID})
+		return c.query(`SELECT uuid, hlc FROM tombstones WHERE model = ? AND owner_id = ? AND `+w, args, scan(true))
+	})
+	if err != nil {
+		return fr, fmt.Errorf("range summary %s: %w", model, err)
+	}
+	for _, it := range items {
+		fr.Count++
+		fr.Fingerprint ^= ItemFingerprint(it.u, it.h, it.deleted)
+	}
+	if len(items) <= maxItems {
+		slices.SortFunc(items, func(a, b pair) int {
+			if c := compareUUID(a.u, b.u); c != 0 {
+				return c
+			}
+			return a.h.Compare(b.h)
+		})
+		for _, it := range items {
+			fr.Items = append(fr.Items, messages.FingerprintItem{UUID: it.u, HLC: it.h})
+		}
+	}
+	return fr, nil
+}
+
+// Owners lists every device that owns rows here (self included), by uuid.
+func (l *Library) Owners() ([]messages.DeviceID, error) {
+	var out []messages.DeviceID
+	err := l.withReader(func(c *conn) error {
+		return c.query(`SELECT uuid FROM "device" ORDER BY uuid`, nil, func(s *sqlite3.Stmt) error {
+			out = append(out, messages.DeviceID(columnUUID(s, 0)))
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("owners: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,294 @@
+package persistence
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// SchemaVersion is the library schema this build writes. database.db and
+// sync.db carry it in PRAGMA user_version, library.json in schema_version.
+// A library with a newer version is refused: its rows may mean something
+// this build does not know.
+const SchemaVersion = int(messages.SchemaVersion)
+
+// migration brings a database from version-1 to version. Migrations only
+// ever append; a released one is never edited.
+type migration struct {
+	version int
+	main    []string // database.db
+	log     []string // sync.db
+}
+
+var migrations = []migration{
+	{version: 1, main: []string{
+		// Local-only tables (never synced).
+		`CREATE TABLE sync_partners (
+			device BLOB PRIMARY KEY,
+			name TEXT NOT NULL DEFAULT '',
+			sync_enabled INTEGER NOT NULL DEFAULT 1,
+			added_at INTEGER NOT NULL,
+			last_sync_at INTEGER)`,
+		`CREATE TABLE peer_sync_state (
+			device BLOB PRIMARY KEY,
+			state_watermark BLOB,
+			shared_watermark BLOB,
+			updated_at INTEGER NOT NULL)`,
+		`CREATE TABLE checkpoints (job TEXT PRIMARY KEY, data BLOB, updated_at INTEGER NOT NULL)`,
+		`CREATE TABLE failed_records (
+			id INTEGER PRIMARY KEY,
+			model TEXT NOT NULL,
+			uuid BLOB,
+			reason TEXT NOT NULL,
+			payload BLOB,
+			at INTEGER NOT NULL,
+			attempts INTEGER NOT NULL DEFAULT 1)`,
+		`CREATE UNIQUE INDEX failed_records_record ON failed_records (model, uuid)`,
+		`CREATE TABLE fk_parked (
+			id INTEGER PRIMARY KEY,
+			model TEXT NOT NULL,
+			uuid BLOB NOT NULL,
+			owner_id INTEGER NOT NULL,
+			wait_model TEXT NOT NULL,
+			wait_uuid BLOB NOT NULL,
+			hlc BLOB NOT NULL,
+			record BLOB NOT NULL,
+			held INTEGER NOT NULL DEFAULT 0,
+			parked_at INTEGER NOT NULL,
+			UNIQUE (model, uuid))`,
+		`CREATE INDEX fk_parked_wait ON fk_parked (wait_model, wait_uuid)`,
+		// hlc is the delete's HLC (served to peers); floor is the newest
+		// write known to be superseded by it (records at or below are stale).
+		`CREATE TABLE tombstones (
+			model TEXT NOT NULL,
+			uuid BLOB NOT NULL,
+			owner_id INTEGER NOT NULL,
+			hlc BLOB NOT NULL,
+			floor BLOB NOT NULL,
+			PRIMARY KEY (model, uuid)) WITHOUT ROWID`,
+		`CREATE INDEX tombstones_page ON tombstones (model, owner_id, hlc, uuid)`,
+		`CREATE TABLE kv (key TEXT PRIMARY KEY, value BLOB) WITHOUT ROWID`,
+		// Derived caches (never synced; local ids).
+		`CREATE TABLE entry_closure (
+			ancestor_id INTEGER NOT NULL,
+			descendant_id INTEGER NOT NULL,
+			depth INTEGER NOT NULL,
+			PRIMARY KEY (descendant_id, ancestor_id)) WITHOUT ROWID`,
+		`CREATE TABLE directory_paths (entry_id INTEGER PRIMARY KEY, path TEXT NOT NULL)`,
+		`CREATE TABLE tag_closure (
+			ancestor_uuid BLOB NOT NULL,
+			descendant_uuid BLOB NOT NULL,
+			depth INTEGER NOT NULL,
+			PRIMARY KEY (ancestor_uuid, descendant_uuid)) WITHOUT ROWID`,
+		`CREATE INDEX tag_closure_descendant ON tag_closure (descendant_uuid)`,
+	}, log: []string{
+		`CREATE TABLE log.shared_changes (
+			hlc BLOB PRIMARY KEY,
+			prev BLOB,
+			model TEXT NOT NULL,
+			record BLOB NOT NULL,
+			op INTEGER NOT NULL,
+			fields BLOB,
+			created_at INTEGER NOT NULL) WITHOUT ROWID`,
+		`CREATE TABLE log.peer_acks (peer BLOB PRIMARY KEY, last_acked_hlc BLOB NOT NULL, acked_at INTEGER NOT NULL)`,
+		`CREATE TABLE log.log_meta (key TEXT PRIMARY KEY, value BLOB) WITHOUT ROWID`,
+	}},
+}
+
+// migrate brings both databases to SchemaVersion and creates the tables of
+// every registered model. It refuses a newer schema.
+func migrate(c *conn, reg *Registry) error {
+	for _, schema := range []string{"main", "log"} {
+		v, err := c.queryInt(`PRAGMA ` + schema + `.user_version`)
+		if err != nil {
+			return err
+		}
+		if int(v) > SchemaVersion {
+			return schemaTooNew(int(v))
+		}
+	}
+	for _, m := range migrations {
+		for _, step := range []struct {
+			schema string
+			ddl    []string
+		}{{"main", m.main}, {"log", m.log}} {
+			v, err := c.queryInt(`PRAGMA ` + step.schema + `.user_version`)
+			if err != nil {
+				return err
+			}
+			if int(v) >= m.version {
+				continue
+			}
+			err = c.c.Exec(`BEGIN IMMEDIATE`)
+			if err == nil {
+				for _, ddl := range step.ddl {
+					if err = c.c.Exec(ddl); err != nil {
+						err = fmt.Errorf("migration %d: %w", m.version, err)
+						break
+					}
+				}
+			}
+			if err == nil {
+				err = c.c.Exec(fmt.Sprintf(`PRAGMA %s.user_version = %d`, step.schema, m.version))
+			}
+			if err == nil {
+				err = c.c.Exec(`COMMIT`)
+			}
+			if err != nil {
+				c.c.Exec(`ROLLBACK`)
+				return fmt.Errorf("migrate %s: %w", step.schema, err)
+			}
+		}
+	}
+	// Model tables follow the registry (CREATE IF NOT EXISTS): the default
+	// registry's are part of schema 1; a host's extra models are added.
+	var ddl []string
+	for _, name := range reg.order {
+		ddl = append(ddl, reg.models[name].sql.ddl...)
+	}
+	if err := c.c.Exec(`BEGIN IMMEDIATE; ` + strings.Join(ddl, ";\n") + `; COMMIT`); err != nil {
+		c.c.Exec(`ROLLBACK`)
+		return fmt.Errorf("create model tables: %w", err)
+	}
+	return nil
+}
+
+func schemaTooNew(v int) error {
+	return fmt.Errorf("%w: library has schema %d, this build knows up to %d: upgrade lsync", ErrSchemaVersion, v, SchemaVersion)
+}
+
+// modelSQL is the SQL of one model, built once from its declaration.
+type modelSQL struct {
+	ddl []string
+
+	// device-owned
+	insert     string // uuid, owner_id, hlc, cols... ; ON CONFLICT(uuid) DO NOTHING
+	update     string // hlc, cols..., id
+	byUUID     string // -> id, owner_id, hlc, cols (SQL form)
+	refInfo    string // uuid -> id, owner_id
+	uuidByID   string // id -> uuid
+	recordCols string // select list: uuid, hlc, owner uuid, cols (wire form); alias t, join o
+	query      string
+	page       string // owner_id, since, cursor hlc, cursor uuid, limit
+	byRef      []string
+	get        string
+	delete     string
+	maxOwner   string // owner_id -> max(hlc)
+
+	// shared
+	sharedGet    string // uuid -> id, hlc, (col, col_hlc)...
+	sharedInsert string // uuid, hlc, (col, col_hlc)...
+	sharedUpdate string // hlc, (col, col_hlc)..., id
+	sharedPage   string // cursor hlc, cursor uuid, limit -> uuid, hlc, (col, col_hlc)...
+}
+
+func sqlType(t ColType) string {
+	switch t {
+	case TypeInt, TypeBool, TypeRef:
+		return "INTEGER"
+	case TypeReal:
+		return "REAL"
+	case TypeUUID:
+		return "BLOB"
+	}
+	return "TEXT"
+}
+
+func quote(id string) string { return `"` + id + `"` }
+
+func buildModelSQL(mi *modelInfo) modelSQL {
+	var q modelSQL
+	t := mi.table
+	var cols, colDefs []string
+	for i, c := range mi.Columns {
+		cols = append(cols, quote(mi.sqlCol[i]))
+		colDefs = append(colDefs, quote(mi.sqlCol[i])+" "+sqlType(c.Type))
+	}
+	placeholders := func(n int) string {
+		return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+	}
+	if mi.Kind == DeviceOwned {
+		q.ddl = append(q.ddl,
+			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+				id INTEGER PRIMARY KEY,
+				uuid BLOB NOT NULL UNIQUE,
+				owner_id INTEGER NOT NULL,
+				hlc BLOB%s)`, t, prefixJoin(", ", colDefs)),
+			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (owner_id, hlc, uuid)`, quote(mi.Name+"_owner_hlc"), t))
+		for _, i := range mi.refs {
+			q.ddl = append(q.ddl, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s)`,
+				quote(mi.Name+"_"+mi.sqlCol[i]), t, quote(mi.sqlCol[i])))
+		}
+		q.insert = fmt.Sprintf(`INSERT INTO %s (uuid, owner_id, hlc%s) VALUES (%s) ON CONFLICT (uuid) DO NOTHING`,
+			t, prefixJoin(", ", cols), placeholders(3+len(cols)))
+		var sets []string
+		for _, c := range cols {
+			sets = append(sets, c+" = ?")
+		}
+		q.update = fmt.Sprintf(`UPDATE %s SET hlc = ?%s WHERE id = ?`, t, prefixJoin(", ", sets))
+		q.byUUID = fmt.Sprintf(`SELECT id, owner_id, hlc%s FROM %s WHERE uuid = ?`, prefixJoin(", ", cols), t)
+		q.refInfo = fmt.Sprintf(`SELECT id, owner_id FROM %s WHERE uuid = ?`, t)
+		q.uuidByID = fmt.Sprintf(`SELECT uuid FROM %s WHERE id = ?`, t)
+		q.delete = fmt.Sprintf(`DELETE FROM %s WHERE id = ?`, t)
+		q.maxOwner = fmt.Sprintf(`SELECT max(hlc) FROM %s WHERE owner_id = ?`, t)
+		wire := []string{"t.uuid", "t.hlc", "o.uuid"}
+		for i, c := range mi.Columns {
+			if c.Type == TypeRef {
+				wire = append(wire, fmt.Sprintf(`(SELECT r.uuid FROM %s r WHERE r.id = t.%s)`, quote(c.Ref), quote(mi.sqlCol[i])))
+			} else {
+				wire = append(wire, "t."+quote(mi.sqlCol[i]))
+			}
+		}
+		q.recordCols = strings.Join(wire, ", ")
+		from := fmt.Sprintf(`FROM %s t JOIN "device" o ON o.id = t.owner_id`, t)
+		q.query = fmt.Sprintf(`SELECT %s %s WHERE t.hlc IS NOT NULL ORDER BY t.uuid`, q.recordCols, from)
+		q.get = fmt.Sprintf(`SELECT %s %s WHERE t.uuid = ? AND t.hlc IS NOT NULL`, q.recordCols, from)
+		q.page = fmt.Sprintf(`SELECT %s %s WHERE t.owner_id = ? AND t.hlc > ? AND (t.hlc, t.uuid) > (?, ?)
+			ORDER BY t.hlc, t.uuid LIMIT ?`, q.recordCols, from)
+		for _, rb := range mi.referencedBy {
+			q.byRef = append(q.byRef, fmt.Sprintf(`SELECT id, uuid, owner_id, hlc FROM %s WHERE %s = ?`,
+				rb.m.table, quote(rb.m.sqlCol[rb.col])))
+		}
+		return q
+	}
+
+	var sharedDefs, pairs, sets []string
+	for i, c := range mi.Columns {
+		col := quote(mi.sqlCol[i])
+		hcol := quote(mi.sqlCol[i] + "_hlc")
+		sharedDefs = append(sharedDefs, col+" "+sqlType(c.Type), hcol+" BLOB")
+		pairs = append(pairs, col, hcol)
+		sets = append(sets, col+" = ?", hcol+" = ?")
+	}
+	extra := ""
+	if mi.derived == derivedTagEdge {
+		extra = ", cycle_rejected INTEGER NOT NULL DEFAULT 0"
+	}
+	q.ddl = append(q.ddl,
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+			id INTEGER PRIMARY KEY,
+			uuid BLOB NOT NULL UNIQUE,
+			hlc BLOB NOT NULL%s%s)`, t, prefixJoin(", ", sharedDefs), extra),
+		fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (hlc, uuid)`, quote(mi.Name+"_hlc"), t))
+	q.sharedGet = fmt.Sprintf(`SELECT id, hlc%s FROM %s WHERE uuid = ?`, prefixJoin(", ", pairs), t)
+	q.sharedInsert = fmt.Sprintf(`INSERT INTO %s (uuid, hlc%s) VALUES (%s)`, t, prefixJoin(", ", pairs), placeholders(2+len(pairs)))
+	q.sharedUpdate = fmt.Sprintf(`UPDATE %s SET hlc = ?%s WHERE id = ?`, t, prefixJoin(", ", sets))
+	q.sharedPage = fmt.Sprintf(`SELECT uuid, hlc%s FROM %s WHERE (hlc, uuid) > (?, ?) ORDER BY hlc, uuid LIMIT ?`,
+		prefixJoin(", ", pairs), t)
+	q.delete = fmt.Sprintf(`DELETE FROM %s WHERE id = ?`, t)
+	sel := "uuid, hlc" + prefixJoin(", ", cols)
+	if mi.derived == derivedTagEdge {
+		sel += ", cycle_rejected"
+	}
+	q.query = fmt.Sprintf(`SELECT %s FROM %s ORDER BY uuid`, sel, t)
+	q.get = fmt.Sprintf(`SELECT %s FROM %s WHERE uuid = ?`, sel, t)
+	return q
+}
+
+func prefixJoin(sep string, parts []string) string {
+	if len(parts) == 0 {
+		return ""
+	}
+	return sep + strings.Join(parts, sep)
+}

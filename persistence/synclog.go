@@ -1,0 +1,331 @@
+package persistence
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/ncruces/go-sqlite3"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// sync.db is this device's write-ahead log of shared changes:
+//
+//	shared_changes(hlc, prev, model, record, op, fields msgpack, created_at)
+//	peer_acks(peer, last_acked_hlc, acked_at)   cumulative ACKs of this log
+//	log_meta: last_logged (kept when the log is pruned to empty) and
+//	          pruned_through (the newest HLC ever pruned; a peer asking for
+//	          anything older must take a snapshot).
+
+func encodeFields(f map[string]any) ([]byte, error) {
+	if len(f) == 0 {
+		return nil, nil
+	}
+	return msgpack.Marshal(f)
+}
+
+func decodeFields(b []byte) (map[string]any, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var f map[string]any
+	if err := msgpack.NewDecoder(bytes.NewReader(b)).Decode(&f); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func encodeRecord(rec messages.StateRecord) ([]byte, error) { return msgpack.Marshal(&rec) }
+
+func decodeRecord(b []byte) (messages.StateRecord, error) {
+	var rec messages.StateRecord
+	err := msgpack.Unmarshal(b, &rec)
+	return rec, err
+}
+
+// appendLogLocked commits c to sync.db (synchronous=FULL) on its own.
+func (l *Library) appendLogLocked(c *messages.SharedChange) (err error) {
+	fields, err := encodeFields(c.Fields)
+	if err != nil {
+		return err
+	}
+	if err := l.w.c.Exec(`BEGIN IMMEDIATE`); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil && !l.w.c.GetAutocommit() {
+			l.w.c.Exec(`ROLLBACK`)
+		}
+	}()
+	if err := l.w.exec(`INSERT INTO log.shared_changes (hlc, prev, model, record, op, fields, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, c.HLC, c.Prev, c.Model, c.Record, int64(c.Op), fields, l.nowMS()); err != nil {
+		return err
+	}
+	if err := l.w.exec(`INSERT INTO log.log_meta (key, value) VALUES ('last_logged', ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, c.HLC); err != nil {
+		return err
+	}
+	if err := l.w.c.Exec(`COMMIT`); err != nil {
+		return err
+	}
+	l.pub.Lock()
+	l.pub.lastLogged = c.HLC
+	l.pub.Unlock()
+	return nil
+}
+
+const logCols = `hlc, prev, model, record, op, fields`
+
+func scanLogEntry(s *sqlite3.Stmt) (messages.SharedChange, error) {
+	var c messages.SharedChange
+	var err error
+	if c.HLC, err = columnHLC(s, 0); err != nil {
+		return c, err
+	}
+	if c.Prev, err = columnHLC(s, 1); err != nil {
+		return c, err
+	}
+	c.Model = s.ColumnText(2)
+	c.Record = columnUUID(s, 3)
+	c.Op = messages.ChangeOp(s.ColumnInt64(4))
+	c.Fields, err = decodeFields(s.ColumnRawBlob(5))
+	return c, err
+}
+
+// normalizeChange brings decoded fields back to their normalised types.
+func (r *Registry) normalizeChange(c *messages.SharedChange) {
+	if mi, ok := r.models[c.Model]; ok && c.Fields != nil {
+		if f, err := mi.normalizeFields(c.Fields); err == nil {
+			c.Fields = f
+		}
+	}
+}
+
+// replayLocked re-applies logged changes newer than this device's own
+// shared watermark: a crash between the log append and the apply.
+func (l *Library) replayLocked() error {
+	wm := l.SharedWatermark(l.self)
+	var entries []messages.SharedChange
+	err := l.w.query(`SELECT `+logCols+` FROM log.shared_changes WHERE hlc > ? ORDER BY hlc`, []any{cmpHLC(wm)},
+		func(s *sqlite3.Stmt) error {
+			c, err := scanLogEntry(s)
+			entries = append(entries, c)
+			return err
+		})
+	if err != nil || len(entries) == 0 {
+		return err
+	}
+	return l.writeTx(nil, func(tx *txn) error {
+		for i := range entries {
+			c := &entries[i]
+			if mi := tx.sharedModel(c); mi != nil {
+				if _, err := tx.applyShared(mi, c, false); err != nil {
+					return fmt.Errorf("replay %s: %w", c.HLC, err)
+				}
+			}
+		}
+		return tx.setSharedWatermark(l.self, entries[len(entries)-1].HLC)
+	})
+}
+
+// LogSince returns this device's logged shared changes after since (HLC
+// order, at most limit; 0 means 1,000). snapshotRequired is true when since
+// is older than the newest pruned entry: changes after since are gone.
+func (l *Library) LogSince(since messages.HLC, limit int) (entries []messages.SharedChange, more, snapshotRequired bool, err error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	err = l.readTx(func(c *conn) error {
+		pruned, err := c.queryHLC(`SELECT value FROM log.log_meta WHERE key = 'pruned_through'`)
+		if err != nil {
+			return err
+		}
+		if since.Compare(pruned) < 0 {
+			snapshotRequired = true
+			return nil
+		}
+		return c.query(`SELECT `+logCols+` FROM log.shared_changes WHERE hlc > ? ORDER BY hlc LIMIT ?`,
+			[]any{cmpHLC(since), limit + 1}, func(s *sqlite3.Stmt) error {
+				e, err := scanLogEntry(s)
+				if err != nil {
+					return err
+				}
+				l.reg.normalizeChange(&e)
+				entries = append(entries, e)
+				return nil
+			})
+	})
+	if err != nil {
+		return nil, false, false, fmt.Errorf("log since %s: %w", since, err)
+	}
+	if len(entries) > limit {
+		entries, more = entries[:limit], true
+	}
+	return entries, more, snapshotRequired, nil
+}
+
+// RecordAck stores peer's cumulative ACK of this device's log (never moves back).
+func (l *Library) RecordAck(peer messages.DeviceID, upTo messages.HLC) error {
+	if peer.IsZero() {
+		return fmt.Errorf("record ack: %w: zero peer", ErrBadValue)
+	}
+	if upTo.IsZero() {
+		return nil
+	}
+	if messages.DeviceID(upTo.Device) != l.self {
+		return fmt.Errorf("record ack from %s: %w: %s is not an hlc of this device", peer, ErrBadValue, upTo)
+	}
+	if err := l.lockWriter(); err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	return l.w.exec(`INSERT INTO log.peer_acks (peer, last_acked_hlc, acked_at) VALUES (?, ?, ?)
+		ON CONFLICT (peer) DO UPDATE SET last_acked_hlc = excluded.last_acked_hlc, acked_at = excluded.acked_at
+		WHERE excluded.last_acked_hlc > last_acked_hlc`, peer, upTo, l.nowMS())
+}
+
+// pruneBound is the HLC at or below which every sync partner holds this
+// device's log: the minimum ACK over all partners. A partner that never
+// acknowledged (or no partner at all) holds everything back.
+func pruneBound(partners []messages.DeviceID, acks map[messages.DeviceID]messages.HLC) messages.HLC {
+	if len(partners) == 0 {
+		return messages.HLC{}
+	}
+	var bound messages.HLC
+	for i, p := range partners {
+		a, ok := acks[p]
+		if !ok {
+			return messages.HLC{}
+		}
+		if i == 0 || a.Compare(bound) < 0 {
+			bound = a
+		}
+	}
+	return bound
+}
+
+// Prune deletes log entries at or below the minimum ACK over all sync
+// partners, and entries past the retention policy (more than MaxEntries,
+// older than MaxAge); returns how many. It also drops tombstones and held
+// records older than TombstoneMaxAge.
+func (l *Library) Prune() (int, error) {
+	if err := l.lockWriter(); err != nil {
+		return 0, err
+	}
+	defer l.mu.Unlock()
+	n, err := l.pruneLogLocked()
+	if err != nil {
+		return n, fmt.Errorf("prune log: %w", err)
+	}
+	if err := l.pruneTombstonesLocked(); err != nil {
+		return n, fmt.Errorf("prune tombstones: %w", err)
+	}
+	return n, nil
+}
+
+func (l *Library) pruneLogLocked() (n int, err error) {
+	c := l.w
+	var partners []messages.DeviceID
+	if err := c.query(`SELECT device FROM sync_partners`, nil, func(s *sqlite3.Stmt) error {
+		partners = append(partners, messages.DeviceID(columnUUID(s, 0)))
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	acks := map[messages.DeviceID]messages.HLC{}
+	if err := c.query(`SELECT peer, last_acked_hlc FROM log.peer_acks`, nil, func(s *sqlite3.Stmt) error {
+		h, err := columnHLC(s, 1)
+		acks[messages.DeviceID(columnUUID(s, 0))] = h
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	if err := c.c.Exec(`BEGIN IMMEDIATE`); err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err == nil {
+			err = c.c.Exec(`COMMIT`)
+		}
+		if err != nil && !c.c.GetAutocommit() {
+			c.c.Exec(`ROLLBACK`)
+		}
+	}()
+	pruned, err := c.queryHLC(`SELECT value FROM log.log_meta WHERE key = 'pruned_through'`)
+	if err != nil {
+		return 0, err
+	}
+	del := func(where string, args ...any) error {
+		h, err := c.queryHLC(`SELECT max(hlc) FROM log.shared_changes WHERE `+where, args...)
+		if err != nil || h.IsZero() {
+			return err
+		}
+		if err := c.exec(`DELETE FROM log.shared_changes WHERE `+where, args...); err != nil {
+			return err
+		}
+		n += int(c.c.Changes())
+		pruned = maxHLC(pruned, h)
+		return nil
+	}
+	// Everything every partner holds.
+	if bound := pruneBound(partners, acks); !bound.IsZero() {
+		if err := del(`hlc <= ?`, cmpHLC(bound)); err != nil {
+			return n, err
+		}
+	}
+	// The retention caps, whoever has not acknowledged.
+	count, err := c.queryInt(`SELECT count(*) FROM log.shared_changes`)
+	if err != nil {
+		return n, err
+	}
+	if over := count - int64(l.opts.Retention.MaxEntries); over > 0 {
+		cut, err := c.queryHLC(`SELECT hlc FROM log.shared_changes ORDER BY hlc LIMIT 1 OFFSET ?`, over-1)
+		if err != nil {
+			return n, err
+		}
+		if err := del(`hlc <= ?`, cmpHLC(cut)); err != nil {
+			return n, err
+		}
+	}
+	if err := del(`created_at < ?`, l.wall().Add(-l.opts.Retention.MaxAge).UnixMilli()); err != nil {
+		return n, err
+	}
+	if pruned.IsZero() {
+		return n, nil
+	}
+	return n, c.exec(`INSERT INTO log.log_meta (key, value) VALUES ('pruned_through', ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, pruned)
+}
+
+func (l *Library) pruneTombstonesLocked() error {
+	cutoff := l.wall().Add(-l.opts.Retention.TombstoneMaxAge)
+	cut := messages.HLC{Timestamp: uint64(max(cutoff.UnixMilli(), 1))}
+	return l.writeTx(nil, func(tx *txn) error {
+		if err := tx.c.exec(`DELETE FROM tombstones WHERE hlc < ?`, cmpHLC(cut)); err != nil {
+			return err
+		}
+		if err := tx.c.exec(`DELETE FROM fk_parked WHERE held = 1 AND parked_at < ?`, cutoff.UnixMilli()); err != nil {
+			return err
+		}
+		return l.reloadLocked()
+	})
+}
+
+// LogCount is the number of entries in sync.db.
+func (l *Library) LogCount() (int, error) {
+	var n int64
+	err := l.withReader(func(c *conn) error {
+		var err error
+		n, err = c.queryInt(`SELECT count(*) FROM log.shared_changes`)
+		return err
+	})
+	return int(n), err
+}
+
+// LastLogged is the HLC of this device's newest logged change (zero if none ever).
+func (l *Library) LastLogged() messages.HLC {
+	l.pub.RLock()
+	defer l.pub.RUnlock()
+	return l.pub.lastLogged
+}

@@ -1,0 +1,288 @@
+package persistence
+
+import (
+	"fmt"
+
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// Rejection reasons.
+const (
+	ReasonForgedOwner  = "forged_owner"
+	ReasonUnknownModel = "unknown_model"
+	ReasonWrongKind    = "wrong_kind"
+	ReasonBadValue     = "bad_value"
+	ReasonClockSkew    = "clock_skew"
+)
+
+// txn is one write transaction on the writer: the batch caches, the
+// result being built, and what to publish after commit.
+type txn struct {
+	l   *Library
+	c   *conn
+	res *ApplyResult
+
+	maxHLC  messages.HLC // largest HLC written (kv max_hlc)
+	selfMax messages.HLC // largest HLC of an own state write
+	// sharedWM holds watermarks written in this transaction.
+	sharedWM map[messages.DeviceID]messages.HLC
+	stateWM  map[messages.DeviceID]messages.HLC
+
+	// refs caches uuid -> (id, owner) per model for this transaction.
+	refs map[*modelInfo]map[messages.UUID]refInfo
+	// paths caches directory paths by entry id; locPaths location paths.
+	paths    map[int64]string
+	locPaths map[int64]string
+	// ancs caches the closure rows of directories written in this
+	// transaction (their children need them); moves and removals clear it.
+	ancs map[int64][]ancestor
+	// landed lists rows written whose parked dependants must be retried.
+	landed []landing
+	// edges tracks tag_relationship rows touched (see finishTagGraph).
+	edges map[messages.UUID]edgeTouch
+}
+
+type refInfo struct{ id, ownerID int64 }
+
+// landing names a row (or a parking target); h is the HLC it was written
+// at, when it was.
+type landing struct {
+	m *modelInfo
+	u messages.UUID
+	h messages.HLC
+}
+
+type ownerRef struct {
+	id  int64
+	dev messages.DeviceID
+}
+
+type outcome int
+
+const (
+	outApplied outcome = iota
+	outStale
+	outParked
+	outRejected
+	outDropped // its parent was deleted after it: not applied, row deleted if present
+)
+
+func newTxn(l *Library, res *ApplyResult) *txn {
+	if res == nil {
+		res = &ApplyResult{}
+	}
+	return &txn{
+		l:   l,
+		c:   l.w,
+		res: res,
+	}
+}
+
+func (tx *txn) reject(model string, u messages.UUID, reason string, err error) outcome {
+	tx.res.Rejected = append(tx.res.Rejected, Rejection{Model: model, UUID: u, Reason: reason, Err: err})
+	return outRejected
+}
+
+func (tx *txn) change(model string, u messages.UUID, deleted bool) {
+	if len(tx.res.Changes) < maxChangesListed {
+		tx.res.Changes = append(tx.res.Changes, Change{Model: model, UUID: u, Deleted: deleted})
+	}
+}
+
+func (tx *txn) note(h messages.HLC) {
+	if h.Compare(tx.maxHLC) > 0 {
+		tx.maxHLC = h
+	}
+}
+
+func (tx *txn) noteOwn(ownerID int64, h messages.HLC) {
+	tx.note(h)
+	if ownerID != 0 && ownerID == tx.l.selfID && h.Compare(tx.selfMax) > 0 {
+		tx.selfMax = h
+	}
+}
+
+// observe merges a remote HLC into the clock; a refusal (clock skew) is
+// returned as the error to reject the record with.
+func (tx *txn) observe(h messages.HLC) error {
+	return tx.l.clock.Observe(h)
+}
+
+// finish runs the end-of-transaction work before commit.
+func (tx *txn) finish() error {
+	if err := tx.finishTagGraph(); err != nil {
+		return fmt.Errorf("tag graph: %w", err)
+	}
+	if tx.maxHLC.Compare(tx.l.maxStored) > 0 {
+		if err := tx.c.exec(`INSERT INTO kv (key, value) VALUES ('max_hlc', ?)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, tx.maxHLC); err != nil {
+			return err
+		}
+		tx.l.maxStored = tx.maxHLC
+	}
+	return nil
+}
+
+// publish makes the committed watermarks visible to readers.
+func (tx *txn) publish() {
+	l := tx.l
+	l.pub.Lock()
+	defer l.pub.Unlock()
+	if tx.selfMax.Compare(l.pub.selfState) > 0 {
+		l.pub.selfState = tx.selfMax
+	}
+	for d, h := range tx.sharedWM {
+		l.pub.sharedWM[d] = h
+	}
+	for d, h := range tx.stateWM {
+		l.pub.stateWM[d] = h
+	}
+}
+
+// owner returns the local device row of dev, creating a placeholder (no
+// hlc, no values) when dev's device row has not arrived yet.
+func (tx *txn) owner(dev messages.DeviceID) (ownerRef, error) {
+	l := tx.l
+	if id, ok := l.owners[dev]; ok {
+		return ownerRef{id: id, dev: dev}, nil
+	}
+	if err := tx.c.exec(`INSERT INTO "device" (uuid, owner_id) VALUES (?, 0)`, dev); err != nil {
+		return ownerRef{}, fmt.Errorf("placeholder device %s: %w", dev, err)
+	}
+	id := tx.c.c.LastInsertRowID()
+	if err := tx.c.exec(`UPDATE "device" SET owner_id = id WHERE id = ?`, id); err != nil {
+		return ownerRef{}, err
+	}
+	l.owners[dev], l.ownerDev[id] = id, dev
+	if dev == l.self {
+		l.selfID = id
+	}
+	return ownerRef{id: id, dev: dev}, nil
+}
+
+// ---- tombstones ----
+
+type tombstone struct {
+	ownerID int64
+	hlc     messages.HLC // the delete (served to peers)
+	floor   messages.HLC // writes at or below are stale
+}
+
+func (tx *txn) getTomb(m *modelInfo, u messages.UUID) (*tombstone, error) {
+	if tx.l.tombs[m.Name] == 0 {
+		return nil, nil
+	}
+	var t *tombstone
+	_, err := tx.c.queryRow(`SELECT owner_id, hlc, floor FROM tombstones WHERE model = ? AND uuid = ?`,
+		[]any{m.Name, u}, func(s *sqlite3.Stmt) error {
+			h, err := columnHLC(s, 1)
+			if err != nil {
+				return err
+			}
+			f, err := columnHLC(s, 2)
+			if err != nil {
+				return err
+			}
+			t = &tombstone{ownerID: s.ColumnInt64(0), hlc: h, floor: f}
+			return nil
+		})
+	return t, err
+}
+
+// putTomb records a delete of (m, u) at h, superseding writes up to floor;
+// an existing tombstone keeps the larger of each.
+func (tx *txn) putTomb(m *modelInfo, u messages.UUID, ownerID int64, h, floor messages.HLC, existed bool) error {
+	if err := tx.c.exec(`INSERT INTO tombstones (model, uuid, owner_id, hlc, floor) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (model, uuid) DO UPDATE SET hlc = max(hlc, excluded.hlc), floor = max(floor, excluded.floor)`,
+		m.Name, u, ownerID, h, floor); err != nil {
+		return fmt.Errorf("tombstone %s %s: %w", m.Name, u, err)
+	}
+	if !existed {
+		tx.l.tombs[m.Name]++
+	}
+	tx.noteOwn(ownerID, h)
+	return nil
+}
+
+func (tx *txn) delTomb(m *modelInfo, u messages.UUID) error {
+	if err := tx.c.exec(`DELETE FROM tombstones WHERE model = ? AND uuid = ?`, m.Name, u); err != nil {
+		return err
+	}
+	if tx.c.c.Changes() > 0 {
+		tx.l.tombs[m.Name]--
+	}
+	return nil
+}
+
+// ---- watermarks ----
+
+func (tx *txn) sharedWatermark(origin messages.DeviceID) messages.HLC {
+	if h, ok := tx.sharedWM[origin]; ok {
+		return h
+	}
+	tx.l.pub.RLock()
+	defer tx.l.pub.RUnlock()
+	return tx.l.pub.sharedWM[origin]
+}
+
+// setSharedWatermark raises origin's shared watermark to h (never lowers).
+func (tx *txn) setSharedWatermark(origin messages.DeviceID, h messages.HLC) error {
+	if h.Compare(tx.sharedWatermark(origin)) <= 0 {
+		return nil
+	}
+	if err := tx.c.exec(`INSERT INTO peer_sync_state (device, shared_watermark, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (device) DO UPDATE SET shared_watermark = excluded.shared_watermark, updated_at = excluded.updated_at`,
+		origin, h, tx.l.nowMS()); err != nil {
+		return err
+	}
+	if tx.sharedWM == nil {
+		tx.sharedWM = map[messages.DeviceID]messages.HLC{}
+	}
+	tx.sharedWM[origin] = h
+	tx.note(h)
+	return nil
+}
+
+func (tx *txn) raiseStateWatermark(owner messages.DeviceID, h messages.HLC) error {
+	tx.l.pub.RLock()
+	cur := tx.l.pub.stateWM[owner]
+	tx.l.pub.RUnlock()
+	if c, ok := tx.stateWM[owner]; ok {
+		cur = c
+	}
+	if h.Compare(cur) <= 0 {
+		return nil
+	}
+	if err := tx.c.exec(`INSERT INTO peer_sync_state (device, state_watermark, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (device) DO UPDATE SET state_watermark = excluded.state_watermark, updated_at = excluded.updated_at`,
+		owner, h, tx.l.nowMS()); err != nil {
+		return err
+	}
+	if tx.stateWM == nil {
+		tx.stateWM = map[messages.DeviceID]messages.HLC{}
+	}
+	tx.stateWM[owner] = h
+	tx.note(h)
+	return nil
+}
+
+func (tx *txn) saveCheckpoint(c *Checkpoint) error {
+	if c == nil {
+		return nil
+	}
+	if c.Job == "" {
+		return fmt.Errorf("checkpoint: %w: empty job", ErrBadValue)
+	}
+	return tx.c.exec(`INSERT INTO checkpoints (job, data, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (job) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`,
+		c.Job, nonNilBytes(c.Data), tx.l.nowMS())
+}
+
+func nonNilBytes(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
