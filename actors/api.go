@@ -1,0 +1,444 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
+)
+
+// Library is the handle of an open library. Every method is a request to
+// the library's actor; reads return rows without local ids.
+type Library struct {
+	node  *nodeCore
+	sys   *actor.ActorSystem
+	pid   *actor.PID
+	id    messages.LibraryID
+	name  string
+	store *persistence.Library
+}
+
+// ID is the library's uuid.
+func (l *Library) ID() messages.LibraryID { return l.id }
+
+// Name is the library's name.
+func (l *Library) Name() string { return l.name }
+
+func (l *Library) call(ctx context.Context, fn func(a *libraryActor, c actor.Context) (any, error)) (any, error) {
+	return call(ctx, l.sys, l.pid, func(c actor.Context) (any, error) {
+		return fn(c.Actor().(*libraryActor), c)
+	})
+}
+
+func ub(u messages.UUID) []byte {
+	if u.IsZero() {
+		return nil
+	}
+	return append([]byte(nil), u[:]...)
+}
+
+func nowMS() int64 { return time.Now().UnixMilli() }
+
+// ---- generic writes ----
+
+// WriteState writes a device-owned row this device owns (uuid zero: a new
+// row) and broadcasts it. Fields are merged into the stored row.
+func (l *Library) WriteState(ctx context.Context, model string, uuid messages.UUID, fields map[string]any) (messages.UUID, error) {
+	v, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
+		rec, _, err := a.lib.WriteState(model, uuid, fields)
+		if err != nil {
+			return nil, fmt.Errorf("write %s: %w", model, err)
+		}
+		a.broadcast(c, &messages.StateChange{Model: model, Owner: a.n.self, Record: rec})
+		a.n.events.emit(Event{Type: EventResourceChanged, Library: a.id, Model: model, UUID: rec.UUID, Count: 1})
+		return rec.UUID, nil
+	})
+	if err != nil {
+		return messages.UUID{}, err
+	}
+	return v.(messages.UUID), nil
+}
+
+// WriteStateBatch writes many new device-owned rows in one transaction and
+// broadcasts them in batches.
+func (l *Library) WriteStateBatch(ctx context.Context, model string, rows []map[string]any) ([]messages.UUID, error) {
+	v, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
+		recs, _, err := a.lib.WriteStateBatch(model, rows)
+		if err != nil {
+			return nil, fmt.Errorf("write %d %s rows: %w", len(rows), model, err)
+		}
+		for chunk := range slices.Chunk(recs, 1000) {
+			a.broadcast(c, &messages.StateBatch{Model: model, Owner: a.n.self, Records: chunk})
+		}
+		a.n.events.emit(Event{Type: EventResourceChanged, Library: a.id, Model: model, Count: len(recs)})
+		out := make([]messages.UUID, len(recs))
+		for i, r := range recs {
+			out[i] = r.UUID
+		}
+		return out, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]messages.UUID), nil
+}
+
+// DeleteState deletes a device-owned row this device owns (with its
+// dependents) and broadcasts the delete.
+func (l *Library) DeleteState(ctx context.Context, model string, uuid messages.UUID) error {
+	_, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
+		d, _, err := a.lib.DeleteState(model, uuid)
+		if err != nil {
+			return nil, fmt.Errorf("delete %s %s: %w", model, uuid, err)
+		}
+		a.broadcast(c, &d)
+		a.n.events.emit(Event{Type: EventResourceChanged, Library: a.id, Model: model, UUID: uuid, Deleted: true, Count: 1})
+		return nil, nil
+	})
+	return err
+}
+
+// Commit writes a shared change (log first), applies it and broadcasts it.
+func (l *Library) Commit(ctx context.Context, model string, uuid messages.UUID, op messages.ChangeOp, fields map[string]any) (messages.UUID, error) {
+	v, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
+		ch, _, err := a.lib.CommitShared(model, uuid, op, fields)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", op, model, err)
+		}
+		a.n.traceShared("commit", []messages.SharedChange{ch})
+		a.broadcast(c, &ch)
+		a.n.events.emit(Event{Type: EventResourceChanged, Library: a.id, Model: model, UUID: ch.Record, Deleted: op == messages.OpDelete, Count: 1})
+		return ch.Record, nil
+	})
+	if err != nil {
+		return messages.UUID{}, err
+	}
+	return v.(messages.UUID), nil
+}
+
+// ---- typed writes ----
+
+// Volume is a storage volume of this device.
+type Volume struct {
+	Name, MountPoint, FSType string
+	Capacity                 int64
+}
+
+// AddVolume records a volume of this device.
+func (l *Library) AddVolume(ctx context.Context, v Volume) (messages.UUID, error) {
+	return l.WriteState(ctx, "volume", messages.UUID{}, map[string]any{
+		"name": v.Name, "mount_point": v.MountPoint, "capacity": v.Capacity, "fs_type": v.FSType, "created_at": nowMS()})
+}
+
+// AddLocation records a folder of this device as a location (volume may be zero).
+func (l *Library) AddLocation(ctx context.Context, path, name string, volume messages.UUID) (messages.UUID, error) {
+	if path == "" {
+		return messages.UUID{}, errors.New("add location: a path is required")
+	}
+	return l.WriteState(ctx, "location", messages.UUID{}, map[string]any{
+		"path": path, "name": name, "volume_uuid": ub(volume), "created_at": nowMS()})
+}
+
+// Entry kinds.
+const (
+	KindFile      = 0
+	KindDirectory = 1
+	KindSymlink   = 2
+)
+
+// EntryInput is one file-system entry of a location of this device.
+type EntryInput struct {
+	UUID      messages.UUID // zero: minted
+	Parent    messages.UUID // zero: top of the location
+	Name      string
+	Kind      int
+	Extension string
+	Size      int64
+	MTime     int64 // ms
+	Content   messages.UUID
+}
+
+func (e EntryInput) fields(loc messages.UUID) map[string]any {
+	f := map[string]any{"location_uuid": ub(loc), "parent_uuid": ub(e.Parent), "name": e.Name, "kind": int64(e.Kind),
+		"extension": e.Extension, "size": e.Size, "mtime": e.MTime, "content_uuid": ub(e.Content)}
+	if !e.UUID.IsZero() {
+		f["uuid"] = ub(e.UUID)
+	}
+	return f
+}
+
+// AddEntries writes entries of a location in one transaction.
+func (l *Library) AddEntries(ctx context.Context, location messages.UUID, entries []EntryInput) ([]messages.UUID, error) {
+	rows := make([]map[string]any, len(entries))
+	for i, e := range entries {
+		rows[i] = e.fields(location)
+	}
+	return l.WriteStateBatch(ctx, "entry", rows)
+}
+
+// UpdateEntry merges fields into an existing entry of this device (rename,
+// move...).
+func (l *Library) UpdateEntry(ctx context.Context, entry messages.UUID, fields map[string]any) error {
+	_, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
+		if _, err := a.lib.Get("entry", entry); err != nil {
+			return nil, fmt.Errorf("update entry %s: %w", entry, err)
+		}
+		rec, _, err := a.lib.WriteState("entry", entry, fields)
+		if err != nil {
+			return nil, fmt.Errorf("update entry %s: %w", entry, err)
+		}
+		a.broadcast(c, &messages.StateChange{Model: "entry", Owner: a.n.self, Record: rec})
+		a.n.events.emit(Event{Type: EventResourceChanged, Library: a.id, Model: "entry", UUID: entry, Count: 1})
+		return nil, nil
+	})
+	return err
+}
+
+// TagInput describes a new tag.
+type TagInput struct {
+	Name, Namespace, DisplayName, Color, Icon string
+}
+
+// CreateTag creates a tag. Two devices creating the same name get two tags.
+func (l *Library) CreateTag(ctx context.Context, t TagInput) (messages.UUID, error) {
+	if t.Name == "" {
+		return messages.UUID{}, errors.New("create tag: a name is required")
+	}
+	return l.Commit(ctx, "tag", messages.UUID{}, messages.OpInsert, map[string]any{
+		"canonical_name": t.Name, "namespace": t.Namespace, "display_name": t.DisplayName, "color": t.Color,
+		"icon": t.Icon, "tag_type": "standard", "privacy_level": "normal", "created_at": nowMS(),
+		"created_by_device": ub(messages.UUID(l.node.self))})
+}
+
+// UpdateTag changes some fields of a tag (last writer wins, per field).
+func (l *Library) UpdateTag(ctx context.Context, tag messages.UUID, fields map[string]any) error {
+	_, err := l.Commit(ctx, "tag", tag, messages.OpUpdate, fields)
+	return err
+}
+
+// DeleteTag deletes a tag (a tombstone travels, never the tag's data).
+func (l *Library) DeleteTag(ctx context.Context, tag messages.UUID) error {
+	_, err := l.Commit(ctx, "tag", tag, messages.OpDelete, nil)
+	return err
+}
+
+// RelateTags makes child a child of parent. An edge that would close a
+// cycle is stored but rejected, the same way on every device.
+func (l *Library) RelateTags(ctx context.Context, parent, child messages.UUID, relType string) (messages.UUID, error) {
+	if relType == "" {
+		relType = "parent_child"
+	}
+	return l.Commit(ctx, "tag_relationship", messages.UUID{}, messages.OpInsert, map[string]any{
+		"parent_tag_uuid": ub(parent), "child_tag_uuid": ub(child), "relationship_type": relType,
+		"strength": 1.0, "created_at": nowMS()})
+}
+
+// UnrelateTags removes the parent→child edge.
+func (l *Library) UnrelateTags(ctx context.Context, parent, child messages.UUID) error {
+	u, err := l.pairUUID("tag_relationship", map[string]any{"parent_tag_uuid": ub(parent), "child_tag_uuid": ub(child)})
+	if err != nil {
+		return err
+	}
+	_, err = l.Commit(ctx, "tag_relationship", u, messages.OpDelete, nil)
+	return err
+}
+
+func (l *Library) pairUUID(model string, fields map[string]any) (messages.UUID, error) {
+	u, ok := l.store.Registry().DeterministicUUID(model, fields)
+	if !ok {
+		return messages.UUID{}, fmt.Errorf("%s: cannot derive the pair's uuid", model)
+	}
+	return u, nil
+}
+
+// CreateAlbum creates an album.
+func (l *Library) CreateAlbum(ctx context.Context, name, description string) (messages.UUID, error) {
+	if name == "" {
+		return messages.UUID{}, errors.New("create album: a name is required")
+	}
+	return l.Commit(ctx, "album", messages.UUID{}, messages.OpInsert, map[string]any{
+		"name": name, "description": description, "created_at": nowMS(), "created_by_device": ub(messages.UUID(l.node.self))})
+}
+
+// AddToAlbum adds an entry (of any device) to an album.
+func (l *Library) AddToAlbum(ctx context.Context, album, entry messages.UUID) error {
+	_, err := l.Commit(ctx, "album_entry", messages.UUID{}, messages.OpInsert, map[string]any{
+		"album_uuid": ub(album), "entry_uuid": ub(entry), "added_at": nowMS(), "added_by_device": ub(messages.UUID(l.node.self))})
+	return err
+}
+
+// RemoveFromAlbum removes an entry from an album.
+func (l *Library) RemoveFromAlbum(ctx context.Context, album, entry messages.UUID) error {
+	u, err := l.pairUUID("album_entry", map[string]any{"album_uuid": ub(album), "entry_uuid": ub(entry)})
+	if err != nil {
+		return err
+	}
+	_, err = l.Commit(ctx, "album_entry", u, messages.OpDelete, nil)
+	return err
+}
+
+// contentOf returns the content identity of an entry.
+func (l *Library) contentOf(entry messages.UUID) (messages.UUID, error) {
+	row, err := l.store.Get("entry", entry)
+	if err != nil {
+		return messages.UUID{}, fmt.Errorf("entry %s: %w", entry, err)
+	}
+	s, _ := row["content_uuid"].(string)
+	if s == "" {
+		return messages.UUID{}, fmt.Errorf("entry %s has no content identity (directories and empty files cannot carry shared metadata)", entry)
+	}
+	var u messages.UUID
+	if err := u.UnmarshalText([]byte(s)); err != nil {
+		return messages.UUID{}, err
+	}
+	return u, nil
+}
+
+// ensureContentMeta returns the uuid of the content-scoped user metadata of
+// content, creating the row (deterministic uuid) if needed.
+func (l *Library) ensureContentMeta(ctx context.Context, content messages.UUID) (messages.UUID, error) {
+	f := map[string]any{"content_uuid": ub(content)}
+	u, err := l.pairUUID("user_metadata", f)
+	if err != nil {
+		return u, err
+	}
+	if _, err := l.store.Get("user_metadata", u); err == nil {
+		return u, nil
+	}
+	return l.Commit(ctx, "user_metadata", u, messages.OpUpdate, f)
+}
+
+// ApplyTag tags an entry: the tag attaches to the entry's content (shared
+// metadata), so it shows on every copy of the same bytes on every device.
+func (l *Library) ApplyTag(ctx context.Context, tag, entry messages.UUID) error {
+	content, err := l.contentOf(entry)
+	if err != nil {
+		return fmt.Errorf("apply tag: %w", err)
+	}
+	meta, err := l.ensureContentMeta(ctx, content)
+	if err != nil {
+		return fmt.Errorf("apply tag: %w", err)
+	}
+	_, err = l.Commit(ctx, "user_metadata_tag", messages.UUID{}, messages.OpInsert, map[string]any{
+		"user_metadata_uuid": ub(meta), "tag_uuid": ub(tag), "source": "user", "confidence": 1.0,
+		"created_at": nowMS(), "device_uuid": ub(messages.UUID(l.node.self))})
+	return err
+}
+
+// SetContentMeta sets shared metadata (favorite, hidden, note, rating) of a
+// content identity; last writer wins per field.
+func (l *Library) SetContentMeta(ctx context.Context, content messages.UUID, fields map[string]any) error {
+	meta, err := l.ensureContentMeta(ctx, content)
+	if err != nil {
+		return err
+	}
+	_, err = l.Commit(ctx, "user_metadata", meta, messages.OpUpdate, fields)
+	return err
+}
+
+// SetEntryMeta sets entry-scoped metadata; only the entry's owner may.
+func (l *Library) SetEntryMeta(ctx context.Context, entry messages.UUID, fields map[string]any) error {
+	row, err := l.store.Get("entry", entry)
+	if err != nil {
+		return fmt.Errorf("entry %s: %w", entry, err)
+	}
+	if owner, _ := row["device_uuid"].(string); owner != l.node.self.String() {
+		return fmt.Errorf("entry %s belongs to device %s: %w (set metadata on its content instead)", entry, owner, persistence.ErrNotOwner)
+	}
+	f := map[string]any{"entry_uuid": ub(entry)}
+	u, err := l.pairUUID("entry_metadata", f)
+	if err != nil {
+		return err
+	}
+	for k, v := range fields {
+		f[k] = v
+	}
+	_, err = l.WriteState(ctx, "entry_metadata", u, f)
+	return err
+}
+
+// ---- reads ----
+
+// Query returns every row of model, sorted by uuid, without local ids.
+func (l *Library) Query(ctx context.Context, model string) ([]persistence.Row, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return l.store.Query(model)
+}
+
+// Get returns one row.
+func (l *Library) Get(ctx context.Context, model string, uuid messages.UUID) (persistence.Row, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return l.store.Get(model, uuid)
+}
+
+// Dump returns every synced model's rows.
+func (l *Library) Dump(ctx context.Context) (map[string][]persistence.Row, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return l.store.Dump()
+}
+
+// Events subscribes to this library's events.
+func (l *Library) Events() (<-chan Event, func()) {
+	id := l.id
+	return l.node.events.subscribeFiltered(4096, func(e Event) bool { return e.Library == id })
+}
+
+func (l *Library) addPartner(ctx context.Context, dev messages.DeviceID, name string, join bool) error {
+	_, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
+		return nil, a.addPartner(c, dev, name, join)
+	})
+	return err
+}
+
+// AddPartner registers dev as a sync partner of this library on this side
+// only (SyncSetup does both sides over the network).
+func (l *Library) AddPartner(ctx context.Context, dev messages.DeviceID, name string) error {
+	return l.addPartner(ctx, dev, name, false)
+}
+
+// Join backfills this library from source (a partner), as sync-setup
+// --action join does; it returns once the job is started. Progress is in
+// Status().Backfill and EventBackfillProgress; WaitReady waits for the end.
+func (l *Library) Join(ctx context.Context, source messages.DeviceID) error {
+	_, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
+		if !a.partners[source] {
+			return nil, fmt.Errorf("join: device %s is not a sync partner of this library", source)
+		}
+		return nil, a.startJoin(c, source)
+	})
+	return err
+}
+
+// WaitReady waits until the library is READY: no join, no catch-up running.
+func (l *Library) WaitReady(ctx context.Context) error {
+	for {
+		st, err := l.Status(ctx)
+		if err != nil {
+			return err
+		}
+		if st.Phase == PhaseReady && st.Backfill == nil && len(st.Jobs) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s to be ready (phase %s): %w", l.id, st.Phase, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Store exposes the persistence layer for read-only inspection (tests,
+// tools). Writes must go through the Library methods.
+func (l *Library) Store() *persistence.Library { return l.store }

@@ -1,0 +1,339 @@
+package actors
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+
+	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
+	"github.com/lsync/lsync/net/memnet"
+	"github.com/lsync/lsync/persistence"
+)
+
+// cluster is N nodes on one in-memory network, all paired, sharing one
+// library with every pair of devices registered as sync partners.
+type cluster struct {
+	t     testing.TB
+	net   *memnet.Network
+	nodes []*Node
+	libs  []*Library
+	devs  []messages.DeviceID
+	homes []string
+	dir   StaticDirectory
+	sync  SyncConfig
+	hook  func(model string, uuid messages.UUID)
+
+	joinedMu  sync.Mutex
+	pagesMu   sync.Mutex
+	pages     map[string]int // backfill pages served: "requester owner model cursor" → times
+	traceMu   sync.Mutex
+	traces    map[string][]string // record uuid → "dev stage hlc op fields"
+	snapshots []string
+}
+
+// devID gives test devices readable, ordered ids.
+func devID(i int) messages.DeviceID {
+	return messages.DeviceID(uuid.MustParse(fmt.Sprintf("00000000-0000-4000-8000-%012d", i+1)))
+}
+
+func testSync() SyncConfig {
+	return SyncConfig{
+		CatchUpInterval: time.Hour, // tests trigger catch-up by (re)connecting
+		PruneInterval:   200 * time.Millisecond,
+		AckDelay:        5 * time.Millisecond,
+		ReconnectMin:    10 * time.Millisecond,
+		ReconnectMax:    100 * time.Millisecond,
+		RequestTimeout:  10 * time.Second,
+	}
+}
+
+func newCluster(t testing.TB, n int, seed uint64) *cluster {
+	t.Helper()
+	c := &cluster{t: t, net: memnet.NewNetwork(seed), dir: StaticDirectory{}, sync: testSync(), hook: testHook}
+	for i := range n {
+		c.devs = append(c.devs, devID(i))
+		c.dir[devID(i)] = "mem:" + devID(i).String()
+	}
+	for i := range n {
+		for j := i + 1; j < n; j++ {
+			c.net.Pair(c.devs[i], c.devs[j])
+		}
+	}
+	for i := range n {
+		c.homes = append(c.homes, t.TempDir())
+		c.nodes = append(c.nodes, nil)
+		c.libs = append(c.libs, nil)
+		c.start(i)
+	}
+	t.Cleanup(c.stop)
+	return c
+}
+
+// start (re)starts node i on its home.
+func (c *cluster) start(i int) {
+	c.t.Helper()
+	dev := c.devs[i]
+	others := StaticDirectory{}
+	for d, a := range c.dir {
+		if d != dev {
+			others[d] = a
+		}
+	}
+	var log *slog.Logger
+	if os.Getenv("LSYNC_TEST_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("dev", i)
+	}
+	node, err := Start(context.Background(), Config{
+		Home: c.homes[i], Name: fmt.Sprintf("dev%d", i), Directory: others, Sync: c.sync, Logger: log,
+		NewTransport: func(obs net.Observer) (net.Transport, error) { return c.net.Listen(dev, fmt.Sprintf("dev%d", i), obs) },
+	})
+	if err != nil {
+		c.t.Fatalf("start node %d: %v", i, err)
+	}
+	node.core.applyHook = c.hook
+	node.core.served = func(from messages.DeviceID, m messages.Message) {
+		r, ok := m.(*messages.StateRequest)
+		if !ok || !r.Since.IsZero() {
+			return
+		}
+		c.pagesMu.Lock()
+		defer c.pagesMu.Unlock()
+		if c.pages == nil {
+			c.pages = map[string]int{}
+		}
+		c.pages[fmt.Sprintf("%s %s %s %s %s", from, r.Owner, r.Model, r.Cursor.HLC, r.Cursor.UUID)]++
+	}
+	node.core.snapshotHook = func(from messages.DeviceID, since messages.HLC) {
+		c.traceMu.Lock()
+		defer c.traceMu.Unlock()
+		c.snapshots = append(c.snapshots, fmt.Sprintf("dev%d told %s (since %s) to take a snapshot; acks: %v", i, from, since, node.ackDebug()))
+	}
+	node.core.trace = func(stage string, ch *messages.SharedChange) {
+		c.traceMu.Lock()
+		defer c.traceMu.Unlock()
+		if c.traces == nil {
+			c.traces = map[string][]string{}
+		}
+		k := ch.Record.String()
+		if len(c.traces[k]) < 200 {
+			c.traces[k] = append(c.traces[k], fmt.Sprintf("dev%d %-8s %s prev=%s %s %v", i, stage, ch.HLC, ch.Prev, ch.Op, ch.Fields))
+		}
+	}
+	c.nodes[i] = node
+	if c.libs[i] != nil {
+		lib, err := node.Library(context.Background(), c.libs[i].ID())
+		if err != nil {
+			c.t.Fatalf("node %d reopened without its library: %v", i, err)
+		}
+		c.libs[i] = lib
+	}
+}
+
+func (c *cluster) stopNode(i int) {
+	if c.nodes[i] == nil {
+		return
+	}
+	if err := c.nodes[i].Stop(context.Background()); err != nil {
+		c.t.Errorf("stop node %d: %v", i, err)
+	}
+	c.nodes[i] = nil
+}
+
+func (c *cluster) stop() {
+	for i := range c.nodes {
+		c.stopNode(i)
+	}
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// share creates a library on node 0 and makes every pair partners.
+func (c *cluster) share() {
+	c.t.Helper()
+	ctx := ctxT(c.t)
+	lib, err := c.nodes[0].CreateLibrary(ctx, "Jamie's Library")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.libs[0] = lib
+	for i := 1; i < len(c.nodes); i++ {
+		for j := 0; j < i; j++ {
+			if err := c.nodes[i].WaitConnected(ctx, c.devs[j]); err != nil {
+				c.t.Fatal(err)
+			}
+			l, err := c.nodes[i].SyncSetup(ctx, c.devs[j], lib.ID(), ActionRegisterOnly)
+			if err != nil {
+				c.t.Fatalf("sync-setup %d with %d: %v", i, j, err)
+			}
+			c.libs[i] = l
+		}
+	}
+}
+
+// idle waits until no device has catch-up work running or scheduled.
+func (c *cluster) idle() {
+	c.t.Helper()
+	eventually(c.t, 10*time.Second, "catch-up jobs to finish", func() bool {
+		for i := range c.nodes {
+			if c.nodes[i] == nil {
+				continue
+			}
+			st, err := c.libs[i].Status(context.Background())
+			if err != nil || len(st.Jobs) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// dump is a device's rows of every synced model, as JSON.
+func (c *cluster) dump(i int) []byte {
+	d, err := c.libs[i].Dump(context.Background())
+	if err != nil {
+		c.t.Fatalf("dump %d: %v", i, err)
+	}
+	b, err := json.MarshalIndent(d, "", " ")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return b
+}
+
+// converge waits until every running device has the same rows and, if
+// emptyLogs, every shared log is pruned to nothing.
+func (c *cluster) converge(emptyLogs bool, timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var why string
+	for time.Now().Before(deadline) {
+		why = c.differs(emptyLogs)
+		if why == "" {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range c.nodes {
+		if c.nodes[i] == nil {
+			continue
+		}
+		st, err := c.libs[i].Status(context.Background())
+		b, _ := json.Marshal(st)
+		c.t.Logf("device %d status: %s %v", i, b, err)
+	}
+	if ms := uuidRe.FindAllStringSubmatch(why, -1); len(ms) > 0 {
+		c.traceMu.Lock()
+		seen := map[string]bool{}
+		for _, m := range ms {
+			u := m[1]
+			if seen[u] {
+				continue
+			}
+			seen[u] = true
+			for _, line := range c.traces[u] {
+				c.t.Logf("trace %s: %s", u, line)
+			}
+		}
+		c.traceMu.Unlock()
+	}
+	c.t.Fatalf("no convergence after %v: %s", timeout, why)
+}
+
+func (c *cluster) differs(emptyLogs bool) string {
+	var first []byte
+	firstIdx := -1
+	for i := range c.nodes {
+		if c.nodes[i] == nil {
+			continue
+		}
+		d := c.dump(i)
+		if firstIdx < 0 {
+			first, firstIdx = d, i
+			continue
+		}
+		if !bytes.Equal(first, d) {
+			return fmt.Sprintf("device %d differs from device %d:\n%s", i, firstIdx, firstDiff(first, d))
+		}
+	}
+	if emptyLogs {
+		for i := range c.nodes {
+			if c.nodes[i] == nil {
+				continue
+			}
+			n, err := c.libs[i].Store().LogCount()
+			if err != nil || n != 0 {
+				return fmt.Sprintf("device %d log has %d entries (%v)", i, n, err)
+			}
+		}
+	}
+	return ""
+}
+
+var uuidRe = regexp.MustCompile(`"uuid": "([0-9a-f-]{36})"`)
+
+func firstDiff(a, b []byte) string {
+	al, bl := bytes.Split(a, []byte("\n")), bytes.Split(b, []byte("\n"))
+	for i := 0; i < len(al) && i < len(bl); i++ {
+		if !bytes.Equal(al[i], bl[i]) {
+			lo, hi := max(0, i-14), min(len(al), len(bl), i+14)
+			return fmt.Sprintf("line %d:\n- %s\n+ %s\nfirst: %s\nother: %s", i, al[i], bl[i],
+				bytes.Join(al[lo:hi], []byte(" ")), bytes.Join(bl[lo:hi], []byte(" ")))
+		}
+	}
+	return fmt.Sprintf("lengths %d vs %d lines", len(al), len(bl))
+}
+
+func (c *cluster) rows(i int, model string) []persistence.Row {
+	c.t.Helper()
+	rows, err := c.libs[i].Query(context.Background(), model)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return rows
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s", timeout, what)
+}
+
+// openStore opens a stopped node's library store directly.
+func openStore(c *cluster, i int) (*persistence.Library, error) {
+	return persistence.Open(libraryDir(c.homes[i], c.libs[i].ID()), persistence.Options{Self: c.devs[i]})
+}
+
+// ackDebug describes every open library's partners' ACKs (tests only).
+func (n *Node) ackDebug() string {
+	v, err := n.callNode(context.Background(), func(na *nodeActor, c actor.Context) (any, error) {
+		var out []string
+		for id, lib := range na.stores {
+			ps, _ := lib.Partners()
+			out = append(out, fmt.Sprintf("lib %s partners %d log %v", id, len(ps), lib.LastLogged()))
+		}
+		return out, nil
+	})
+	return fmt.Sprint(v, err)
+}

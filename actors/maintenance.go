@@ -1,0 +1,64 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lsync/lsync/persistence"
+)
+
+// maintenanceActor prunes the shared log on a timer and whenever an ACK
+// arrives, and ticks the periodic catch-up that repairs lost live messages.
+type maintenanceActor struct {
+	n      *nodeCore
+	lib    *persistence.Library
+	parent *actor.PID
+
+	pruneTimer   *time.Ticker
+	catchupTimer *time.Ticker
+	stop         chan struct{}
+}
+
+type pruneTick struct{}
+
+func (m *maintenanceActor) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Started:
+		m.stop = make(chan struct{})
+		self, root, parent := ctx.Self(), ctx.ActorSystem().Root, m.parent
+		prune := time.NewTicker(m.n.sync.PruneInterval)
+		catchup := time.NewTicker(m.n.sync.CatchUpInterval)
+		stop := m.stop
+		go func() {
+			defer prune.Stop()
+			defer catchup.Stop()
+			for {
+				select {
+				case <-prune.C:
+					root.Send(self, &pruneTick{})
+				case <-catchup.C:
+					root.Send(parent, &catchupTick{})
+				case <-stop:
+					return
+				}
+			}
+		}()
+	case *actor.Stopping, *actor.Restarting:
+		if m.stop != nil {
+			close(m.stop)
+			m.stop = nil
+		}
+	case *pruneTick, *pruneNow:
+		n, err := m.lib.Prune()
+		if err != nil {
+			m.n.log.Error("prune", "err", err)
+			return
+		}
+		count, err := m.lib.LogCount()
+		if err != nil {
+			return
+		}
+		ctx.Send(m.parent, &pruned{n: n, logCount: count})
+	}
+}

@@ -1,0 +1,159 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// Metrics holds every Prometheus series of DESIGN.md §9, plus the actor
+// system's dead letters and supervision events. It also implements
+// net.Observer, so both transports feed the same series.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	messages       *prometheus.CounterVec   // direction, type
+	bytes          *prometheus.CounterVec   // direction
+	applySeconds   *prometheus.HistogramVec // model
+	sharedLog      *prometheus.GaugeVec     // library
+	backfillRecs   *prometheus.CounterVec   // library
+	backfillPhase  *prometheus.GaugeVec     // library
+	peerRTT        *prometheus.GaugeVec     // peer
+	rejected       *prometheus.CounterVec   // reason
+	fkParked       *prometheus.GaugeVec     // model
+	deadLetters    prometheus.Counter
+	supervision    *prometheus.CounterVec // directive
+	eventsDropped  prometheus.Counter
+	applierRestart *prometheus.CounterVec // model
+}
+
+func newMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lsync_messages_total", Help: "Sync messages sent and received, by direction and message type.",
+		}, []string{"direction", "type"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lsync_bytes_total", Help: "Frame bytes on the wire, by direction.",
+		}, []string{"direction"}),
+		applySeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "lsync_apply_seconds", Help: "Time to apply one batch of inbound changes, by model.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"model"}),
+		sharedLog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lsync_shared_log_entries", Help: "Entries in this device's shared-change log (sync.db).",
+		}, []string{"library"}),
+		backfillRecs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lsync_backfill_records_total", Help: "Records applied by backfill and catch-up jobs.",
+		}, []string{"library"}),
+		backfillPhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lsync_backfill_phase", Help: "Backfill phase: 0 ready, 1 selecting, 2 backfilling, 3 catching up, 4 failed (backing off).",
+		}, []string{"library"}),
+		peerRTT: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lsync_peer_rtt_seconds", Help: "Latest round-trip time to each peer.",
+		}, []string{"peer"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lsync_rejected_total", Help: "Refused input, by reason.",
+		}, []string{"reason"}),
+		fkParked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lsync_fk_parked", Help: "Records parked until their parent arrives, by model.",
+		}, []string{"model"}),
+		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lsync_actor_dead_letters_total", Help: "Actor messages sent to stopped actors.",
+		}),
+		supervision: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lsync_actor_supervision_total", Help: "Supervisor decisions on failed actors, by directive.",
+		}, []string{"directive"}),
+		eventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lsync_events_dropped_total", Help: "Events not delivered because a subscriber's channel was full.",
+		}),
+		applierRestart: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lsync_applier_restarts_total", Help: "Applier actors restarted after a panic, by model.",
+		}, []string{"model"}),
+	}
+	m.Registry.MustRegister(m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
+		m.eventsDropped, m.applierRestart,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// MessageIn implements net.Observer.
+func (m *Metrics) MessageIn(_ messages.DeviceID, t messages.Type, n int) {
+	m.messages.WithLabelValues("in", t.String()).Inc()
+	m.bytes.WithLabelValues("in").Add(float64(n))
+}
+
+// MessageOut implements net.Observer.
+func (m *Metrics) MessageOut(_ messages.DeviceID, t messages.Type, n int) {
+	m.messages.WithLabelValues("out", t.String()).Inc()
+	m.bytes.WithLabelValues("out").Add(float64(n))
+}
+
+// Rejected implements net.Observer.
+func (m *Metrics) Rejected(reason string) { m.rejected.WithLabelValues(reason).Inc() }
+
+// RTT implements net.Observer.
+func (m *Metrics) RTT(peer messages.DeviceID, d time.Duration) {
+	m.peerRTT.WithLabelValues(peer.String()).Set(d.Seconds())
+}
+
+// RejectedCount returns lsync_rejected_total for reason (tests, status).
+func (m *Metrics) RejectedCount(reason string) float64 {
+	return m.Value("lsync_rejected_total", map[string]string{"reason": reason})
+}
+
+// Value sums the samples of the named series whose labels include the
+// given ones (counters, gauges, and histogram counts).
+func (m *Metrics) Value(name string, labels map[string]string) float64 {
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, s := range f.GetMetric() {
+			for k, v := range labels {
+				found := false
+				for _, lp := range s.GetLabel() {
+					if lp.GetName() == k && lp.GetValue() == v {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			switch {
+			case s.Counter != nil:
+				sum += s.Counter.GetValue()
+			case s.Gauge != nil:
+				sum += s.Gauge.GetValue()
+			case s.Histogram != nil:
+				sum += float64(s.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+// watchSystem counts dead letters and supervision events from the actor
+// system's event stream.
+func (m *Metrics) watchSystem(sys *actor.ActorSystem) {
+	sys.EventStream.Subscribe(func(evt any) {
+		switch e := evt.(type) {
+		case *actor.DeadLetterEvent:
+			m.deadLetters.Inc()
+		case *actor.SupervisorEvent:
+			m.supervision.WithLabelValues(e.Directive.String()).Inc()
+		}
+	})
+}

@@ -1,0 +1,133 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
+)
+
+// QUICOptions tune the real transport.
+type QUICOptions struct {
+	BandwidthLimit int64         // bytes/s of outgoing frames (0: unlimited)
+	KeepAlive      time.Duration // (0: 10 s)
+	SchemaVersion  uint16        // tests only: pretend to speak another schema version
+}
+
+// peerDirectory adapts the pinned-peer store to Directory.
+type peerDirectory struct{ store *net.PeerStore }
+
+func (d peerDirectory) Peers() []messages.DeviceID {
+	var out []messages.DeviceID
+	for _, p := range d.store.List() {
+		out = append(out, p.ID)
+	}
+	return out
+}
+
+func (d peerDirectory) Addr(dev messages.DeviceID) (string, bool) {
+	p, ok := d.store.Get(dev)
+	return p.Addr, ok && p.Addr != ""
+}
+
+func (d peerDirectory) Name(dev messages.DeviceID) string {
+	p, _ := d.store.Get(dev)
+	return p.Name
+}
+
+func startQUIC(cfg Config, m *Metrics, log *slog.Logger, onPaired *atomic.Pointer[func(net.PeerInfo)]) (net.Transport, Directory, string, error) {
+	id, err := net.LoadOrCreateIdentity(cfg.Home, cfg.Name)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("start: identity: %w", err)
+	}
+	peers, err := net.OpenPeerStore(cfg.Home)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("start: peers: %w", err)
+	}
+	listen := cfg.Listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	tr, err := net.Listen(net.Config{
+		Identity: id, Peers: peers, Listen: listen, Observer: m, Logger: log,
+		BandwidthLimit: cfg.QUIC.BandwidthLimit, KeepAlive: cfg.QUIC.KeepAlive, SchemaVersion: cfg.QUIC.SchemaVersion,
+		OnPaired: func(p net.PeerInfo) {
+			if f := onPaired.Load(); f != nil {
+				(*f)(p)
+			}
+		},
+	})
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("start: listen on %s: %w", listen, err)
+	}
+	return tr, peerDirectory{peers}, id.Name(), nil
+}
+
+// peerAdded tells the node actor about a newly paired device.
+type peerAdded struct{ dev messages.DeviceID }
+
+// ErrNoQUIC is returned by pairing calls on a node running another transport.
+var ErrNoQUIC = errors.New("pairing needs the QUIC transport")
+
+func (n *Node) quic() (*net.QUICTransport, error) {
+	q, ok := n.tr.(*net.QUICTransport)
+	if !ok {
+		return nil, ErrNoQUIC
+	}
+	return q, nil
+}
+
+// PairingCode is a one-time code shown to the user.
+type PairingCode struct {
+	Code    string    `json:"code"`
+	Expires time.Time `json:"expires"`
+	// Done yields the outcome once the code is used (or expires).
+	Done <-chan net.PairResult `json:"-"`
+}
+
+// GeneratePairingCode creates a one-time pairing code valid for ttl and a
+// few attempts (zero values: 5 minutes, 3 attempts).
+func (n *Node) GeneratePairingCode(ttl time.Duration, attempts int) (PairingCode, error) {
+	q, err := n.quic()
+	if err != nil {
+		return PairingCode{}, err
+	}
+	code, exp, done, err := q.GeneratePairingCode(ttl, attempts)
+	if err != nil {
+		return PairingCode{}, err
+	}
+	return PairingCode{Code: code, Expires: exp, Done: done}, nil
+}
+
+// JoinPairing pairs with the device at addr that showed code.
+func (n *Node) JoinPairing(ctx context.Context, code, addr string) (net.PeerInfo, error) {
+	q, err := n.quic()
+	if err != nil {
+		return net.PeerInfo{}, err
+	}
+	return q.JoinPairing(ctx, code, addr)
+}
+
+// Paired lists the pinned devices.
+func (n *Node) Paired() []net.PeerInfo {
+	q, err := n.quic()
+	if err != nil {
+		return nil
+	}
+	return q.Peers().List()
+}
+
+func (na *nodeActor) onPeerAdded(ctx actor.Context, m *peerAdded) {
+	if _, ok := na.peers[m.dev]; ok {
+		return
+	}
+	na.peer(ctx, m.dev)
+	na.n.events.emit(Event{Type: EventPaired, Peer: m.dev})
+}

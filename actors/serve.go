@@ -1,0 +1,186 @@
+package actors
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
+)
+
+// serveActor answers bulk requests of partners (pages of state, of the log,
+// of shared state, fingerprints). It reads through persistence's read
+// connections, so serving a 10,000-row page never blocks the writers.
+type serveActor struct {
+	n   *nodeCore
+	lib *persistence.Library
+}
+
+func (s *serveActor) Receive(ctx actor.Context) {
+	m, ok := ctx.Message().(*serveReq)
+	if !ok {
+		return
+	}
+	if s.n.served != nil {
+		s.n.served(m.from, m.msg)
+	}
+	resp, err := s.answer(m.from, m.msg)
+	if err != nil {
+		var e *messages.Error
+		if !asMsgError(err, &e) {
+			e = &messages.Error{Code: messages.CodeInternal, Message: err.Error()}
+		}
+		s.n.log.Warn("bulk request failed", "from", m.from, "type", m.msg.MessageType(), "err", err)
+		resp = e
+	}
+	if err := m.reply(resp); err != nil {
+		s.n.log.Debug("reply", "to", m.from, "err", err)
+	}
+}
+
+func asMsgError(err error, e **messages.Error) bool {
+	me, ok := err.(*messages.Error)
+	if ok {
+		*e = me
+	}
+	return ok
+}
+
+func (s *serveActor) limit(l uint32) int {
+	if l == 0 || int(l) > s.n.sync.PageSize*10 {
+		return s.n.sync.PageSize
+	}
+	return int(l)
+}
+
+func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messages.Message, error) {
+	switch m := msg.(type) {
+	case *messages.StateRequest:
+		return s.statePage(m)
+	case *messages.SharedChangeRequest:
+		if m.Origin != s.n.self {
+			return nil, &messages.Error{Code: messages.CodeNotFound,
+				Message: fmt.Sprintf("device %s keeps only its own log, not %s's", s.n.self, m.Origin)}
+		}
+		entries, more, snap, err := s.lib.LogSince(m.Since, s.limit(m.Limit))
+		if err != nil {
+			return nil, err
+		}
+		if snap {
+			s.n.log.Info("peer is behind the pruned log; it must take a shared-state snapshot", "peer", from, "since", m.Since)
+			if s.n.snapshotHook != nil {
+				s.n.snapshotHook(from, m.Since)
+			}
+		}
+		return &messages.SharedChangeResponse{Origin: s.n.self, Entries: entries, HasMore: more, SnapshotRequired: snap}, nil
+	case *messages.SharedStateRequest:
+		return s.sharedStatePage(m)
+	case *messages.FingerprintRequest:
+		return s.fingerprints(m)
+	case *messages.StateOwnersRequest:
+		owners, err := s.lib.Owners()
+		if err != nil {
+			return nil, err
+		}
+		resp := &messages.StateOwnersResponse{}
+		for _, o := range owners {
+			resp.Owners = append(resp.Owners, messages.OriginWatermark{Origin: o, HLC: s.lib.StateWatermark(o)})
+		}
+		return resp, nil
+	}
+	return nil, &messages.Error{Code: messages.CodeBadRequest, Message: fmt.Sprintf("%s is not a request", msg.MessageType())}
+}
+
+// statePage serves one page of Owner's rows, walking Models in order and
+// skipping models with nothing newer than Since. The watermark is read
+// before the page, so everything of Owner up to it is in this scan.
+func (s *serveActor) statePage(m *messages.StateRequest) (*messages.StateResponse, error) {
+	reg := s.lib.Registry()
+	models := m.Models
+	if len(models) == 0 {
+		models = reg.DeviceOwned()
+	}
+	for _, model := range models {
+		if k, ok := reg.Kind(model); !ok || k != persistence.DeviceOwned {
+			return nil, &messages.Error{Code: messages.CodeUnknownModel, Message: fmt.Sprintf("%q is not a device-owned model", model)}
+		}
+	}
+	i := 0
+	cursor := m.Cursor
+	if m.Model != "" {
+		i = slices.Index(models, m.Model)
+		if i < 0 {
+			return nil, &messages.Error{Code: messages.CodeBadRequest, Message: fmt.Sprintf("cursor model %q not in request", m.Model)}
+		}
+	}
+	wm := s.lib.StateWatermark(m.Owner)
+	for ; i < len(models); i++ {
+		recs, next, more, err := s.lib.StatePage(m.Owner, models[i], m.Since, cursor, s.limit(m.Limit))
+		if err != nil {
+			return nil, fmt.Errorf("state page %s of %s: %w", models[i], m.Owner, err)
+		}
+		if len(recs) > 0 || more || i == len(models)-1 {
+			return &messages.StateResponse{Owner: m.Owner, Model: models[i], Records: recs, Cursor: next,
+				HasMore: more || i < len(models)-1, Watermark: wm}, nil
+		}
+		cursor = messages.Cursor{}
+	}
+	return &messages.StateResponse{Owner: m.Owner, Watermark: wm}, nil
+}
+
+func (s *serveActor) sharedStatePage(m *messages.SharedStateRequest) (*messages.SharedStateResponse, error) {
+	reg := s.lib.Registry()
+	models := m.Models
+	if len(models) == 0 {
+		models = reg.SharedModels()
+	}
+	i := 0
+	cursor := m.Cursor
+	if m.Model != "" {
+		if i = slices.Index(models, m.Model); i < 0 {
+			return nil, &messages.Error{Code: messages.CodeBadRequest, Message: fmt.Sprintf("cursor model %q not in request", m.Model)}
+		}
+	}
+	// Watermarks on the first page, read before any row: the whole scan
+	// includes at least them (rows written during the scan move past the
+	// cursor and are served later, never missed).
+	var wms []messages.OriginWatermark
+	if m.Model == "" && m.Cursor.IsZero() {
+		var err error
+		if wms, err = s.lib.SharedWatermarks(); err != nil {
+			return nil, err
+		}
+	}
+	for ; i < len(models); i++ {
+		if k, ok := reg.Kind(models[i]); !ok || k != persistence.Shared {
+			return nil, &messages.Error{Code: messages.CodeUnknownModel, Message: fmt.Sprintf("%q is not a shared model", models[i])}
+		}
+		changes, next, more, err := s.lib.SharedStatePage(models[i], cursor, s.limit(m.Limit))
+		if err != nil {
+			return nil, fmt.Errorf("shared state page %s: %w", models[i], err)
+		}
+		if len(changes) > 0 || more || i == len(models)-1 {
+			return &messages.SharedStateResponse{Model: models[i], Entries: changes, Cursor: next,
+				HasMore: more || i < len(models)-1, Watermarks: wms}, nil
+		}
+		cursor = messages.Cursor{}
+	}
+	return &messages.SharedStateResponse{Watermarks: wms}, nil
+}
+
+func (s *serveActor) fingerprints(m *messages.FingerprintRequest) (*messages.FingerprintResponse, error) {
+	resp := &messages.FingerprintResponse{Model: m.Model, Owner: m.Owner, Watermark: s.lib.StateWatermark(m.Owner)}
+	for _, r := range m.Ranges {
+		mine, err := s.lib.RangeSummary(m.Model, m.Owner, r.Lo, r.Hi, fingerprintLeaf)
+		if err != nil {
+			return nil, err
+		}
+		resp.Ranges = append(resp.Ranges, mine)
+	}
+	return resp, nil
+}
+
+// fingerprintLeaf is the range size below which fingerprints list items.
+const fingerprintLeaf = 64

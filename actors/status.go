@@ -1,0 +1,149 @@
+package actors
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// Status is what `lsync sync status` shows for a library.
+type Status struct {
+	Library          messages.LibraryID `json:"library"`
+	Name             string             `json:"name"`
+	Phase            Phase              `json:"phase"`
+	Peers            []PeerStatus       `json:"peers"`
+	StateWatermarks  []Watermark        `json:"state_watermarks"`
+	SharedWatermarks []Watermark        `json:"shared_watermarks"`
+	LogSize          int                `json:"log_size"`
+	LastLogged       string             `json:"last_logged,omitempty"`
+	Parked           map[string]int     `json:"parked"`
+	Failed           int                `json:"failed_records"`
+	Pending          int                `json:"pending_shared"`
+	Jobs             []string           `json:"jobs"`
+	Backfill         *BackfillStatus    `json:"backfill,omitempty"`
+}
+
+// PeerStatus is one sync partner as seen from here.
+type PeerStatus struct {
+	ID        messages.DeviceID `json:"id"`
+	Name      string            `json:"name"`
+	Connected bool              `json:"connected"`
+	RTTMillis float64           `json:"rtt_ms"`
+	LastSync  string            `json:"last_sync,omitempty"`
+	AckedUpTo string            `json:"acked_up_to,omitempty"`
+}
+
+// Watermark is "holds everything of Device up to HLC".
+type Watermark struct {
+	Device messages.DeviceID `json:"device"`
+	HLC    string            `json:"hlc"`
+}
+
+// BackfillStatus reports a join in progress (see backfill.go).
+type BackfillStatus struct {
+	Job           string  `json:"job"`
+	Phase         Phase   `json:"phase"`
+	Source        string  `json:"source,omitempty"`
+	Pages         int     `json:"pages"`
+	Records       int64   `json:"records"`
+	Bytes         int64   `json:"bytes"`
+	RecordsPerSec float64 `json:"records_per_sec"`
+	ETASeconds    float64 `json:"eta_seconds"`
+	Attempts      int     `json:"attempts"`
+	LastError     string  `json:"last_error,omitempty"`
+}
+
+// Status reports the library's sync state.
+func (l *Library) Status(ctx context.Context) (*Status, error) {
+	v, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
+		return a.status()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*Status), nil
+}
+
+func (a *libraryActor) status() (*Status, error) {
+	st := &Status{Library: a.id, Name: a.lib.Meta().Name, Phase: a.phase}
+	partners, err := a.lib.Partners()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range partners {
+		ps := PeerStatus{ID: p.Device, Name: p.Name}
+		if link, ok := a.peers[p.Device]; ok {
+			ps.Connected = true
+			ps.RTTMillis = float64(link.conn.RTT()) / float64(time.Millisecond)
+			if ps.Name == "" {
+				ps.Name = link.name
+			}
+		}
+		if !p.LastSyncAt.IsZero() {
+			ps.LastSync = p.LastSyncAt.UTC().Format(time.RFC3339)
+		}
+		st.Peers = append(st.Peers, ps)
+	}
+	wms, err := a.lib.StateWatermarks()
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range wms {
+		st.StateWatermarks = append(st.StateWatermarks, Watermark{Device: w.Origin, HLC: w.HLC.String()})
+	}
+	wms, err = a.lib.SharedWatermarks()
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range wms {
+		st.SharedWatermarks = append(st.SharedWatermarks, Watermark{Device: w.Origin, HLC: w.HLC.String()})
+	}
+	if st.LogSize, err = a.lib.LogCount(); err != nil {
+		return nil, err
+	}
+	if h := a.lib.LastLogged(); !h.IsZero() {
+		st.LastLogged = h.String()
+	}
+	if st.Parked, err = a.lib.ParkedCount(); err != nil {
+		return nil, err
+	}
+	failed, err := a.lib.Failures()
+	if err != nil {
+		return nil, err
+	}
+	st.Failed = len(failed)
+	for _, p := range a.pending {
+		st.Pending += len(p)
+	}
+	for dev := range a.jobs {
+		st.Jobs = append(st.Jobs, "catch-up/"+dev.String())
+	}
+	for dev := range a.retryAt {
+		st.Jobs = append(st.Jobs, "retry/"+dev.String())
+	}
+	if a.bf != nil {
+		b := a.bf.st
+		bs := &BackfillStatus{Job: b.Job, Phase: a.phase, Pages: b.Pages, Records: b.Records, Bytes: b.Bytes,
+			Attempts: b.Attempts, LastError: b.LastError}
+		if !b.Source.IsZero() {
+			bs.Source = b.Source.String()
+		}
+		if el := time.Since(b.StartedAt).Seconds(); el > 0 {
+			bs.RecordsPerSec = float64(b.Records) / el
+		}
+		// ETA from the planned owners' watermarks is unknown in rows; use
+		// owners done as the fraction of work.
+		if n := len(b.Owners); n > 0 && b.Owner > 0 && bs.RecordsPerSec > 0 {
+			frac := float64(b.Owner) / float64(n)
+			bs.ETASeconds = time.Since(b.StartedAt).Seconds() * (1 - frac) / frac
+		}
+		st.Backfill = bs
+		st.Jobs = append(st.Jobs, "backfill/"+b.Job)
+	}
+	slices.Sort(st.Jobs)
+	return st, nil
+}
