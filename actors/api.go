@@ -122,6 +122,34 @@ func (l *Library) Commit(ctx context.Context, model string, uuid messages.UUID, 
 	return v.(messages.UUID), nil
 }
 
+// CommitBatch writes many shared changes at once (one log transaction, one
+// apply transaction) and broadcasts them as one batch.
+func (l *Library) CommitBatch(ctx context.Context, writes []persistence.SharedWrite) ([]messages.UUID, error) {
+	if len(writes) == 0 {
+		return nil, nil
+	}
+	v, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
+		cs, _, err := a.lib.CommitSharedBatch(writes)
+		if err != nil {
+			return nil, err
+		}
+		a.n.traceShared("commit", cs)
+		for chunk := range slices.Chunk(cs, 1000) {
+			a.broadcast(c, &messages.SharedChangeBatch{Entries: chunk})
+		}
+		a.n.events.emit(Event{Type: EventResourceChanged, Library: a.id, Model: cs[0].Model, Count: len(cs)})
+		out := make([]messages.UUID, len(cs))
+		for i := range cs {
+			out[i] = cs[i].Record
+		}
+		return out, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]messages.UUID), nil
+}
+
 // ---- typed writes ----
 
 // Volume is a storage volume of this device.

@@ -155,6 +155,14 @@ func (j *catchUpJob) shared(ctx context.Context, done *jobDone) error {
 			return fmt.Errorf("shared log of %s: unexpected %s", j.peer, m.MessageType())
 		}
 		if resp.SnapshotRequired {
+			// Our live applier may have moved the watermark on while this
+			// request was in flight, and the peer pruned up to our ACK of
+			// it: ask again from where we are now before paying for a
+			// snapshot.
+			if fresh := j.lib.SharedWatermark(j.peer); fresh.Compare(since) > 0 {
+				since = fresh
+				continue
+			}
 			return j.sharedSnapshot(ctx, done)
 		}
 		if len(resp.Entries) == 0 {

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
 	"github.com/lsync/lsync/messages"
@@ -24,15 +23,16 @@ import (
 // cluster is N nodes on one in-memory network, all paired, sharing one
 // library with every pair of devices registered as sync partners.
 type cluster struct {
-	t     testing.TB
-	net   *memnet.Network
-	nodes []*Node
-	libs  []*Library
-	devs  []messages.DeviceID
-	homes []string
-	dir   StaticDirectory
-	sync  SyncConfig
-	hook  func(model string, uuid messages.UUID)
+	t         testing.TB
+	net       *memnet.Network
+	nodes     []*Node
+	libs      []*Library
+	devs      []messages.DeviceID
+	homes     []string
+	dir       StaticDirectory
+	sync      SyncConfig
+	retention persistence.RetentionPolicy
+	hook      func(model string, uuid messages.UUID)
 
 	joinedMu  sync.Mutex
 	pagesMu   sync.Mutex
@@ -95,7 +95,7 @@ func (c *cluster) start(i int) {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("dev", i)
 	}
 	node, err := Start(context.Background(), Config{
-		Home: c.homes[i], Name: fmt.Sprintf("dev%d", i), Directory: others, Sync: c.sync, Logger: log,
+		Home: c.homes[i], Name: fmt.Sprintf("dev%d", i), Directory: others, Sync: c.sync, Logger: log, Retention: c.retention,
 		NewTransport: func(obs net.Observer) (net.Transport, error) { return c.net.Listen(dev, fmt.Sprintf("dev%d", i), obs) },
 	})
 	if err != nil {
@@ -103,6 +103,11 @@ func (c *cluster) start(i int) {
 	}
 	node.core.applyHook = c.hook
 	node.core.served = func(from messages.DeviceID, m messages.Message) {
+		if r, ok := m.(*messages.SharedStateRequest); ok && r.Model == "" && r.Cursor.IsZero() {
+			c.traceMu.Lock()
+			c.snapshots = append(c.snapshots, fmt.Sprintf("dev%d served a shared-state snapshot to %s", i, from))
+			c.traceMu.Unlock()
+		}
 		r, ok := m.(*messages.StateRequest)
 		if !ok || !r.Since.IsZero() {
 			return
@@ -113,11 +118,6 @@ func (c *cluster) start(i int) {
 			c.pages = map[string]int{}
 		}
 		c.pages[fmt.Sprintf("%s %s %s %s %s", from, r.Owner, r.Model, r.Cursor.HLC, r.Cursor.UUID)]++
-	}
-	node.core.snapshotHook = func(from messages.DeviceID, since messages.HLC) {
-		c.traceMu.Lock()
-		defer c.traceMu.Unlock()
-		c.snapshots = append(c.snapshots, fmt.Sprintf("dev%d told %s (since %s) to take a snapshot; acks: %v", i, from, since, node.ackDebug()))
 	}
 	node.core.trace = func(stage string, ch *messages.SharedChange) {
 		c.traceMu.Lock()
@@ -323,17 +323,4 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 // openStore opens a stopped node's library store directly.
 func openStore(c *cluster, i int) (*persistence.Library, error) {
 	return persistence.Open(libraryDir(c.homes[i], c.libs[i].ID()), persistence.Options{Self: c.devs[i]})
-}
-
-// ackDebug describes every open library's partners' ACKs (tests only).
-func (n *Node) ackDebug() string {
-	v, err := n.callNode(context.Background(), func(na *nodeActor, c actor.Context) (any, error) {
-		var out []string
-		for id, lib := range na.stores {
-			ps, _ := lib.Partners()
-			out = append(out, fmt.Sprintf("lib %s partners %d log %v", id, len(ps), lib.LastLogged()))
-		}
-		return out, nil
-	})
-	return fmt.Sprint(v, err)
 }

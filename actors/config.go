@@ -6,6 +6,7 @@ import (
 
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
+	"github.com/lsync/lsync/persistence"
 )
 
 // Phase is a library's sync phase as `sync status` shows it.
@@ -60,6 +61,8 @@ type Config struct {
 
 	Sync SyncConfig
 	QUIC QUICOptions
+	// Retention bounds each library's shared log and tombstones.
+	Retention persistence.RetentionPolicy
 }
 
 // SyncConfig tunes the sync engine. Zero values mean the defaults.

@@ -29,9 +29,6 @@ type nodeCore struct {
 	trace func(stage string, c *messages.SharedChange)
 	// served, when set (tests only), sees every bulk request this node answers.
 	served func(from messages.DeviceID, m messages.Message)
-	// snapshotHook, when set (tests only), hears when a peer asks for a log
-	// range this node has pruned.
-	snapshotHook func(from messages.DeviceID, since messages.HLC)
 }
 
 func (n *nodeCore) traceShared(stage string, cs []messages.SharedChange) {

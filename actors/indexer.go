@@ -15,6 +15,7 @@ import (
 	"github.com/zeebo/blake3"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
 )
 
 // IndexOptions tune IndexLocation.
@@ -57,12 +58,18 @@ func (l *Library) IndexLocation(ctx context.Context, location messages.UUID, roo
 		return prog, fmt.Errorf("index %s: not a directory", root)
 	}
 	dirs := map[string]messages.UUID{root: {}} // path → entry uuid; root = zero (top level)
-	known := map[messages.UUID]bool{}
+	known := map[messages.UUID]bool{}          // content identities this library has or will have
 	var batch []EntryInput
+	var contents []persistence.SharedWrite // new content identities of this batch
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
+		// Contents first, so no entry names one this library lacks.
+		if _, err := l.CommitBatch(ctx, contents); err != nil {
+			return fmt.Errorf("content identities: %w", err)
+		}
+		contents = contents[:0]
 		if _, err := l.AddEntries(ctx, location, batch); err != nil {
 			return err
 		}
@@ -120,12 +127,12 @@ func (l *Library) IndexLocation(ctx context.Context, location messages.UUID, roo
 					prog.Skipped++
 					break
 				}
-				cu, err := l.ensureContent(ctx, hash, info.Size(), e.Extension, known)
+				cu, w, err := l.contentWrite(hash, info.Size(), e.Extension, known)
 				if err != nil {
 					return err
 				}
-				if !known[cu] {
-					known[cu] = true
+				if w != nil {
+					contents = append(contents, *w)
 					prog.Contents++
 				}
 				e.Content = cu
@@ -150,22 +157,24 @@ func (l *Library) IndexLocation(ctx context.Context, location messages.UUID, roo
 	return prog, nil
 }
 
-// ensureContent returns the content identity for hash, committing it (a
-// shared row with a uuid derived from the hash) if this library lacks it.
-func (l *Library) ensureContent(ctx context.Context, hash string, size int64, ext string, seen map[messages.UUID]bool) (messages.UUID, error) {
+// contentWrite returns the content identity for hash (a shared row whose
+// uuid derives from the hash) and, if this library lacks it, the write that
+// creates it.
+func (l *Library) contentWrite(hash string, size int64, ext string, known map[messages.UUID]bool) (messages.UUID, *persistence.SharedWrite, error) {
 	f := map[string]any{"content_hash": hash}
 	u, err := l.pairUUID("content_identity", f)
 	if err != nil {
-		return u, err
+		return u, nil, err
 	}
-	if seen[u] {
-		return u, nil
+	if known[u] {
+		return u, nil, nil
 	}
+	known[u] = true
 	if _, err := l.store.Get("content_identity", u); err == nil {
-		return u, nil
+		return u, nil, nil
 	}
 	f["size"], f["kind"], f["created_at"] = size, contentKind(ext), nowMS()
-	return l.Commit(ctx, "content_identity", u, messages.OpInsert, f)
+	return u, &persistence.SharedWrite{Model: "content_identity", UUID: u, Op: messages.OpInsert, Fields: f}, nil
 }
 
 func contentKind(ext string) string {

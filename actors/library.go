@@ -24,6 +24,7 @@ type libraryActor struct {
 	lib *persistence.Library
 
 	peers    map[messages.DeviceID]*peerLink // connected devices (partners or not)
+	peerErr  map[messages.DeviceID]string    // why a partner is not connected, if a dial said
 	partners map[messages.DeviceID]bool      // sync_partners, cached
 	appliers map[string]*actor.PID           // model → applier; sharedApplier for shared models
 	serve    *actor.PID
@@ -97,6 +98,8 @@ func (a *libraryActor) Receive(ctx actor.Context) {
 		a.onPeerUp(ctx, m)
 	case *peerDown:
 		a.onPeerDown(ctx, m)
+	case *peerUnreachable:
+		a.peerErr[m.dev] = m.err
 	case *inboundMsg:
 		a.onInbound(ctx, m)
 	case *applied:
@@ -135,6 +138,7 @@ func (a *libraryActor) Receive(ctx actor.Context) {
 // start reloads everything from SQLite: a restart wipes actor memory.
 func (a *libraryActor) start(ctx actor.Context) {
 	a.peers = map[messages.DeviceID]*peerLink{}
+	a.peerErr = map[messages.DeviceID]string{}
 	a.jobs = map[messages.DeviceID]*actor.PID{}
 	a.jobAgain = map[messages.DeviceID]bool{}
 	a.retry = map[messages.DeviceID]*backoff{}
@@ -161,6 +165,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 	}
 	a.ensureDeviceRow(ctx)
 	a.setPhase(PhaseReady)
+	a.n.updateParked(a.lib)
 	// A join that did not finish resumes from its checkpoint once a
 	// partner is connected.
 	a.bf, a.buffering, a.buffer = nil, false, nil
@@ -315,6 +320,7 @@ func (a *libraryActor) setPhase(p Phase) {
 
 func (a *libraryActor) onPeerUp(ctx actor.Context, m *peerUp) {
 	a.peers[m.dev] = &peerLink{pid: m.pid, conn: m.conn, name: m.name, up: time.Now()}
+	delete(a.peerErr, m.dev)
 	if !a.partners[m.dev] {
 		return
 	}
@@ -668,8 +674,13 @@ func (a *libraryActor) onJobDone(ctx actor.Context, m *jobDone) {
 			t.Stop()
 		}
 		a.retryAt[dev] = time.AfterFunc(wait, func() { root.Send(self, &catchupRetry{dev: dev}) })
-	} else if bo := a.retry[m.peer]; bo != nil {
-		bo.reset()
+	} else {
+		if bo := a.retry[m.peer]; bo != nil {
+			bo.reset()
+		}
+		if err := a.lib.TouchPartner(m.peer); err != nil {
+			a.n.log.Debug("touch partner", "peer", m.peer, "err", err)
+		}
 	}
 	// The origin's missing range is in; what was held behind the gap can go.
 	a.releasePending(ctx, m.peer)

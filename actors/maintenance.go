@@ -59,6 +59,19 @@ func (m *maintenanceActor) Receive(ctx actor.Context) {
 		if err != nil {
 			return
 		}
+		m.n.updateParked(m.lib)
 		ctx.Send(m.parent, &pruned{n: n, logCount: count})
+	}
+}
+
+// updateParked refreshes lsync_fk_parked for every device-owned model
+// (zero included, so the series exists from the start).
+func (n *nodeCore) updateParked(lib *persistence.Library) {
+	parked, err := lib.ParkedCount()
+	if err != nil {
+		return
+	}
+	for _, model := range lib.Registry().DeviceOwned() {
+		n.metrics.fkParked.WithLabelValues(model).Set(float64(parked[model]))
 	}
 }

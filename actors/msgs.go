@@ -38,6 +38,13 @@ type peerDisconnected struct {
 	conn net.Conn
 }
 
+// peerUnreachable: a dial to dev failed (peer → node → libraries), so
+// status can say why a partner is not connected.
+type peerUnreachable struct {
+	dev messages.DeviceID
+	err string
+}
+
 // routes tells a peer actor which actor serves each open library.
 type routes struct {
 	libs map[messages.LibraryID]*actor.PID

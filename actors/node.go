@@ -216,7 +216,7 @@ func (n *Node) libraryDirs() []messages.LibraryID {
 }
 
 func (n *Node) persistenceOptions() persistence.Options {
-	return persistence.Options{Self: n.core.self, Wall: n.core.cfg.Wall, MaxSkew: n.core.cfg.MaxSkew}
+	return persistence.Options{Self: n.core.self, Wall: n.core.cfg.Wall, MaxSkew: n.core.cfg.MaxSkew, Retention: n.core.cfg.Retention}
 }
 
 // CreateLibrary creates and opens a new library.
@@ -336,19 +336,28 @@ func readMeta(dir string) (persistence.Meta, error) {
 	return m, json.Unmarshal(b, &m)
 }
 
-// PeerInfo describes a connected device.
+// PeerInfo describes a paired device as this node sees it.
 type PeerInfo struct {
-	ID   messages.DeviceID `json:"id"`
-	Name string            `json:"name"`
-	RTT  time.Duration     `json:"rtt_ns"`
+	ID        messages.DeviceID `json:"id"`
+	Name      string            `json:"name"`
+	Connected bool              `json:"connected"`
+	RTT       time.Duration     `json:"rtt_ns"`
+	LastError string            `json:"last_error,omitempty"` // why it is not connected, if known
 }
 
-// Peers lists the connected devices.
+// Peers lists the paired devices, connected or not.
 func (n *Node) Peers(ctx context.Context) ([]PeerInfo, error) {
 	v, err := n.callNode(ctx, func(na *nodeActor, c actor.Context) (any, error) {
 		var out []PeerInfo
-		for dev, pc := range na.connected {
-			out = append(out, PeerInfo{ID: dev, Name: pc.name, RTT: pc.conn.RTT()})
+		for dev := range na.peers {
+			info := PeerInfo{ID: dev, Name: na.dir.Name(dev), LastError: na.lastErr[dev]}
+			if pc, ok := na.connected[dev]; ok {
+				info.Connected, info.RTT, info.LastError = true, pc.conn.RTT(), ""
+				if pc.name != "" {
+					info.Name = pc.name
+				}
+			}
+			out = append(out, info)
 		}
 		slices.SortFunc(out, func(a, b PeerInfo) int { return compareIDs(a.ID, b.ID) })
 		return out, nil
@@ -476,6 +485,7 @@ type nodeActor struct {
 
 	peers     map[messages.DeviceID]*actor.PID
 	connected map[messages.DeviceID]*peerConnected
+	lastErr   map[messages.DeviceID]string // why the last dial to a device failed
 	libs      map[messages.LibraryID]*actor.PID
 	handles   map[messages.LibraryID]*Library
 	stores    map[messages.LibraryID]*persistence.Library
@@ -486,6 +496,7 @@ func (na *nodeActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		na.peers = map[messages.DeviceID]*actor.PID{}
 		na.connected = map[messages.DeviceID]*peerConnected{}
+		na.lastErr = map[messages.DeviceID]string{}
 		if na.libs == nil {
 			na.libs = map[messages.LibraryID]*actor.PID{}
 			na.handles = map[messages.LibraryID]*Library{}
@@ -507,6 +518,7 @@ func (na *nodeActor) Receive(ctx actor.Context) {
 		ctx.Send(na.peer(ctx, m.conn.Peer()), &adoptConn{conn: m.conn})
 	case *peerConnected:
 		na.connected[m.dev] = m
+		delete(na.lastErr, m.dev)
 		na.n.log.Info("peer connected", "peer", m.dev, "name", m.name)
 		na.n.events.emit(Event{Type: EventPeerConnected, Peer: m.dev, Detail: m.name})
 		for _, pid := range na.libs {
@@ -524,6 +536,11 @@ func (na *nodeActor) Receive(ctx actor.Context) {
 		na.onRequest(ctx, m)
 	case *peerAdded:
 		na.onPeerAdded(ctx, m)
+	case *peerUnreachable:
+		na.lastErr[m.dev] = m.err
+		for _, pid := range na.libs {
+			ctx.Send(pid, m)
+		}
 	}
 }
 

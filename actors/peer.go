@@ -175,6 +175,7 @@ func (p *peerActor) dial(ctx actor.Context, gen int) {
 		} else {
 			p.n.log.Debug("dial failed", "peer", p.dev, "addr", addr, "attempt", p.bo.attempts(), "err", err)
 		}
+		ctx.Send(p.node, &peerUnreachable{dev: p.dev, err: err.Error()})
 		p.scheduleDial(ctx)
 		return
 	}

@@ -70,9 +70,6 @@ func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messa
 		}
 		if snap {
 			s.n.log.Info("peer is behind the pruned log; it must take a shared-state snapshot", "peer", from, "since", m.Since)
-			if s.n.snapshotHook != nil {
-				s.n.snapshotHook(from, m.Since)
-			}
 		}
 		return &messages.SharedChangeResponse{Origin: s.n.self, Entries: entries, HasMore: more, SnapshotRequired: snap}, nil
 	case *messages.SharedStateRequest:

@@ -34,7 +34,8 @@ type PeerStatus struct {
 	Connected bool              `json:"connected"`
 	RTTMillis float64           `json:"rtt_ms"`
 	LastSync  string            `json:"last_sync,omitempty"`
-	AckedUpTo string            `json:"acked_up_to,omitempty"`
+	AckedUpTo string            `json:"acked_up_to,omitempty"` // of this device's log
+	LastError string            `json:"last_error,omitempty"`  // why it is not connected, if known
 }
 
 // Watermark is "holds everything of Device up to HLC".
@@ -74,8 +75,15 @@ func (a *libraryActor) status() (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
+	acks, err := a.lib.Acks()
+	if err != nil {
+		return nil, err
+	}
 	for _, p := range partners {
-		ps := PeerStatus{ID: p.Device, Name: p.Name}
+		ps := PeerStatus{ID: p.Device, Name: p.Name, LastError: a.peerErr[p.Device]}
+		if h, ok := acks[p.Device]; ok {
+			ps.AckedUpTo = h.String()
+		}
 		if link, ok := a.peers[p.Device]; ok {
 			ps.Connected = true
 			ps.RTTMillis = float64(link.conn.RTT()) / float64(time.Millisecond)

@@ -343,22 +343,90 @@ func (l *Library) ApplySharedState(changes []messages.SharedChange, wms []messag
 	return res, nil
 }
 
+// SharedWrite is one local shared write for CommitSharedBatch.
+type SharedWrite struct {
+	Model  string
+	UUID   messages.UUID // zero: minted (or the model's deterministic uuid)
+	Op     messages.ChangeOp
+	Fields map[string]any
+}
+
 // CommitShared is the log-first local write path for shared models: stamps
 // a new HLC and Prev, appends to sync.db, applies through the shared
 // applier, and returns the change to broadcast. uuid zero on OpInsert mints
 // a UUIDv7 (or the model's deterministic uuid, see Registry.DeterministicUUID).
 func (l *Library) CommitShared(model string, u messages.UUID, op messages.ChangeOp, fields map[string]any) (messages.SharedChange, ApplyResult, error) {
+	cs, res, err := l.CommitSharedBatch([]SharedWrite{{Model: model, UUID: u, Op: op, Fields: fields}})
+	if err != nil {
+		return messages.SharedChange{}, res, err
+	}
+	return cs[0], res, nil
+}
+
+// CommitSharedBatch is CommitShared for many writes: one log transaction,
+// then one apply transaction (indexing commits a content identity per file).
+// Either every write is refused (a validation error) or every one is logged.
+func (l *Library) CommitSharedBatch(writes []SharedWrite) ([]messages.SharedChange, ApplyResult, error) {
 	var res ApplyResult
+	cs := make([]messages.SharedChange, len(writes))
+	mis := make([]*modelInfo, len(writes))
+	for i, w := range writes {
+		c, mi, err := l.prepareShared(w)
+		if err != nil {
+			return nil, res, err
+		}
+		cs[i], mis[i] = c, mi
+	}
+	if err := l.lockWriter(); err != nil {
+		return nil, res, err
+	}
+	defer l.mu.Unlock()
+	// Log first: once the append commits, the changes survive any crash.
+	prev := l.LastLogged()
+	for i := range cs {
+		cs[i].HLC = l.clock.Now()
+		cs[i].Prev = prev
+		prev = cs[i].HLC
+	}
+	if err := l.appendLogLocked(cs); err != nil {
+		return nil, res, fmt.Errorf("commit %d shared changes: log: %w", len(cs), err)
+	}
+	if l.afterLogAppend != nil {
+		if err := l.afterLogAppend(); err != nil {
+			return nil, res, err
+		}
+	}
+	// Apply through the applier remote changes use; replay on open covers
+	// a crash between the two.
+	err := l.writeTx(&res, func(tx *txn) error {
+		for i := range cs {
+			out, err := tx.applyShared(mis[i], &cs[i], false)
+			if err != nil {
+				return err
+			}
+			tx.count(out)
+		}
+		return tx.setSharedWatermark(l.self, cs[len(cs)-1].HLC)
+	})
+	if err != nil {
+		return nil, ApplyResult{}, fmt.Errorf("commit %d shared changes: apply: %w", len(cs), err)
+	}
+	return cs, res, nil
+}
+
+// prepareShared validates and normalises one local shared write.
+func (l *Library) prepareShared(w SharedWrite) (messages.SharedChange, *modelInfo, error) {
+	model, u, op := w.Model, w.UUID, w.Op
 	mi, err := l.reg.model(model)
 	if err != nil {
-		return messages.SharedChange{}, res, fmt.Errorf("commit shared: %w", err)
+		return messages.SharedChange{}, nil, fmt.Errorf("commit shared: %w", err)
 	}
 	if mi.Kind != Shared {
-		return messages.SharedChange{}, res, fmt.Errorf("commit shared: %w: %q is device-owned", ErrUnknownModel, model)
+		return messages.SharedChange{}, nil, fmt.Errorf("commit shared: %w: %q is device-owned", ErrUnknownModel, model)
 	}
-	norm, err := mi.normalizeFields(fields)
+	norm, err := mi.normalizeFields(w.Fields)
 	if err != nil {
-		return messages.SharedChange{}, res, fmt.Errorf("commit %s: %w", model, err)
+		return messages.SharedChange{}, nil, fmt.Errorf("commit %s: %w", model, err)
 	}
 	if len(norm) == 0 {
 		norm = nil
@@ -368,46 +436,18 @@ func (l *Library) CommitShared(model string, u messages.UUID, op messages.Change
 		if u.IsZero() {
 			c.Record = det
 		} else if u != det {
-			return messages.SharedChange{}, res, fmt.Errorf("commit %s: %w: uuid %s is not the one derived from its fields (%s)",
+			return messages.SharedChange{}, nil, fmt.Errorf("commit %s: %w: uuid %s is not the one derived from its fields (%s)",
 				model, ErrBadValue, u, det)
 		}
 	}
 	if c.Record.IsZero() {
 		if op != messages.OpInsert {
-			return messages.SharedChange{}, res, fmt.Errorf("commit %s %v: %w: no uuid", model, op, ErrBadValue)
+			return messages.SharedChange{}, nil, fmt.Errorf("commit %s %v: %w: no uuid", model, op, ErrBadValue)
 		}
 		c.Record = NewUUID()
 	}
 	if _, err := sharedColumns(mi, op, norm); err != nil {
-		return messages.SharedChange{}, res, fmt.Errorf("commit %s: %w", model, err)
+		return messages.SharedChange{}, nil, fmt.Errorf("commit %s: %w", model, err)
 	}
-	if err := l.lockWriter(); err != nil {
-		return messages.SharedChange{}, res, err
-	}
-	defer l.mu.Unlock()
-	// Log first: once the append commits, the change survives any crash.
-	c.HLC = l.clock.Now()
-	c.Prev = l.LastLogged()
-	if err := l.appendLogLocked(&c); err != nil {
-		return messages.SharedChange{}, res, fmt.Errorf("commit %s: log: %w", model, err)
-	}
-	if l.afterLogAppend != nil {
-		if err := l.afterLogAppend(); err != nil {
-			return messages.SharedChange{}, res, err
-		}
-	}
-	// Apply through the applier remote changes use; replay on open covers
-	// a crash between the two.
-	err = l.writeTx(&res, func(tx *txn) error {
-		out, err := tx.applyShared(mi, &c, false)
-		if err != nil {
-			return err
-		}
-		tx.count(out)
-		return tx.setSharedWatermark(l.self, c.HLC)
-	})
-	if err != nil {
-		return messages.SharedChange{}, ApplyResult{}, fmt.Errorf("commit %s %s: apply: %w", model, c.Record, err)
-	}
-	return c, res, nil
+	return c, mi, nil
 }

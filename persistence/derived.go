@@ -43,17 +43,24 @@ const (
 		ON CONFLICT (entry_id) DO UPDATE SET path = excluded.path`
 )
 
-const maxClosureRows = 32
+// Closure rows of new entries are buffered and inserted in multi-row
+// statements of up to maxClosureRows rows, in primary-key order: entries
+// get increasing ids, so every row lands at the right edge of the
+// (descendant_id, ancestor_id) b-tree, and within one statement SQLite
+// finds it there without a seek from the root. On the bulk path the row,
+// not the statement, is the unit of cost: one seek per statement instead
+// of one per row roughly halves the closure's share of an applied entry.
+// The buffer is flushed before anything reads or changes entry_closure
+// (flushClosure) and before commit.
+const maxClosureRows = 128
 
 var closureAddSQLs = func() (out [maxClosureRows + 1]string) {
-	for n := 1; n <= maxClosureRows; n++ {
+	for n := 1; n <= maxClosureRows; n *= 2 {
 		out[n] = `INSERT INTO entry_closure (ancestor_id, descendant_id, depth) VALUES (?, ?, ?)` +
 			strings.Repeat(`, (?, ?, ?)`, n-1)
 	}
 	return out
 }()
-
-func closureAddSQL(n int) string { return closureAddSQLs[n] }
 
 // ancestor is one entry_closure row seen from its descendant.
 type ancestor struct{ id, depth int64 }
@@ -66,6 +73,9 @@ func (tx *txn) ancestorsOf(id int64) ([]ancestor, error) {
 	if a, ok := tx.ancs[id]; ok {
 		return a, nil
 	}
+	if err := tx.flushClosure(); err != nil {
+		return nil, err
+	}
 	var out []ancestor
 	err := tx.c.query(`SELECT ancestor_id, depth FROM entry_closure WHERE descendant_id = ?`, []any{id}, func(s *sqlite3.Stmt) error {
 		out = append(out, ancestor{id: s.ColumnInt64(0), depth: s.ColumnInt64(1)})
@@ -74,7 +84,7 @@ func (tx *txn) ancestorsOf(id int64) ([]ancestor, error) {
 	return out, err
 }
 
-// closureAdd inserts the closure rows of a new entry: its parent's
+// closureAdd buffers the closure rows of a new entry: its parent's
 // ancestors one level deeper, and itself.
 func (tx *txn) closureAdd(id, parent int64, isDir bool) error {
 	var pa []ancestor
@@ -85,36 +95,70 @@ func (tx *txn) closureAdd(id, parent int64, isDir bool) error {
 		}
 	}
 	own := make([]ancestor, 0, len(pa)+1)
-	own = append(own, ancestor{id: id})
 	for _, a := range pa {
 		own = append(own, ancestor{id: a.id, depth: a.depth + 1})
 	}
+	own = append(own, ancestor{id: id})
 	if isDir {
 		if tx.ancs == nil || len(tx.ancs) >= maxCachedAncestors {
 			tx.ancs = make(map[int64][]ancestor, 1024)
 		}
 		tx.ancs[id] = own
 	}
-	// One multi-row INSERT per entry: the statement, not the row, is the
-	// unit of cost on this path.
-	for len(own) > 0 {
-		n := min(len(own), maxClosureRows)
-		s, temp, err := tx.c.prep(closureAddSQL(n))
+	// Rows go in (descendant_id, ancestor_id) order: a row that would not
+	// sort after the buffered ones is flushed on its own first.
+	if n := len(tx.closureBuf); n > 0 && tx.closureBuf[n-2] >= id {
+		if err := tx.flushClosure(); err != nil {
+			return err
+		}
+	}
+	start := len(tx.closureBuf)
+	for _, a := range own {
+		tx.closureBuf = append(tx.closureBuf, a.id, id, a.depth)
+	}
+	sortClosureRows(tx.closureBuf[start:])
+	if len(tx.closureBuf) >= 3*maxClosureRows*8 {
+		return tx.flushClosure()
+	}
+	return nil
+}
+
+// sortClosureRows sorts (ancestor, descendant, depth) triples of one
+// descendant by ancestor id (insertion sort: a handful of rows).
+func sortClosureRows(b []int64) {
+	for i := 3; i < len(b); i += 3 {
+		for j := i; j > 0 && b[j] < b[j-3]; j -= 3 {
+			b[j], b[j-3] = b[j-3], b[j]
+			b[j+1], b[j-2] = b[j-2], b[j+1]
+			b[j+2], b[j-1] = b[j-1], b[j+2]
+		}
+	}
+}
+
+// flushClosure inserts the buffered closure rows, largest statements
+// first (sizes are powers of two, so few statements are ever prepared).
+func (tx *txn) flushClosure() error {
+	rows := tx.closureBuf
+	for len(rows) > 0 {
+		n := maxClosureRows
+		for 3*n > len(rows) {
+			n /= 2
+		}
+		s, temp, err := tx.c.prep(closureAddSQLs[n])
 		if err != nil {
 			return err
 		}
-		for i, a := range own[:n] {
-			s.BindInt64(3*i+1, a.id)
-			s.BindInt64(3*i+2, id)
-			s.BindInt64(3*i+3, a.depth)
+		for i, v := range rows[:3*n] {
+			s.BindInt64(i+1, v)
 		}
 		err = s.Exec()
 		release(s, temp)
 		if err != nil {
 			return fmt.Errorf("entry_closure: %w", err)
 		}
-		own = own[n:]
+		rows = rows[3*n:]
 	}
+	tx.closureBuf = tx.closureBuf[:0]
 	return nil
 }
 
@@ -148,6 +192,9 @@ func (tx *txn) entryWritten(m *modelInfo, id int64, ex *stateRow, vals []any) er
 	oldKind, _ := ex.vals[m.kindCol].(int64)
 	if parent != oldParent {
 		tx.ancs = nil
+		if err := tx.flushClosure(); err != nil {
+			return err
+		}
 		if err := tx.c.exec(closureDetachSQL, id); err != nil {
 			return err
 		}
@@ -165,6 +212,9 @@ func (tx *txn) entryWritten(m *modelInfo, id int64, ex *stateRow, vals []any) er
 // the same cascade (or park), each dropping theirs, so rows naming it as
 // an ancestor go with them.
 func (tx *txn) entryRemoved(id int64) error {
+	if err := tx.flushClosure(); err != nil {
+		return err
+	}
 	if err := tx.c.exec(`DELETE FROM entry_closure WHERE descendant_id = ?`, id); err != nil {
 		return err
 	}
@@ -174,6 +224,9 @@ func (tx *txn) entryRemoved(id int64) error {
 }
 
 func (tx *txn) inSubtree(ancestor, descendant int64) (bool, error) {
+	if err := tx.flushClosure(); err != nil {
+		return false, err
+	}
 	return tx.c.queryRow(`SELECT 1 FROM entry_closure WHERE descendant_id = ? AND ancestor_id = ?`,
 		[]any{descendant, ancestor}, func(*sqlite3.Stmt) error { return nil })
 }
@@ -251,6 +304,9 @@ func (tx *txn) pathOf(id int64) (string, error) {
 	var names []string
 	var loc int64
 	first := true
+	if err := tx.flushClosure(); err != nil {
+		return "", err
+	}
 	err = tx.c.query(chainSQL, []any{id}, func(s *sqlite3.Stmt) error {
 		if first {
 			loc, first = s.ColumnInt64(1), false

@@ -45,7 +45,7 @@ func DefaultModels() []Model {
 
 		// Shared.
 		{Name: "content_identity", Kind: Shared, DeterministicFrom: []string{"content_hash"}, Columns: []Column{
-			required(text("content_hash")), integer("size"), integer("kind"), integer("created_at"),
+			required(text("content_hash")), integer("size"), text("kind"), integer("created_at"),
 		}},
 		{Name: "tag", Kind: Shared, Columns: []Column{
 			text("canonical_name"), text("namespace"), text("display_name"), text("formal_name"),

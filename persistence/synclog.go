@@ -45,10 +45,11 @@ func decodeRecord(b []byte) (messages.StateRecord, error) {
 }
 
 // appendLogLocked commits c to sync.db (synchronous=FULL) on its own.
-func (l *Library) appendLogLocked(c *messages.SharedChange) (err error) {
-	fields, err := encodeFields(c.Fields)
-	if err != nil {
-		return err
+// appendLogLocked appends changes (already chained: each Prev is the HLC
+// before it) to the log in one transaction.
+func (l *Library) appendLogLocked(cs []messages.SharedChange) (err error) {
+	if len(cs) == 0 {
+		return nil
 	}
 	if err := l.w.c.Exec(`BEGIN IMMEDIATE`); err != nil {
 		return err
@@ -58,19 +59,27 @@ func (l *Library) appendLogLocked(c *messages.SharedChange) (err error) {
 			l.w.c.Exec(`ROLLBACK`)
 		}
 	}()
-	if err := l.w.exec(`INSERT INTO log.shared_changes (hlc, prev, model, record, op, fields, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`, c.HLC, c.Prev, c.Model, c.Record, int64(c.Op), fields, l.nowMS()); err != nil {
-		return err
+	for i := range cs {
+		c := &cs[i]
+		fields, err := encodeFields(c.Fields)
+		if err != nil {
+			return err
+		}
+		if err := l.w.exec(`INSERT INTO log.shared_changes (hlc, prev, model, record, op, fields, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, c.HLC, c.Prev, c.Model, c.Record, int64(c.Op), fields, l.nowMS()); err != nil {
+			return err
+		}
 	}
+	last := cs[len(cs)-1].HLC
 	if err := l.w.exec(`INSERT INTO log.log_meta (key, value) VALUES ('last_logged', ?)
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, c.HLC); err != nil {
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, last); err != nil {
 		return err
 	}
 	if err := l.w.c.Exec(`COMMIT`); err != nil {
 		return err
 	}
 	l.pub.Lock()
-	l.pub.lastLogged = c.HLC
+	l.pub.lastLogged = last
 	l.pub.Unlock()
 	return nil
 }
@@ -183,6 +192,22 @@ func (l *Library) RecordAck(peer messages.DeviceID, upTo messages.HLC) error {
 	return l.w.exec(`INSERT INTO log.peer_acks (peer, last_acked_hlc, acked_at) VALUES (?, ?, ?)
 		ON CONFLICT (peer) DO UPDATE SET last_acked_hlc = excluded.last_acked_hlc, acked_at = excluded.acked_at
 		WHERE excluded.last_acked_hlc > last_acked_hlc`, peer, upTo, l.nowMS())
+}
+
+// Acks returns every peer's cumulative ACK of this device's log.
+func (l *Library) Acks() (map[messages.DeviceID]messages.HLC, error) {
+	out := map[messages.DeviceID]messages.HLC{}
+	err := l.withReader(func(c *conn) error {
+		return c.query(`SELECT peer, last_acked_hlc FROM log.peer_acks`, nil, func(s *sqlite3.Stmt) error {
+			h, err := columnHLC(s, 1)
+			out[messages.DeviceID(columnUUID(s, 0))] = h
+			return err
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("acks: %w", err)
+	}
+	return out, nil
 }
 
 // pruneBound is the HLC at or below which every sync partner holds this

@@ -38,6 +38,9 @@ type txn struct {
 	// ancs caches the closure rows of directories written in this
 	// transaction (their children need them); moves and removals clear it.
 	ancs map[int64][]ancestor
+	// closureBuf holds entry_closure rows (ancestor, descendant, depth)
+	// not inserted yet, in primary-key order (see flushClosure).
+	closureBuf []int64
 	// landed lists rows written whose parked dependants must be retried.
 	landed []landing
 	// edges tracks tag_relationship rows touched (see finishTagGraph).
@@ -112,6 +115,9 @@ func (tx *txn) observe(h messages.HLC) error {
 
 // finish runs the end-of-transaction work before commit.
 func (tx *txn) finish() error {
+	if err := tx.flushClosure(); err != nil {
+		return err
+	}
 	if err := tx.finishTagGraph(); err != nil {
 		return fmt.Errorf("tag graph: %w", err)
 	}
