@@ -1,0 +1,891 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	stdnet "net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/lsync/lsync/actors"
+	"github.com/lsync/lsync/net"
+)
+
+// ---- init ----
+
+func newInitCmd(g *globals) *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "init [--name NAME]",
+		Short: "Create this device's identity in --home",
+		Long: `Create the device identity in --home: an Ed25519 key and a self-signed
+certificate whose hash is the device id peers pin when pairing. Run it once
+per device; it needs no daemon. Run again, it shows the existing identity
+(and renames the device with --name, while no daemon runs).`,
+		Example: `  lsync init --name laptop
+  lsync --home /tmp/b init --name desktop`,
+		Args: args(cobra.NoArgs),
+		RunE: g.runE(func(cmd *cobra.Command, _ []string) error {
+			_, statErr := os.Stat(filepath.Join(g.home, "device.key"))
+			created := errors.Is(statErr, fs.ErrNotExist)
+			if name != "" && !created && daemonRunning(g.home) {
+				return fmt.Errorf("a daemon is running for %s: stop it before renaming the device", g.home)
+			}
+			id, err := net.LoadOrCreateIdentity(g.home, name)
+			if err != nil {
+				return err
+			}
+			doc := struct {
+				ID      string `json:"id"`
+				Name    string `json:"name"`
+				Home    string `json:"home"`
+				Created bool   `json:"created"`
+			}{id.DeviceID.String(), id.Name(), g.home, created}
+			return g.output(doc, func(w io.Writer) {
+				verb := "Device"
+				if created {
+					verb = "Created device"
+				}
+				fmt.Fprintf(w, "%s %q\n  id:   %s\n  home: %s\n", verb, doc.Name, doc.ID, doc.Home)
+				if created {
+					fmt.Fprintf(w, "Next: lsync --home %s serve\n", g.home)
+				}
+			})
+		}),
+	}
+	cmd.Flags().StringVar(&name, "name", "", "the device's name, shown to peers (default: the host name)")
+	return cmd
+}
+
+// ---- device ----
+
+func newDeviceCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "device",
+		Short:   "This device",
+		Long:    `Commands about this device.`,
+		Example: `  lsync device show`,
+		RunE:    groupRunE,
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "show",
+		Short: "Show the device id, name and listen address",
+		Long: `Show this device's id (what peers pin), its name, the QUIC address the
+daemon listens on, and the metrics address if it serves one.`,
+		Example: `  lsync device show
+  lsync --json device show`,
+		Args: args(cobra.NoArgs),
+		RunE: g.runE(func(cmd *cobra.Command, _ []string) error {
+			var d deviceInfo
+			if err := g.callInto(cmd.Context(), opDeviceShow, nil, &d); err != nil {
+				return err
+			}
+			return g.output(d, func(w io.Writer) {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintf(tw, "id\t%s\nname\t%s\nlisten\t%s\n", d.ID, d.Name, d.Listen)
+				if d.Metrics != "" {
+					fmt.Fprintf(tw, "metrics\thttp://%s/metrics\n", d.Metrics)
+				}
+				fmt.Fprintf(tw, "home\t%s\npid\t%d\nschema\t%d\n", d.Home, d.PID, d.SchemaVersion)
+				tw.Flush()
+			})
+		}),
+	})
+	return cmd
+}
+
+// ---- library ----
+
+func newLibraryCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "library",
+		Short: "Create, list, open and close libraries",
+		Long: `A library is a metadata database replicated across devices. Commands that
+take LIB accept a library's uuid or its exact name.`,
+		Example: `  lsync library create "Family photos"
+  lsync library list`,
+		RunE: groupRunE,
+	}
+	printLib := func(verb string) func(w io.Writer, l libraryInfo) {
+		return func(w io.Writer, l libraryInfo) { fmt.Fprintf(w, "%s library %q %s\n", verb, l.Name, l.UUID) }
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a library and print its uuid",
+		Long: `Create a new library on this device and open it. Other devices join it with
+"lsync network sync-setup".`,
+		Example: `  lsync library create "Family photos"
+  lsync --json library create Work`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			var l libraryInfo
+			if err := g.callInto(cmd.Context(), opLibraryCreate, nameArgs{Name: a[0]}, &l); err != nil {
+				return err
+			}
+			return g.output(l, func(w io.Writer) { printLib("Created")(w, l) })
+		}),
+	}, &cobra.Command{
+		Use:     "list",
+		Short:   "List the libraries on this device",
+		Long:    `List every library in --home with its uuid, name and whether it is open (syncing).`,
+		Example: `  lsync library list`,
+		Args:    args(cobra.NoArgs),
+		RunE: g.runE(func(cmd *cobra.Command, _ []string) error {
+			var ls []libraryInfo
+			if err := g.callInto(cmd.Context(), opLibraryList, nil, &ls); err != nil {
+				return err
+			}
+			return g.output(ls, func(w io.Writer) {
+				if len(ls) == 0 {
+					fmt.Fprintln(w, "No libraries yet (create one with: lsync library create NAME)")
+					return
+				}
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "UUID\tNAME\tSTATE")
+				for _, l := range ls {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", l.UUID, l.Name, map[bool]string{true: "open", false: "closed"}[l.Open])
+				}
+				tw.Flush()
+			})
+		}),
+	}, &cobra.Command{
+		Use:   "open LIB",
+		Short: "Open a library (start syncing it)",
+		Long: `Open a closed library: the daemon loads it and starts syncing it with its
+partners. It stays open across daemon restarts.`,
+		Example: `  lsync library open "Family photos"`,
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			var l libraryInfo
+			if err := g.callInto(cmd.Context(), opLibraryOpen, libArgs{Lib: a[0]}, &l); err != nil {
+				return err
+			}
+			return g.output(l, func(w io.Writer) { printLib("Opened")(w, l) })
+		}),
+	}, &cobra.Command{
+		Use:   "close LIB",
+		Short: "Close a library (stop syncing it)",
+		Long: `Close a library: the daemon stops syncing it and closes its files. It stays
+closed across daemon restarts until opened again. Its data is kept.`,
+		Example: `  lsync library close "Family photos"`,
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			var l libraryInfo
+			if err := g.callInto(cmd.Context(), opLibraryClose, libArgs{Lib: a[0]}, &l); err != nil {
+				return err
+			}
+			return g.output(l, func(w io.Writer) { printLib("Closed")(w, l) })
+		}),
+	})
+	return cmd
+}
+
+// ---- network ----
+
+func newNetworkCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "network",
+		Short: "Pair devices and set up sync",
+		Long: `Pair this device with another one (a one-time code), list paired devices,
+discover a device's libraries and make two devices sync partners of a library.`,
+		Example: `  lsync network pair generate
+  lsync network pair join WXYZ-1234 --addr 192.0.2.10:7700
+  lsync network sync-setup --remote-device ID --remote-library UUID --action join`,
+		RunE: groupRunE,
+	}
+	pair := &cobra.Command{
+		Use:   "pair",
+		Short: "Pair with another device using a one-time code",
+		Long: `Pairing pins each device's certificate on the other, after a PAKE keyed by a
+short one-time code: one device generates the code, the other joins with it.`,
+		Example: `  lsync network pair generate --wait
+  lsync network pair join WXYZ-1234 --addr 192.0.2.10:7700`,
+		RunE: groupRunE,
+	}
+	var wait bool
+	var ttl time.Duration
+	gen := &cobra.Command{
+		Use:   "generate [--wait]",
+		Short: "Print a one-time pairing code",
+		Long: `Print a one-time pairing code (like WXYZ-1234) at once. The daemon keeps it
+valid for --ttl and a few attempts; enter it on the other device with
+"lsync network pair join CODE --addr THIS-HOST:PORT". With --wait the command
+blocks until the code is used (and prints the paired device) or expires.`,
+		Example: `  lsync network pair generate
+  lsync network pair generate --wait --ttl 2m`,
+		Args: args(cobra.NoArgs),
+		RunE: g.runE(func(cmd *cobra.Command, _ []string) error {
+			progress := func(p json.RawMessage) error {
+				var pc pairCode
+				if err := json.Unmarshal(p, &pc); err != nil {
+					return err
+				}
+				if g.json {
+					fmt.Fprintf(g.stderr, "pairing code %s (waiting until %s)\n", pc.Code, pc.Expires.Local().Format(time.TimeOnly))
+					return nil
+				}
+				fmt.Fprintf(g.stdout, "Pairing code: %s\nValid until %s. Waiting for the other device to join…\n", pc.Code, pc.Expires.Local().Format(time.TimeOnly))
+				return nil
+			}
+			res, err := g.call(cmd.Context(), opPairGenerate, pairGenerateArgs{Wait: wait, TTL: ttl}, progress)
+			if err != nil {
+				return err
+			}
+			var pc pairCode
+			if err := json.Unmarshal(res, &pc); err != nil {
+				return err
+			}
+			return g.output(pc, func(w io.Writer) {
+				if pc.Paired != nil {
+					fmt.Fprintf(w, "Paired with %q (%s)\n", pc.Paired.Name, pc.Paired.ID)
+					return
+				}
+				fmt.Fprintf(w, "Pairing code: %s\nValid until %s. On the other device run:\n  lsync network pair join %s --addr %s\n",
+					pc.Code, pc.Expires.Local().Format(time.TimeOnly), pc.Code, joinAddr(pc.Listen))
+			})
+		}),
+	}
+	gen.Flags().BoolVar(&wait, "wait", false, "wait until the code is used or expires")
+	gen.Flags().DurationVar(&ttl, "ttl", 5*time.Minute, "how long the code stays valid")
+	var addr string
+	join := &cobra.Command{
+		Use:   "join CODE --addr HOST:PORT",
+		Short: "Pair with the device that shows CODE",
+		Long: `Connect to the device at --addr (its daemon's --listen address) and pair with
+it using the code it showed. A wrong code fails and uses up one of the code's
+attempts. Once paired, the two daemons connect to each other by themselves.`,
+		Example: `  lsync network pair join WXYZ-1234 --addr 192.0.2.10:7700`,
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			if addr == "" {
+				return usageErrorf("--addr HOST:PORT is required (the other daemon's --listen address)")
+			}
+			var p peerInfo
+			if err := g.callInto(cmd.Context(), opPairJoin, pairJoinArgs{Code: a[0], Addr: addr}, &p); err != nil {
+				return err
+			}
+			return g.output(p, func(w io.Writer) { fmt.Fprintf(w, "Paired with %q (%s) at %s\n", p.Name, p.ID, p.Addr) })
+		}),
+	}
+	join.Flags().StringVar(&addr, "addr", "", "the other device's address, HOST:PORT")
+	pair.AddCommand(gen, join)
+
+	peers := &cobra.Command{
+		Use:     "peers",
+		Short:   "List paired devices and whether they are connected",
+		Long:    `List the devices this device is paired with, their last known address, and whether they are connected now (with the round-trip time).`,
+		Example: `  lsync network peers`,
+		Args:    args(cobra.NoArgs),
+		RunE: g.runE(func(cmd *cobra.Command, _ []string) error {
+			var ps []peerInfo
+			if err := g.callInto(cmd.Context(), opPeers, nil, &ps); err != nil {
+				return err
+			}
+			return g.output(ps, func(w io.Writer) {
+				if len(ps) == 0 {
+					fmt.Fprintln(w, "No paired devices (pair with: lsync network pair generate)")
+					return
+				}
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tNAME\tADDR\tCONNECTED\tRTT\tLAST ERROR")
+				for _, p := range ps {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, p.Addr, yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), dash(p.LastError))
+				}
+				tw.Flush()
+			})
+		}),
+	}
+	var discoverWait time.Duration
+	discover := &cobra.Command{
+		Use:   "discover-libraries DEVICE_ID",
+		Short: "List the libraries a paired device has open",
+		Long: `Ask a connected, paired device which libraries it has open. DEVICE_ID is its
+device id (or its exact name).`,
+		Example: `  lsync network discover-libraries 3f1c9a2e-0b7d-8e45-9a61-5c2f0e7d1b34`,
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			var ls []libraryInfo
+			if err := g.callInto(cmd.Context(), opDiscover, deviceArgs{Device: a[0], ConnectTimeout: discoverWait}, &ls); err != nil {
+				return err
+			}
+			return g.output(ls, func(w io.Writer) {
+				if len(ls) == 0 {
+					fmt.Fprintln(w, "The device has no open library")
+				}
+				for _, l := range ls {
+					fmt.Fprintf(w, "Found: %s (%s)\n", l.Name, l.UUID)
+				}
+			})
+		}),
+	}
+	discover.Flags().DurationVar(&discoverWait, "connect-timeout", defaultConnectWait, "how long to wait for the device to connect")
+	var remoteDev, remoteLib, action string
+	var setupWait time.Duration
+	setup := &cobra.Command{
+		Use:   "sync-setup --remote-device ID --remote-library UUID --action register-only|join",
+		Short: "Make this device and a paired one sync partners of a library",
+		Long: `Register this device and a paired device as sync partners of one library, on
+both sides; the library is created here (same uuid and name) if this device
+lacks it, and syncing starts at once.
+
+  --action register-only  register the partnership; data flows through the
+                          normal catch-up
+  --action join           also backfill the library from the partners; the
+                          command shows progress until the library is ready
+                          (interrupting it only stops the display)`,
+		Example: `  lsync network sync-setup --remote-device 3f1c9a2e-0b7d-8e45-9a61-5c2f0e7d1b34 \
+      --remote-library 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192 --action join`,
+		Args: args(cobra.NoArgs),
+		RunE: g.runE(func(cmd *cobra.Command, _ []string) error {
+			if remoteDev == "" || remoteLib == "" {
+				return usageErrorf("--remote-device and --remote-library are required")
+			}
+			if action != actors.ActionRegisterOnly && action != actors.ActionJoin {
+				return usageErrorf("--action %q: want register-only or join", action)
+			}
+			pr := newJoinProgress(g)
+			res, err := g.call(cmd.Context(), opSyncSetup, syncSetupArgs{Device: remoteDev, Library: remoteLib, Action: action, ConnectTimeout: setupWait}, pr.update)
+			pr.finish(err == nil)
+			if err != nil {
+				return err
+			}
+			var r syncSetupResult
+			if err := json.Unmarshal(res, &r); err != nil {
+				return err
+			}
+			return g.output(r, func(w io.Writer) {
+				fmt.Fprintf(w, "Library %q (%s) now syncs with %s (%s); phase %s\n", r.Name, r.Library, r.RemoteDevice, r.Action, r.Phase)
+			})
+		}),
+	}
+	setup.Flags().StringVar(&remoteDev, "remote-device", "", "the paired device's id (or exact name)")
+	setup.Flags().StringVar(&remoteLib, "remote-library", "", "the library's uuid (or its exact name on that device)")
+	setup.Flags().StringVar(&action, "action", "", "register-only or join")
+	setup.Flags().DurationVar(&setupWait, "connect-timeout", defaultConnectWait, "how long to wait for the device to connect")
+	cmd.AddCommand(pair, peers, discover, setup)
+	return cmd
+}
+
+// joinAddr is the --addr to show for a daemon listening on listen: an
+// unspecified host (":7700", "[::]:7700") must be replaced by this
+// machine's address as the other device reaches it.
+func joinAddr(listen string) string {
+	host, port, err := stdnet.SplitHostPort(listen)
+	if err != nil {
+		return "HOST:PORT"
+	}
+	if ip := stdnet.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return "THIS-HOST:" + port
+	}
+	return listen
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func rtt(connected bool, ms float64) string {
+	if !connected {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f ms", ms)
+}
+
+// ---- location ----
+
+func newLocationCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "location",
+		Short:   "Add folders of this device to a library",
+		Long:    `A location is a folder of this device; its files become the library's entries.`,
+		Example: `  lsync location add "Family photos" ~/Pictures --index`,
+		RunE:    groupRunE,
+	}
+	var index, skipHidden bool
+	var name string
+	add := &cobra.Command{
+		Use:   "add LIB PATH [--index] [--name N]",
+		Short: "Add a folder as a location, optionally indexing it",
+		Long: `Record PATH (a folder of this device) as a location of the library. With
+--index, walk the folder into entries (parent chain, size, mtime, kind,
+extension) and content identities (BLAKE3 of the bytes, sampled for large
+files), showing a progress bar on a terminal. Every partner receives them.`,
+		Example: `  lsync location add "Family photos" ~/Pictures --index
+  lsync location add 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192 /srv/music --name Music --index --skip-hidden`,
+		Args: args(cobra.ExactArgs(2)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			path, err := filepath.Abs(a[1])
+			if err != nil {
+				return err
+			}
+			pr := newIndexProgress(g, index)
+			res, err := g.call(cmd.Context(), opLocationAdd, locationAddArgs{Lib: a[0], Path: path, Name: name, Index: index, SkipHidden: skipHidden}, pr.update)
+			pr.finish(err == nil)
+			if err != nil {
+				return err
+			}
+			var r locationResult
+			if err := json.Unmarshal(res, &r); err != nil {
+				return err
+			}
+			return g.output(r, func(w io.Writer) {
+				fmt.Fprintf(w, "Added location %q %s (%s)\n", r.Name, r.UUID, r.Path)
+				if s := r.Indexed; s != nil {
+					fmt.Fprintf(w, "Indexed %d entries (%d files, %d folders, %s, %d content identities) in %.1fs",
+						s.Entries, s.Files, s.Dirs, humanBytes(s.Bytes), s.Contents, s.Seconds)
+					if s.Skipped > 0 {
+						fmt.Fprintf(w, "; skipped %d unreadable or special files", s.Skipped)
+					}
+					fmt.Fprintln(w)
+				}
+			})
+		}),
+	}
+	add.Flags().BoolVar(&index, "index", false, "walk the folder into entries")
+	add.Flags().BoolVar(&skipHidden, "skip-hidden", false, "with --index, skip files and folders whose name starts with a dot")
+	add.Flags().StringVar(&name, "name", "", "the location's name (default: the folder's name)")
+	cmd.AddCommand(add)
+	return cmd
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// ---- tags ----
+
+func newTagCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tag",
+		Short: "Create and apply tags",
+		Long: `Tags are shared by every device of a library. Two devices that create a tag
+of the same name get two tags (creation is a union); edits are last writer
+wins per field.`,
+		Example: `  lsync tag create "Family photos" Vacation
+  lsync tag apply "Family photos" Vacation ENTRY_UUID`,
+		RunE: groupRunE,
+	}
+	var ns, color string
+	create := &cobra.Command{
+		Use:     "create LIB NAME [--namespace NS]",
+		Short:   "Create a tag",
+		Long:    `Create a tag in the library and print its uuid.`,
+		Example: `  lsync tag create "Family photos" Vacation --namespace trips`,
+		Args:    args(cobra.ExactArgs(2)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			var r tagResult
+			if err := g.callInto(cmd.Context(), opTagCreate, tagCreateArgs{Lib: a[0], Name: a[1], Namespace: ns, Color: color}, &r); err != nil {
+				return err
+			}
+			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Created tag %q %s\n", r.Name, r.UUID) })
+		}),
+	}
+	create.Flags().StringVar(&ns, "namespace", "", "the tag's namespace")
+	create.Flags().StringVar(&color, "color", "", "the tag's colour")
+	apply := &cobra.Command{
+		Use:   "apply LIB TAG ENTRY",
+		Short: "Tag an entry",
+		Long: `Tag an entry (of any device). TAG is a tag uuid or its exact name (when only
+one tag has it); ENTRY is an entry uuid (see: lsync query LIB entry). The
+tag attaches to the entry's content, so it shows on every copy of the same
+bytes on every device.`,
+		Example: `  lsync tag apply "Family photos" Vacation 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192`,
+		Args:    args(cobra.ExactArgs(3)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			if err := checkUUID("ENTRY", a[2]); err != nil {
+				return err
+			}
+			var r tagApplyResult
+			if err := g.callInto(cmd.Context(), opTagApply, tagApplyArgs{Lib: a[0], Tag: a[1], Entry: a[2]}, &r); err != nil {
+				return err
+			}
+			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Tagged entry %s with %s\n", r.Entry, r.Tag) })
+		}),
+	}
+	cmd.AddCommand(create, apply)
+	return cmd
+}
+
+func checkUUID(what, s string) error {
+	if _, err := uuid.Parse(s); err != nil {
+		return usageErrorf("%s %q is not a uuid", what, s)
+	}
+	return nil
+}
+
+// ---- albums ----
+
+func newAlbumCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "album",
+		Short: "Create albums and add or remove entries",
+		Long: `Albums are shared by every device of a library and may hold entries of any
+device. Adding and removing are last writer wins per (album, entry).`,
+		Example: `  lsync album create "Family photos" "Summer 2024"
+  lsync album add "Family photos" "Summer 2024" ENTRY_UUID`,
+		RunE: groupRunE,
+	}
+	var desc string
+	create := &cobra.Command{
+		Use:     "create LIB NAME",
+		Short:   "Create an album",
+		Long:    `Create an album in the library and print its uuid.`,
+		Example: `  lsync album create "Family photos" "Summer 2024" --description "Beach week"`,
+		Args:    args(cobra.ExactArgs(2)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			var r albumResult
+			if err := g.callInto(cmd.Context(), opAlbumCreate, albumCreateArgs{Lib: a[0], Name: a[1], Description: desc}, &r); err != nil {
+				return err
+			}
+			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Created album %q %s\n", r.Name, r.UUID) })
+		}),
+	}
+	create.Flags().StringVar(&desc, "description", "", "the album's description")
+	entryCmd := func(use, short, long, example, op, verb string) *cobra.Command {
+		return &cobra.Command{
+			Use: use, Short: short, Long: long, Example: example,
+			Args: args(cobra.ExactArgs(3)),
+			RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+				if err := checkUUID("ENTRY", a[2]); err != nil {
+					return err
+				}
+				var r albumEntryResult
+				if err := g.callInto(cmd.Context(), op, albumEntryArgs{Lib: a[0], Album: a[1], Entry: a[2]}, &r); err != nil {
+					return err
+				}
+				return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "%s entry %s, album %s\n", verb, r.Entry, r.Album) })
+			}),
+		}
+	}
+	cmd.AddCommand(create,
+		entryCmd("add LIB ALBUM ENTRY", "Add an entry to an album",
+			`Add an entry (of any device) to an album. ALBUM is an album uuid or its exact name; ENTRY is an entry uuid.`,
+			`  lsync album add "Family photos" "Summer 2024" 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192`, opAlbumAdd, "Added"),
+		entryCmd("remove LIB ALBUM ENTRY", "Remove an entry from an album",
+			`Remove an entry from an album. ALBUM is an album uuid or its exact name; ENTRY is an entry uuid.`,
+			`  lsync album remove "Family photos" "Summer 2024" 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192`, opAlbumRemove, "Removed"))
+	return cmd
+}
+
+// ---- metadata ----
+
+func newMetaCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "meta",
+		Short:   "Set user metadata (favourite, hidden, note, rating)",
+		Long:    `User metadata of an entry (this device's own entries) or of a content identity (shared by every copy of the same bytes).`,
+		Example: `  lsync meta set "Family photos" --content CONTENT_UUID favorite=true`,
+		RunE:    groupRunE,
+	}
+	var entry, content string
+	set := &cobra.Command{
+		Use:   "set LIB (--entry UUID | --content UUID) key=value ...",
+		Short: "Set metadata fields",
+		Long: `Set user metadata fields. Keys: favorite (bool), hidden (bool), note (text),
+rating (integer, content only).
+
+  --content UUID  metadata of a content identity: shared, every device may set
+                  it, last writer wins per field
+  --entry UUID    metadata of one entry: only the device that owns the entry
+                  may set it`,
+		Example: `  lsync meta set "Family photos" --content 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192 favorite=true rating=5
+  lsync meta set "Family photos" --entry 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708193 note="first day" hidden=false`,
+		Args: args(cobra.MinimumNArgs(2)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			if (entry == "") == (content == "") {
+				return usageErrorf("give exactly one of --entry UUID and --content UUID")
+			}
+			target := entry
+			if target == "" {
+				target = content
+			}
+			if err := checkUUID("target", target); err != nil {
+				return err
+			}
+			fields, err := parseMeta(a[1:])
+			if err != nil {
+				return err
+			}
+			var r metaSetResult
+			if err := g.callInto(cmd.Context(), opMetaSet, metaSetArgs{Lib: a[0], Entry: entry, Content: content, Fields: fields}, &r); err != nil {
+				return err
+			}
+			return g.output(r, func(w io.Writer) {
+				var parts []string
+				for k, v := range r.Fields.toMap() {
+					parts = append(parts, fmt.Sprintf("%s=%v", k, v))
+				}
+				slices.Sort(parts)
+				fmt.Fprintf(w, "Set %s on %s %s\n", strings.Join(parts, " "), r.Scope, r.UUID)
+			})
+		}),
+	}
+	set.Flags().StringVar(&entry, "entry", "", "an entry uuid (entry-scoped metadata)")
+	set.Flags().StringVar(&content, "content", "", "a content identity uuid (shared metadata)")
+	cmd.AddCommand(set)
+	return cmd
+}
+
+// parseMeta parses key=value pairs of `meta set`.
+func parseMeta(kvs []string) (metaFields, error) {
+	var f metaFields
+	seen := map[string]bool{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return f, usageErrorf("%q: want key=value (keys: favorite, hidden, note, rating)", kv)
+		}
+		k = strings.ToLower(k)
+		if k == "favourite" {
+			k = "favorite"
+		}
+		if seen[k] {
+			return f, usageErrorf("%s given twice", k)
+		}
+		seen[k] = true
+		switch k {
+		case "favorite", "hidden":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return f, usageErrorf("%s=%q: want true or false", k, v)
+			}
+			if k == "favorite" {
+				f.Favorite = &b
+			} else {
+				f.Hidden = &b
+			}
+		case "note":
+			s := v
+			f.Note = &s
+		case "rating":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return f, usageErrorf("rating=%q: want an integer", v)
+			}
+			f.Rating = &n
+		default:
+			return f, usageErrorf("unknown key %q: want favorite, hidden, note or rating", k)
+		}
+	}
+	return f, nil
+}
+
+// ---- query ----
+
+func newQueryCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "query LIB MODEL",
+		Short: "Print a model's rows as JSON",
+		Long: `Print every row of MODEL in the library as a JSON array (always JSON), sorted
+by uuid, one row per line: uuids for keys and foreign keys, no local ids.
+Once devices have converged, every device of the library prints byte-identical
+output for every synced model.
+
+Models: device, volume, location, entry, audit_log, entry_metadata,
+content_identity, tag, tag_relationship, album, album_entry, user_metadata,
+user_metadata_tag.`,
+		Example: `  lsync query "Family photos" tag
+  lsync query "Family photos" entry | jq length`,
+		Args: args(cobra.ExactArgs(2)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			res, err := g.call(cmd.Context(), opQuery, queryArgs{Lib: a[0], Model: a[1]}, nil)
+			if err != nil {
+				return err
+			}
+			return writeRows(g.stdout, res)
+		}),
+	}
+}
+
+// writeRows prints a JSON array one element per line, each element's bytes
+// exactly as the daemon sent them.
+func writeRows(w io.Writer, res json.RawMessage) error {
+	var rows []json.RawMessage
+	if err := json.Unmarshal(res, &rows); err != nil {
+		return fmt.Errorf("bad rows from the daemon: %w", err)
+	}
+	if len(rows) == 0 {
+		_, err := io.WriteString(w, "[]\n")
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("[\n")
+	for i, r := range rows {
+		b.WriteString("  ")
+		b.Write(r)
+		if i < len(rows)-1 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString("]\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// ---- sync status ----
+
+func newSyncCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "sync",
+		Short:   "Inspect a library's sync state",
+		Long:    `Inspect how a library is syncing with its partners.`,
+		Example: `  lsync sync status "Family photos"`,
+		RunE:    groupRunE,
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "status LIB",
+		Short: "Show peers, phase, watermarks and log size",
+		Long: `Show the library's sync state: its partners (connected, round-trip time,
+last sync), the phase (ready, selecting, backfilling, catching_up, failed),
+per-origin watermarks of device-owned state and of the shared log, the size
+of this device's shared-change log, parked and failed records, and a join's
+backfill progress if one runs. --json prints the full status document.`,
+		Example: `  lsync sync status "Family photos"
+  lsync --json sync status 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			var st actors.Status
+			res, err := g.call(cmd.Context(), opSyncStatus, libArgs{Lib: a[0]}, nil)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				// The daemon's document as it is: the Status struct.
+				return writeJSON(g.stdout, json.RawMessage(res))
+			}
+			if err := json.Unmarshal(res, &st); err != nil {
+				return err
+			}
+			printStatus(g.stdout, &st)
+			return nil
+		}),
+	})
+	return cmd
+}
+
+func printStatus(w io.Writer, st *actors.Status) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "library\t%s (%s)\n", st.Name, st.Library)
+	fmt.Fprintf(tw, "phase\t%s\n", st.Phase)
+	last := ""
+	if st.LastLogged != "" {
+		last = " (last " + st.LastLogged + ")"
+	}
+	fmt.Fprintf(tw, "shared log\t%d entries%s\n", st.LogSize, last)
+	parked := 0
+	for _, n := range st.Parked {
+		parked += n
+	}
+	fmt.Fprintf(tw, "parked\t%d\nfailed records\t%d\npending shared\t%d\n", parked, st.Failed, st.Pending)
+	if len(st.Jobs) > 0 {
+		fmt.Fprintf(tw, "jobs\t%s\n", strings.Join(st.Jobs, ", "))
+	}
+	if b := st.Backfill; b != nil {
+		fmt.Fprintf(tw, "backfill\t%s from %s: %d pages, %d records, %s, %.0f rec/s, ETA %.0fs, attempts %d\n",
+			b.Phase, b.Source, b.Pages, b.Records, humanBytes(b.Bytes), b.RecordsPerSec, b.ETASeconds, b.Attempts)
+		if b.LastError != "" {
+			fmt.Fprintf(tw, "backfill error\t%s\n", b.LastError)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	if len(st.Peers) == 0 {
+		fmt.Fprintln(w, "No sync partners (add one with: lsync network sync-setup)")
+	} else {
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PEER\tNAME\tCONNECTED\tRTT\tLAST SYNC\tACKED UP TO\tLAST ERROR")
+		for _, p := range st.Peers {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), dash(p.LastSync), dash(p.AckedUpTo), dash(p.LastError))
+		}
+		tw.Flush()
+	}
+	wm := map[string][2]string{}
+	var devs []string
+	for _, x := range st.StateWatermarks {
+		k := x.Device.String()
+		if _, ok := wm[k]; !ok {
+			devs = append(devs, k)
+		}
+		v := wm[k]
+		v[0] = x.HLC
+		wm[k] = v
+	}
+	for _, x := range st.SharedWatermarks {
+		k := x.Device.String()
+		if _, ok := wm[k]; !ok {
+			devs = append(devs, k)
+		}
+		v := wm[k]
+		v[1] = x.HLC
+		wm[k] = v
+	}
+	if len(devs) > 0 {
+		slices.Sort(devs)
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ORIGIN\tSTATE WATERMARK\tSHARED WATERMARK")
+		for _, d := range devs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", d, dash(wm[d][0]), dash(wm[d][1]))
+		}
+		tw.Flush()
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// ---- watch ----
+
+func newWatchCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "watch [LIB]",
+		Short: "Stream the daemon's events as JSON lines",
+		Long: `Print the daemon's events (local writes, rows synced from peers, peers
+connecting, phase changes…) as they happen, one JSON object per line, until
+interrupted. With LIB, only that library's events.`,
+		Example: `  lsync watch "Family photos"`,
+		Args:    args(cobra.MaximumNArgs(1)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			lib := ""
+			if len(a) == 1 {
+				lib = a[0]
+			}
+			_, err := g.call(cmd.Context(), opWatch, libArgs{Lib: lib}, func(p json.RawMessage) error {
+				_, err := fmt.Fprintf(g.stdout, "%s\n", p)
+				return err
+			})
+			if cmd.Context().Err() != nil {
+				return nil // interrupted: the normal end
+			}
+			return err
+		}),
+	}
+}

@@ -1,0 +1,765 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lsync/lsync/actors"
+	"github.com/lsync/lsync/messages"
+)
+
+// handler serves one operation. progress sends a progress line to the
+// client; the returned value is the result document.
+type handler func(ctx context.Context, s *server, raw json.RawMessage, progress func(any)) (any, error)
+
+var handlers map[string]handler
+
+func init() {
+	handlers = map[string]handler{
+		opDeviceShow:    hDeviceShow,
+		opLibraryCreate: hLibraryCreate,
+		opLibraryList:   hLibraryList,
+		opLibraryOpen:   hLibraryOpen,
+		opLibraryClose:  hLibraryClose,
+		opPairGenerate:  hPairGenerate,
+		opPairJoin:      hPairJoin,
+		opPeers:         hPeers,
+		opDiscover:      hDiscover,
+		opSyncSetup:     hSyncSetup,
+		opLocationAdd:   hLocationAdd,
+		opTagCreate:     hTagCreate,
+		opTagApply:      hTagApply,
+		opAlbumCreate:   hAlbumCreate,
+		opAlbumAdd:      hAlbumEntry(true),
+		opAlbumRemove:   hAlbumEntry(false),
+		opMetaSet:       hMetaSet,
+		opQuery:         hQuery,
+		opSyncStatus:    hSyncStatus,
+		opWatch:         hWatch,
+	}
+}
+
+// defaultConnectWait bounds how long an operation that needs a peer waits
+// for it to connect (it may have just been paired, or be reconnecting).
+const defaultConnectWait = 15 * time.Second
+
+// ---- resolution of command-line names ----
+
+// findLibrary resolves a library uuid or exact name among the libraries of
+// the home, open or closed.
+func (s *server) findLibrary(ctx context.Context, arg string) (actors.LibraryInfo, error) {
+	if arg == "" {
+		return actors.LibraryInfo{}, usageErrorf("a library (uuid or name) is required")
+	}
+	libs, err := s.node.Libraries(ctx)
+	if err != nil {
+		return actors.LibraryInfo{}, err
+	}
+	if u, err := uuid.Parse(arg); err == nil {
+		for _, l := range libs {
+			if l.ID == messages.LibraryID(u) {
+				return l, nil
+			}
+		}
+	}
+	var named []actors.LibraryInfo
+	for _, l := range libs {
+		if l.Name == arg {
+			named = append(named, l)
+		}
+	}
+	switch len(named) {
+	case 1:
+		return named[0], nil
+	case 0:
+		return actors.LibraryInfo{}, fmt.Errorf("no library %q on this device (see: lsync library list)", arg)
+	}
+	ids := make([]string, len(named))
+	for i, l := range named {
+		ids[i] = l.ID.String()
+	}
+	return actors.LibraryInfo{}, fmt.Errorf("%d libraries are named %q: give the uuid (%s)", len(named), arg, strings.Join(ids, ", "))
+}
+
+// library resolves an open library.
+func (s *server) library(ctx context.Context, arg string) (*actors.Library, error) {
+	info, err := s.findLibrary(ctx, arg)
+	if err != nil {
+		return nil, err
+	}
+	if !info.Open {
+		return nil, fmt.Errorf("library %q (%s) is closed (open it with: lsync library open %s)", info.Name, info.ID, info.ID)
+	}
+	return s.node.Library(ctx, info.ID)
+}
+
+// device resolves a paired device's id or exact name.
+func (s *server) device(arg string) (messages.DeviceID, string, error) {
+	if arg == "" {
+		return messages.DeviceID{}, "", usageErrorf("a device (id or name) is required")
+	}
+	paired := s.node.Paired()
+	if u, err := uuid.Parse(arg); err == nil {
+		id := messages.DeviceID(u)
+		for _, p := range paired {
+			if p.ID == id {
+				return id, p.Name, nil
+			}
+		}
+		return id, "", fmt.Errorf("device %s is not paired with this device (pair first: lsync network pair join CODE --addr HOST:PORT)", id)
+	}
+	var named []messages.DeviceID
+	for _, p := range paired {
+		if p.Name == arg {
+			named = append(named, p.ID)
+		}
+	}
+	switch len(named) {
+	case 1:
+		return named[0], arg, nil
+	case 0:
+		return messages.DeviceID{}, "", fmt.Errorf("no paired device is named %q (see: lsync network peers)", arg)
+	}
+	return messages.DeviceID{}, "", fmt.Errorf("%d paired devices are named %q: give the device id", len(named), arg)
+}
+
+// waitConnected waits a while for dev to be connected.
+func (s *server) waitConnected(ctx context.Context, dev messages.DeviceID, name string, limit time.Duration) error {
+	if limit <= 0 {
+		limit = defaultConnectWait
+	}
+	wctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	if err := s.node.WaitConnected(wctx, dev); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		who := dev.String()
+		if name != "" {
+			who = fmt.Sprintf("%s (%s)", name, dev)
+		}
+		return fmt.Errorf("device %s did not connect within %v: is its daemon running and reachable? (the daemon log says why a connection failed)", who, limit)
+	}
+	return nil
+}
+
+// rowUUID resolves a row of model by uuid, or by the exact value of
+// nameField when arg is not a uuid.
+func rowUUID(ctx context.Context, lib *actors.Library, model, nameField, arg string) (messages.UUID, error) {
+	if u, err := uuid.Parse(arg); err == nil {
+		if _, err := lib.Get(ctx, model, messages.UUID(u)); err != nil {
+			return messages.UUID{}, fmt.Errorf("no %s %s in library %q: %w", model, u, lib.Name(), err)
+		}
+		return messages.UUID(u), nil
+	}
+	if nameField == "" {
+		return messages.UUID{}, usageErrorf("%s %q: want a uuid", model, arg)
+	}
+	rows, err := lib.Query(ctx, model)
+	if err != nil {
+		return messages.UUID{}, err
+	}
+	var found []string
+	for _, r := range rows {
+		if v, _ := r[nameField].(string); v == arg {
+			id, _ := r["uuid"].(string)
+			found = append(found, id)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return messages.UUID{}, fmt.Errorf("no %s named %q in library %q", model, arg, lib.Name())
+	case 1:
+		var u messages.UUID
+		if err := u.UnmarshalText([]byte(found[0])); err != nil {
+			return u, err
+		}
+		return u, nil
+	}
+	return messages.UUID{}, fmt.Errorf("%d %ss are named %q (created concurrently on different devices?): give the uuid (%s)", len(found), model, arg, strings.Join(found, ", "))
+}
+
+func parseUUIDArg(what, s string) (messages.UUID, error) {
+	u, err := uuid.Parse(s)
+	if err != nil {
+		return messages.UUID{}, usageErrorf("%s %q is not a uuid", what, s)
+	}
+	return messages.UUID(u), nil
+}
+
+// ---- device and libraries ----
+
+func hDeviceShow(ctx context.Context, s *server, _ json.RawMessage, _ func(any)) (any, error) {
+	return deviceInfo{ID: s.node.ID().String(), Name: s.node.Name(), Listen: s.node.Addr(), Metrics: s.metricsAddr,
+		Home: s.home, PID: os.Getpid(), SchemaVersion: s.schema}, nil
+}
+
+func hLibraryCreate(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[nameArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(a.Name) == "" {
+		return nil, usageErrorf("a library name is required")
+	}
+	lib, err := s.node.CreateLibrary(ctx, a.Name)
+	if err != nil {
+		return nil, err
+	}
+	return libraryInfo{UUID: lib.ID().String(), Name: lib.Name(), Open: true}, nil
+}
+
+func hLibraryList(ctx context.Context, s *server, _ json.RawMessage, _ func(any)) (any, error) {
+	libs, err := s.node.Libraries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []libraryInfo{}
+	for _, l := range libs {
+		out = append(out, libraryInfo{UUID: l.ID.String(), Name: l.Name, Open: l.Open})
+	}
+	return out, nil
+}
+
+func hLibraryOpen(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[libArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.findLibrary(ctx, a.Lib)
+	if err != nil {
+		return nil, err
+	}
+	lib, err := s.node.OpenLibrary(ctx, info.ID)
+	if err != nil {
+		return nil, err
+	}
+	return libraryInfo{UUID: lib.ID().String(), Name: lib.Name(), Open: true}, nil
+}
+
+func hLibraryClose(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[libArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.findLibrary(ctx, a.Lib)
+	if err != nil {
+		return nil, err
+	}
+	if info.Open {
+		if err := s.node.CloseLibrary(ctx, info.ID); err != nil && !errors.Is(err, actors.ErrNotOpen) {
+			return nil, err
+		}
+	}
+	return libraryInfo{UUID: info.ID.String(), Name: info.Name, Open: false}, nil
+}
+
+// ---- network ----
+
+func hPairGenerate(ctx context.Context, s *server, raw json.RawMessage, progress func(any)) (any, error) {
+	a, err := decodeArgs[pairGenerateArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	pc, err := s.node.GeneratePairingCode(a.TTL, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := pairCode{Code: pc.Code, Expires: pc.Expires.UTC(), Listen: s.node.Addr()}
+	s.log.Info("pairing code generated", "expires", out.Expires)
+	if !a.Wait {
+		return out, nil
+	}
+	progress(out)
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case r, ok := <-pc.Done:
+		if !ok {
+			return nil, errors.New("pairing code ended without a result")
+		}
+		if r.Err != nil {
+			return nil, fmt.Errorf("code %s: %w", pc.Code, r.Err)
+		}
+		out.Paired = &peerInfo{ID: r.Peer.ID.String(), Name: r.Peer.Name, Addr: r.Peer.Addr, PairedAt: r.Peer.PairedAt}
+		return out, nil
+	}
+}
+
+func hPairJoin(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[pairJoinArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.node.JoinPairing(ctx, a.Code, a.Addr)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("paired", "peer", p.ID, "name", p.Name, "addr", p.Addr)
+	return peerInfo{ID: p.ID.String(), Name: p.Name, Addr: p.Addr, PairedAt: p.PairedAt}, nil
+}
+
+func hPeers(ctx context.Context, s *server, _ json.RawMessage, _ func(any)) (any, error) {
+	conn, err := s.node.Peers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	up := map[messages.DeviceID]actors.PeerInfo{}
+	for _, p := range conn {
+		up[p.ID] = p
+	}
+	out := []peerInfo{}
+	for _, p := range s.node.Paired() {
+		pi := peerInfo{ID: p.ID.String(), Name: p.Name, Addr: p.Addr, PairedAt: p.PairedAt}
+		if c, ok := up[p.ID]; ok {
+			pi.Connected = c.Connected
+			pi.LastError = c.LastError
+			if c.Connected {
+				pi.RTTMillis = float64(c.RTT) / float64(time.Millisecond)
+			}
+		}
+		out = append(out, pi)
+	}
+	slices.SortFunc(out, func(a, b peerInfo) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+func hDiscover(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[deviceArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	dev, name, err := s.device(a.Device)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waitConnected(ctx, dev, name, a.ConnectTimeout); err != nil {
+		return nil, err
+	}
+	libs, err := s.node.DiscoverLibraries(ctx, dev)
+	if err != nil {
+		return nil, err
+	}
+	out := []libraryInfo{}
+	for _, l := range libs {
+		out = append(out, libraryInfo{UUID: l.ID.String(), Name: l.Name, Open: true})
+	}
+	return out, nil
+}
+
+func hSyncSetup(ctx context.Context, s *server, raw json.RawMessage, progress func(any)) (any, error) {
+	a, err := decodeArgs[syncSetupArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	if a.Action != actors.ActionRegisterOnly && a.Action != actors.ActionJoin {
+		return nil, usageErrorf("--action %q: want %s or %s", a.Action, actors.ActionRegisterOnly, actors.ActionJoin)
+	}
+	dev, name, err := s.device(a.Device)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waitConnected(ctx, dev, name, a.ConnectTimeout); err != nil {
+		return nil, err
+	}
+	// The remote library: a uuid, or the exact name of one the device has open.
+	var libID messages.LibraryID
+	if u, err := uuid.Parse(a.Library); err == nil {
+		libID = messages.LibraryID(u)
+	} else {
+		libs, err := s.node.DiscoverLibraries(ctx, dev)
+		if err != nil {
+			return nil, err
+		}
+		var found []messages.LibraryID
+		for _, l := range libs {
+			if l.Name == a.Library {
+				found = append(found, l.ID)
+			}
+		}
+		if len(found) != 1 {
+			return nil, fmt.Errorf("device %s has %d open libraries named %q: give the uuid (see: lsync network discover-libraries %s)", dev, len(found), a.Library, dev)
+		}
+		libID = found[0]
+	}
+	// Listen before setting up, so the join's first phase change is heard.
+	events, stopEvents := s.node.Events()
+	defer stopEvents()
+	lib, err := s.node.SyncSetup(ctx, dev, libID, a.Action)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("sync set up", "library", libID, "name", lib.Name(), "peer", dev, "action", a.Action)
+	res := syncSetupResult{Library: libID.String(), Name: lib.Name(), RemoteDevice: dev.String(), Action: a.Action}
+	if a.Action == actors.ActionJoin {
+		if err := s.reportJoin(ctx, lib, events, progress); err != nil {
+			return nil, err
+		}
+	}
+	st, err := lib.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Phase = string(st.Phase)
+	return res, nil
+}
+
+// joinSettle is how long a join that never left the ready phase is watched
+// before it is taken as done (a library both sides already had in sync).
+const joinSettle = 2 * time.Second
+
+// reportJoin streams a join's progress until the library has been busy
+// (backfilling or catching up) and is ready again with no job running.
+func (s *server) reportJoin(ctx context.Context, lib *actors.Library, events <-chan actors.Event, progress func(any)) error {
+	start := time.Now()
+	busy := false
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := lib.Status(ctx)
+		if err != nil {
+			return err
+		}
+		jp := joinProgress{Phase: string(st.Phase), Jobs: len(st.Jobs)}
+		if b := st.Backfill; b != nil {
+			jp.Pages, jp.Records, jp.Bytes = b.Pages, b.Records, b.Bytes
+			jp.RecordsPerSec, jp.ETASeconds, jp.LastError = b.RecordsPerSec, b.ETASeconds, b.LastError
+		}
+		progress(jp)
+		idle := st.Phase == actors.PhaseReady && len(st.Jobs) == 0
+		busy = busy || !idle
+		if idle && (busy || time.Since(start) > joinSettle) {
+			return nil
+		}
+		// Until the next tick, only note whether the join got busy.
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case e, ok := <-events:
+				if !ok {
+					return errors.New("the daemon is stopping")
+				}
+				if e.Library == lib.ID() && e.Type == actors.EventPhaseChanged && e.Phase != actors.PhaseReady {
+					busy = true
+				}
+			case <-tick.C:
+				break wait
+			}
+		}
+	}
+}
+
+// ---- locations, tags, albums, metadata ----
+
+func hLocationAdd(ctx context.Context, s *server, raw json.RawMessage, progress func(any)) (any, error) {
+	a, err := decodeArgs[locationAddArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	lib, err := s.library(ctx, a.Lib)
+	if err != nil {
+		return nil, err
+	}
+	if !filepath.IsAbs(a.Path) {
+		return nil, usageErrorf("location path %q must be absolute", a.Path)
+	}
+	path := filepath.Clean(a.Path)
+	if fi, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("location %s: %w", path, err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("location %s is not a directory", path)
+	}
+	name := a.Name
+	if name == "" {
+		name = filepath.Base(path)
+	}
+	loc, err := lib.AddLocation(ctx, path, name, messages.UUID{})
+	if err != nil {
+		return nil, err
+	}
+	res := locationResult{UUID: loc.String(), Library: lib.ID().String(), Path: path, Name: name}
+	if !a.Index {
+		return res, nil
+	}
+	// Count first, so the progress bar has a total.
+	start := time.Now()
+	progress(indexProgress{Phase: "counting"})
+	total := countEntries(ctx, path, a.SkipHidden)
+	progress(indexProgress{Phase: "indexing", Total: total})
+	p, err := lib.IndexLocation(ctx, loc, path, actors.IndexOptions{
+		SkipHidden: a.SkipHidden, Batch: 500,
+		Progress: func(p actors.IndexProgress) {
+			progress(indexProgress{Phase: "indexing", Total: max(total, p.Entries), Entries: p.Entries, Files: p.Files, Dirs: p.Dirs, Bytes: p.Bytes})
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("location %s added (%s), but indexing failed after %d entries: %w", name, loc, p.Entries, err)
+	}
+	res.Indexed = &indexSummary{Entries: p.Entries, Files: p.Files, Dirs: p.Dirs, Bytes: p.Bytes, Contents: p.Contents,
+		Skipped: p.Skipped, Seconds: time.Since(start).Seconds()}
+	s.log.Info("location indexed", "library", lib.ID(), "location", loc, "path", path, "entries", p.Entries, "seconds", res.Indexed.Seconds)
+	return res, nil
+}
+
+// countEntries counts what IndexLocation will walk (same hidden rule).
+func countEntries(ctx context.Context, root string, skipHidden bool) int {
+	n := 0
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if path == root {
+			return nil
+		}
+		if err != nil {
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if skipHidden && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		n++
+		return nil
+	})
+	return n
+}
+
+func hTagCreate(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[tagCreateArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	lib, err := s.library(ctx, a.Lib)
+	if err != nil {
+		return nil, err
+	}
+	u, err := lib.CreateTag(ctx, actors.TagInput{Name: a.Name, Namespace: a.Namespace, Color: a.Color})
+	if err != nil {
+		return nil, err
+	}
+	return tagResult{UUID: u.String(), Name: a.Name, Namespace: a.Namespace}, nil
+}
+
+func hTagApply(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[tagApplyArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	lib, err := s.library(ctx, a.Lib)
+	if err != nil {
+		return nil, err
+	}
+	tag, err := rowUUID(ctx, lib, "tag", "canonical_name", a.Tag)
+	if err != nil {
+		return nil, err
+	}
+	entry, err := rowUUID(ctx, lib, "entry", "", a.Entry)
+	if err != nil {
+		return nil, err
+	}
+	if err := lib.ApplyTag(ctx, tag, entry); err != nil {
+		return nil, err
+	}
+	return tagApplyResult{Tag: tag.String(), Entry: entry.String()}, nil
+}
+
+func hAlbumCreate(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[albumCreateArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	lib, err := s.library(ctx, a.Lib)
+	if err != nil {
+		return nil, err
+	}
+	u, err := lib.CreateAlbum(ctx, a.Name, a.Description)
+	if err != nil {
+		return nil, err
+	}
+	return albumResult{UUID: u.String(), Name: a.Name}, nil
+}
+
+func hAlbumEntry(add bool) handler {
+	return func(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+		a, err := decodeArgs[albumEntryArgs](raw)
+		if err != nil {
+			return nil, err
+		}
+		lib, err := s.library(ctx, a.Lib)
+		if err != nil {
+			return nil, err
+		}
+		album, err := rowUUID(ctx, lib, "album", "name", a.Album)
+		if err != nil {
+			return nil, err
+		}
+		var entry messages.UUID
+		if add {
+			entry, err = rowUUID(ctx, lib, "entry", "", a.Entry)
+		} else {
+			// The entry may be gone already; removing its membership is still fine.
+			entry, err = parseUUIDArg("entry", a.Entry)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if add {
+			err = lib.AddToAlbum(ctx, album, entry)
+		} else {
+			err = lib.RemoveFromAlbum(ctx, album, entry)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return albumEntryResult{Album: album.String(), Entry: entry.String()}, nil
+	}
+}
+
+func hMetaSet(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[metaSetArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	fields := a.Fields.toMap()
+	if len(fields) == 0 {
+		return nil, usageErrorf("nothing to set: give key=value pairs")
+	}
+	if (a.Entry == "") == (a.Content == "") {
+		return nil, usageErrorf("give exactly one of --entry and --content")
+	}
+	lib, err := s.library(ctx, a.Lib)
+	if err != nil {
+		return nil, err
+	}
+	if a.Entry != "" {
+		if a.Fields.Rating != nil {
+			return nil, usageErrorf("rating is content metadata: use --content")
+		}
+		entry, err := rowUUID(ctx, lib, "entry", "", a.Entry)
+		if err != nil {
+			return nil, err
+		}
+		if err := lib.SetEntryMeta(ctx, entry, fields); err != nil {
+			return nil, err
+		}
+		return metaSetResult{Scope: "entry", UUID: entry.String(), Fields: a.Fields}, nil
+	}
+	content, err := rowUUID(ctx, lib, "content_identity", "", a.Content)
+	if err != nil {
+		return nil, err
+	}
+	if err := lib.SetContentMeta(ctx, content, fields); err != nil {
+		return nil, err
+	}
+	return metaSetResult{Scope: "content", UUID: content.String(), Fields: a.Fields}, nil
+}
+
+// ---- reads ----
+
+func hQuery(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[queryArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	lib, err := s.library(ctx, a.Lib)
+	if err != nil {
+		return nil, err
+	}
+	models := lib.Store().Registry().Order()
+	if !slices.Contains(models, a.Model) {
+		return nil, usageErrorf("unknown model %q: want one of %s", a.Model, strings.Join(models, ", "))
+	}
+	rows, err := lib.Query(ctx, a.Model)
+	if err != nil {
+		return nil, err
+	}
+	// The rows exactly as the library returns them: this is the
+	// convergence oracle, so nothing local or time-dependent is added.
+	out := []byte{'['}
+	for i, r := range rows {
+		b, err := marshalCompact(r)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s row: %w", a.Model, err)
+		}
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, b...)
+	}
+	return json.RawMessage(append(out, ']')), nil
+}
+
+func hSyncStatus(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[libArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	lib, err := s.library(ctx, a.Lib)
+	if err != nil {
+		return nil, err
+	}
+	return lib.Status(ctx)
+}
+
+func hWatch(ctx context.Context, s *server, raw json.RawMessage, progress func(any)) (any, error) {
+	a, err := decodeArgs[libArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	var evs <-chan actors.Event
+	var cancel func()
+	if a.Lib != "" {
+		lib, err := s.library(ctx, a.Lib)
+		if err != nil {
+			return nil, err
+		}
+		evs, cancel = lib.Events()
+	} else {
+		evs, cancel = s.node.Events()
+	}
+	defer cancel()
+	progress(eventDoc{Type: "watching", Time: time.Now().UTC()})
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-evs:
+			if !ok {
+				return nil, errors.New("the daemon is stopping")
+			}
+			progress(eventToDoc(e))
+		}
+	}
+}
+
+func eventToDoc(e actors.Event) eventDoc {
+	d := eventDoc{Type: string(e.Type), Time: e.Time.UTC(), Model: e.Model, Deleted: e.Deleted, Count: e.Count,
+		Phase: string(e.Phase), Detail: e.Detail}
+	if !e.Library.IsZero() {
+		d.Library = e.Library.String()
+	}
+	if !e.Peer.IsZero() {
+		d.Peer = e.Peer.String()
+	}
+	if !e.UUID.IsZero() {
+		d.UUID = e.UUID.String()
+	}
+	return d
+}

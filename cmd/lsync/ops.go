@@ -1,0 +1,265 @@
+package main
+
+// Arguments and results of the control-socket operations. The results are
+// also what --json prints, so their keys follow DESIGN.md §8.
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Operation names.
+const (
+	opDeviceShow    = "device.show"
+	opLibraryCreate = "library.create"
+	opLibraryList   = "library.list"
+	opLibraryOpen   = "library.open"
+	opLibraryClose  = "library.close"
+	opPairGenerate  = "pair.generate"
+	opPairJoin      = "pair.join"
+	opPeers         = "network.peers"
+	opDiscover      = "network.discover"
+	opSyncSetup     = "network.sync_setup"
+	opLocationAdd   = "location.add"
+	opTagCreate     = "tag.create"
+	opTagApply      = "tag.apply"
+	opAlbumCreate   = "album.create"
+	opAlbumAdd      = "album.add"
+	opAlbumRemove   = "album.remove"
+	opMetaSet       = "meta.set"
+	opQuery         = "query"
+	opSyncStatus    = "sync.status"
+	opWatch         = "watch"
+)
+
+type deviceInfo struct {
+	ID            string `json:"id"`
+	Name          string `json:"name"`
+	Listen        string `json:"listen"`
+	Metrics       string `json:"metrics,omitempty"`
+	Home          string `json:"home"`
+	PID           int    `json:"pid"`
+	SchemaVersion int    `json:"schema_version"`
+}
+
+type libArgs struct {
+	Lib string `json:"lib"`
+}
+
+type nameArgs struct {
+	Name string `json:"name"`
+}
+
+type libraryInfo struct {
+	UUID string `json:"uuid"`
+	Name string `json:"name"`
+	Open bool   `json:"open"`
+}
+
+type pairGenerateArgs struct {
+	Wait bool          `json:"wait"`
+	TTL  time.Duration `json:"ttl"`
+}
+
+type pairCode struct {
+	Code    string    `json:"code"`
+	Expires time.Time `json:"expires"`
+	Listen  string    `json:"listen"` // where the joiner dials this device
+	Paired  *peerInfo `json:"paired,omitempty"`
+}
+
+type pairJoinArgs struct {
+	Code string `json:"code"`
+	Addr string `json:"addr"`
+}
+
+type peerInfo struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Addr      string    `json:"addr,omitempty"`
+	Connected bool      `json:"connected"`
+	RTTMillis float64   `json:"rtt_ms"`
+	PairedAt  time.Time `json:"paired_at,omitzero"`
+	LastError string    `json:"last_error,omitempty"` // why it is not connected, if known
+}
+
+type deviceArgs struct {
+	Device string `json:"device"`
+	// ConnectTimeout bounds the wait for the device to connect (0: 15 s).
+	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
+}
+
+type syncSetupArgs struct {
+	Device         string        `json:"device"`
+	Library        string        `json:"library"`
+	Action         string        `json:"action"`
+	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
+}
+
+type syncSetupResult struct {
+	Library      string `json:"library"`
+	Name         string `json:"name"`
+	RemoteDevice string `json:"remote_device"`
+	Action       string `json:"action"`
+	Phase        string `json:"phase"`
+}
+
+// joinProgress is streamed while a join backfills.
+type joinProgress struct {
+	Phase         string  `json:"phase"`
+	Pages         int     `json:"pages"`
+	Records       int64   `json:"records"`
+	Bytes         int64   `json:"bytes"`
+	RecordsPerSec float64 `json:"records_per_sec"`
+	ETASeconds    float64 `json:"eta_seconds"`
+	Jobs          int     `json:"jobs"`
+	LastError     string  `json:"last_error,omitempty"`
+}
+
+type locationAddArgs struct {
+	Lib        string `json:"lib"`
+	Path       string `json:"path"`
+	Name       string `json:"name"`
+	Index      bool   `json:"index"`
+	SkipHidden bool   `json:"skip_hidden"`
+}
+
+// indexProgress is streamed while a location is indexed.
+type indexProgress struct {
+	Phase   string `json:"phase"` // counting, indexing
+	Total   int    `json:"total"` // entries found by the counting pass
+	Entries int    `json:"entries"`
+	Files   int    `json:"files"`
+	Dirs    int    `json:"dirs"`
+	Bytes   int64  `json:"bytes"`
+}
+
+type indexSummary struct {
+	Entries  int     `json:"entries"`
+	Files    int     `json:"files"`
+	Dirs     int     `json:"dirs"`
+	Bytes    int64   `json:"bytes"`
+	Contents int     `json:"content_identities"`
+	Skipped  int     `json:"skipped"`
+	Seconds  float64 `json:"seconds"`
+}
+
+type locationResult struct {
+	UUID    string        `json:"uuid"`
+	Library string        `json:"library"`
+	Path    string        `json:"path"`
+	Name    string        `json:"name"`
+	Indexed *indexSummary `json:"indexed,omitempty"`
+}
+
+type tagCreateArgs struct {
+	Lib       string `json:"lib"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
+	Color     string `json:"color,omitempty"`
+}
+
+type tagResult struct {
+	UUID      string `json:"uuid"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
+}
+
+type tagApplyArgs struct {
+	Lib   string `json:"lib"`
+	Tag   string `json:"tag"`
+	Entry string `json:"entry"`
+}
+
+type tagApplyResult struct {
+	Tag   string `json:"tag"`
+	Entry string `json:"entry"`
+}
+
+type albumCreateArgs struct {
+	Lib         string `json:"lib"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+}
+
+type albumResult struct {
+	UUID string `json:"uuid"`
+	Name string `json:"name"`
+}
+
+type albumEntryArgs struct {
+	Lib   string `json:"lib"`
+	Album string `json:"album"`
+	Entry string `json:"entry"`
+}
+
+type albumEntryResult struct {
+	Album string `json:"album"`
+	Entry string `json:"entry"`
+}
+
+// metaFields are the user metadata fields `meta set` knows; nil: unchanged.
+type metaFields struct {
+	Favorite *bool   `json:"favorite,omitempty"`
+	Hidden   *bool   `json:"hidden,omitempty"`
+	Note     *string `json:"note,omitempty"`
+	Rating   *int64  `json:"rating,omitempty"`
+}
+
+func (f metaFields) toMap() map[string]any {
+	m := map[string]any{}
+	if f.Favorite != nil {
+		m["favorite"] = *f.Favorite
+	}
+	if f.Hidden != nil {
+		m["hidden"] = *f.Hidden
+	}
+	if f.Note != nil {
+		m["note"] = *f.Note
+	}
+	if f.Rating != nil {
+		m["rating"] = *f.Rating
+	}
+	return m
+}
+
+type metaSetArgs struct {
+	Lib     string     `json:"lib"`
+	Entry   string     `json:"entry,omitempty"`
+	Content string     `json:"content,omitempty"`
+	Fields  metaFields `json:"fields"`
+}
+
+type metaSetResult struct {
+	Scope  string     `json:"scope"` // entry or content
+	UUID   string     `json:"uuid"`
+	Fields metaFields `json:"fields"`
+}
+
+type queryArgs struct {
+	Lib   string `json:"lib"`
+	Model string `json:"model"`
+}
+
+// eventDoc is an actors.Event as `lsync watch` prints it.
+type eventDoc struct {
+	Type    string    `json:"type"`
+	Time    time.Time `json:"time"`
+	Library string    `json:"library,omitempty"`
+	Peer    string    `json:"peer,omitempty"`
+	Model   string    `json:"model,omitempty"`
+	UUID    string    `json:"uuid,omitempty"`
+	Deleted bool      `json:"deleted,omitempty"`
+	Count   int       `json:"count,omitempty"`
+	Phase   string    `json:"phase,omitempty"`
+	Detail  string    `json:"detail,omitempty"`
+}
+
+func decodeArgs[T any](raw json.RawMessage) (T, error) {
+	var v T
+	if len(raw) == 0 {
+		return v, nil
+	}
+	err := json.Unmarshal(raw, &v)
+	return v, err
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit statuses, documented in `lsync --help`.
+const (
+	exitOK       = 0
+	exitError    = 1   // the operation failed
+	exitUsage    = 2   // bad command line: unknown command, flag or argument
+	exitNoDaemon = 3   // no daemon is running for --home
+	exitSignal   = 130 // interrupted by SIGINT or SIGTERM
+)
+
+const exitCodesHelp = `Exit status:
+    0  success
+    1  the operation failed (the reason is the one line on stderr)
+    2  usage error: unknown command, bad flag or argument
+    3  no daemon is running for --home (start one with: lsync serve)
+  130  interrupted (SIGINT or SIGTERM) before the command finished`
+
+// exitError carries the exit status an error should end the process with.
+type exitErr struct {
+	code int
+	err  error
+}
+
+func (e *exitErr) Error() string { return e.err.Error() }
+func (e *exitErr) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return &exitErr{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// globals are the root flags and the process's streams, shared by every
+// command.
+type globals struct {
+	home   string // absolute after PersistentPreRunE
+	json   bool
+	stdout io.Writer
+	stderr io.Writer
+
+	// ran is set when a command's RunE starts: an error before that is a
+	// usage error (cobra's parsing), after it an operation error.
+	ran bool
+}
+
+// Run runs the lsync command line args and returns the exit status. It
+// prints results on stdout and at most one error line on stderr.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := newRootCmd(g)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code := exitError
+	var ee *exitErr
+	switch {
+	case errors.As(err, &ee):
+		code = ee.code
+	case !g.ran:
+		code = exitUsage
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		code, err = exitSignal, errors.New("interrupted")
+	}
+	fmt.Fprintf(stderr, "lsync: %s\n", oneLine(err.Error()))
+	return code
+}
+
+// oneLine folds a multi-line message into one line.
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}
+
+func newRootCmd(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "lsync",
+		Short: "Peer-to-peer sync of library metadata between your devices",
+		Long: `lsync keeps libraries (locations, file entries, tags, albums, favourites…)
+in sync across one person's devices, peer to peer, with no server.
+
+A daemon ("lsync serve") runs the node: it holds the device identity, talks
+QUIC to paired devices and serves a control socket in --home. Every other
+command (except "init" and "demo") is a client of that daemon.
+
+--home defaults to $LSYNC_HOME, else ~/.lsync. With --json every command prints
+one JSON document on stdout (snake_case keys); errors are always one line on
+stderr, starting with "lsync: ".
+
+` + exitCodesHelp,
+		Example: `  lsync init --name laptop
+  lsync serve &
+  lsync library create "Family photos"
+  lsync network pair generate`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			return g.resolveHome()
+		},
+		RunE: groupRunE,
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.PersistentFlags().StringVar(&g.home, "home", "", "the node's home directory (default $LSYNC_HOME, else ~/.lsync)")
+	root.PersistentFlags().BoolVar(&g.json, "json", false, "print one JSON document on stdout")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageErrorf("%v (see: %s --help)", err, c.CommandPath())
+	})
+	root.AddCommand(
+		newInitCmd(g), newServeCmd(g), newDeviceCmd(g), newLibraryCmd(g), newNetworkCmd(g),
+		newLocationCmd(g), newTagCmd(g), newAlbumCmd(g), newMetaCmd(g), newQueryCmd(g),
+		newSyncCmd(g), newWatchCmd(g), newDemoCmd(g),
+	)
+	return root
+}
+
+// groupRunE is the RunE of commands that only group subcommands: bare, they
+// print their help; with an unknown subcommand they are a usage error.
+func groupRunE(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErrorf("unknown command %q for %q (see: %s --help)", args[0], cmd.CommandPath(), cmd.CommandPath())
+	}
+	return cmd.Help()
+}
+
+func (g *globals) resolveHome() error {
+	if g.home == "" {
+		g.home = os.Getenv("LSYNC_HOME")
+	}
+	if g.home == "" {
+		h, err := os.UserHomeDir()
+		if err != nil {
+			return fmt.Errorf("no --home given, LSYNC_HOME unset and no home directory: %w", err)
+		}
+		g.home = filepath.Join(h, ".lsync")
+	}
+	abs, err := filepath.Abs(g.home)
+	if err != nil {
+		return fmt.Errorf("home %s: %w", g.home, err)
+	}
+	g.home = abs
+	return nil
+}
+
+// runE marks the start of a command's own work (see globals.ran).
+func (g *globals) runE(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		g.ran = true
+		return fn(cmd, args)
+	}
+}
+
+// args wraps a cobra argument check so that its failure is a usage error.
+func args(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, a []string) error {
+		if err := check(cmd, a); err != nil {
+			return usageErrorf("%s %v (usage: %s)", cmd.CommandPath(), err, cmd.UseLine())
+		}
+		return nil
+	}
+}
+
+// output prints doc as indented JSON with --json, else calls human.
+func (g *globals) output(doc any, human func(w io.Writer)) error {
+	if g.json {
+		return writeJSON(g.stdout, doc)
+	}
+	human(g.stdout)
+	return nil
+}
+
+func writeJSON(w io.Writer, doc any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
+}

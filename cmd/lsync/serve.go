@@ -1,0 +1,336 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	stdnet "net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/lsync/lsync/actors"
+	"github.com/lsync/lsync/messages"
+)
+
+// defaultListen is the QUIC port a daemon listens on unless told otherwise.
+const defaultListen = ":7700"
+
+// schemaEnv is test-only: it makes the daemon speak another schema version,
+// so end-to-end tests can run a daemon "from the future".
+const schemaEnv = "LSYNC_TEST_SCHEMA_VERSION"
+
+func newServeCmd(g *globals) *cobra.Command {
+	var listen, metrics, level string
+	cmd := &cobra.Command{
+		Use:   "serve [--listen ADDR] [--metrics ADDR]",
+		Short: "Run the node in the foreground",
+		Long: `Run the lsync node for --home in the foreground until SIGINT or SIGTERM.
+
+The daemon loads (or creates) the device identity, opens every library that
+was open when it last stopped, listens for QUIC connections from paired
+devices on --listen (UDP, default ` + defaultListen + `) and dials them, and
+serves the control socket ` + socketName + ` in --home that every other lsync
+command talks to. With --metrics it serves Prometheus metrics on
+http://ADDR/metrics. Only one daemon may serve a home (` + lockName + `).
+Logs go to stderr.
+
+The environment variable ` + schemaEnv + ` is for tests only: it makes the
+daemon speak another wire schema version.`,
+		Example: `  lsync serve
+  lsync --home /tmp/b serve --listen 127.0.0.1:7701 --metrics 127.0.0.1:9101`,
+		Args: args(cobra.NoArgs),
+		RunE: g.runE(func(cmd *cobra.Command, _ []string) error {
+			lvl, err := parseLevel(level)
+			if err != nil {
+				return &exitErr{code: exitUsage, err: err}
+			}
+			return serve(cmd.Context(), g, serveOptions{listen: listen, metrics: metrics, level: lvl})
+		}),
+	}
+	cmd.Flags().StringVar(&listen, "listen", defaultListen, "QUIC (UDP) address to listen on for peers")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this HTTP address (off when empty)")
+	cmd.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+type serveOptions struct {
+	listen  string
+	metrics string
+	level   slog.Level
+}
+
+// serve runs the daemon until ctx is done.
+func serve(ctx context.Context, g *globals, opt serveOptions) error {
+	log := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: opt.level}))
+	if err := os.MkdirAll(g.home, 0o700); err != nil {
+		return fmt.Errorf("home: %w", err)
+	}
+	// Refuse to share the home with another daemon.
+	lock, err := acquireLock(g.home)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	sock := socketPath(g.home)
+	if len(sock) > maxSocketPath {
+		return fmt.Errorf("control socket path %s is too long (%d bytes, at most %d): use a shorter --home", sock, len(sock), maxSocketPath)
+	}
+	// Bind the metrics port first, so a busy port fails before the node starts.
+	var mln stdnet.Listener
+	if opt.metrics != "" {
+		if mln, err = stdnet.Listen("tcp", opt.metrics); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		defer mln.Close()
+	}
+	schema, err := schemaFromEnv()
+	if err != nil {
+		return err
+	}
+	// Start the node: identity, transport, libraries, peers.
+	node, err := actors.Start(ctx, actors.Config{
+		Home: g.home, Listen: opt.listen, Logger: log,
+		QUIC: actors.QUICOptions{SchemaVersion: schema},
+	})
+	if err != nil {
+		return err
+	}
+	stopNode := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := node.Stop(sctx); err != nil {
+			log.Error("stop node", "err", err)
+		}
+	}
+	// Serve metrics.
+	var msrv *http.Server
+	if mln != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(node.Metrics().Registry, promhttp.HandlerOpts{Registry: node.Metrics().Registry}))
+		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server", "err", err)
+			}
+		}()
+	}
+	// Serve the control socket (a stale one from a killed daemon goes first:
+	// we hold the lock, so nobody else is using it).
+	_ = os.Remove(sock)
+	old := syscall.Umask(0o077) // the socket is born 0600: it accepts commands
+	cln, err := stdnet.Listen("unix", sock)
+	syscall.Umask(old)
+	if err != nil {
+		stopNode()
+		return fmt.Errorf("control socket: %w", err)
+	}
+	sctx, cancelHandlers := context.WithCancel(context.Background())
+	srv := &server{node: node, home: g.home, log: log, ctx: sctx, schema: int(schema)}
+	if srv.schema == 0 {
+		srv.schema = int(messages.SchemaVersion)
+	}
+	if mln != nil {
+		srv.metricsAddr = mln.Addr().String()
+	}
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		srv.acceptLoop(cln)
+	}()
+	log.Info("lsync daemon ready", "device", node.ID(), "name", node.Name(), "listen", node.Addr(),
+		"control", sock, "metrics", srv.metricsAddr, "home", g.home)
+
+	<-ctx.Done()
+	// A second signal ends the process at once.
+	signal.Reset(os.Interrupt, syscall.SIGTERM)
+	log.Info("shutting down")
+	_ = cln.Close()
+	<-acceptDone
+	cancelHandlers()
+	srv.wait(5 * time.Second)
+	if msrv != nil {
+		tctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = msrv.Shutdown(tctx)
+		cancel()
+	}
+	stopNode()
+	_ = os.Remove(sock)
+	log.Info("stopped")
+	return nil
+}
+
+func schemaFromEnv() (uint16, error) {
+	s := os.Getenv(schemaEnv)
+	if s == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || v == 0 {
+		return 0, fmt.Errorf("%s=%q: want a schema version from 1 to 65535", schemaEnv, s)
+	}
+	return uint16(v), nil
+}
+
+// acquireLock takes the home's daemon lock (flock, so a killed daemon
+// releases it) and writes our pid into it.
+func acquireLock(home string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(home, lockName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := io.ReadAll(f)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			pid := strings.TrimSpace(string(b))
+			if pid == "" {
+				pid = "?"
+			}
+			return nil, fmt.Errorf("another daemon (pid %s) is already running for %s", pid, home)
+		}
+		return nil, fmt.Errorf("lock %s: %w", home, err)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return f, nil
+}
+
+// daemonRunning reports whether a daemon holds home's lock.
+func daemonRunning(home string) bool {
+	f, err := os.OpenFile(filepath.Join(home, lockName), os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}
+
+// server answers control-socket requests.
+type server struct {
+	node        *actors.Node
+	home        string
+	metricsAddr string
+	schema      int
+	log         *slog.Logger
+	ctx         context.Context // cancelled at shutdown; parent of every request
+
+	wg sync.WaitGroup
+}
+
+func (s *server) acceptLoop(ln stdnet.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, stdnet.ErrClosed) {
+				return
+			}
+			s.log.Warn("control socket accept", "err", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.handle(c)
+		}()
+	}
+}
+
+// wait waits (at most d) for the requests in flight to end.
+func (s *server) wait(d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		s.log.Warn("control requests still running at shutdown")
+	}
+}
+
+// handle serves one connection: one request, its progress, its answer.
+func (s *server) handle(c stdnet.Conn) {
+	defer c.Close()
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	lw := &lineWriter{w: c}
+	br := bufio.NewReaderSize(c, maxRequest)
+	line, err := br.ReadSlice('\n')
+	switch {
+	case errors.Is(err, bufio.ErrBufferFull):
+		_ = lw.write(response{Done: true, Error: fmt.Sprintf("request larger than %d bytes", maxRequest), Code: exitUsage})
+		return
+	case errors.Is(err, io.EOF):
+		return
+	case err != nil:
+		_ = lw.write(response{Done: true, Error: "bad request: " + err.Error(), Code: exitUsage})
+		return
+	}
+	var req request
+	if err := json.Unmarshal(line, &req); err != nil {
+		_ = lw.write(response{Done: true, Error: "bad request: " + err.Error(), Code: exitUsage})
+		return
+	}
+	// The client closing its end cancels the request.
+	go func() {
+		_, _ = br.ReadByte()
+		cancel()
+	}()
+	h, ok := handlers[req.Op]
+	if !ok {
+		_ = lw.write(response{Done: true, Error: fmt.Sprintf("the daemon does not know the operation %q (is it an older lsync? restart it)", req.Op), Code: exitUsage})
+		return
+	}
+	s.log.Debug("control request", "op", req.Op)
+	progress := func(p any) {
+		b, err := marshalCompact(p)
+		if err == nil {
+			_ = lw.write(response{Progress: b})
+		}
+	}
+	res, err := h(ctx, s, req.Args, progress)
+	if err != nil {
+		code := exitError
+		var ee *exitErr
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		s.log.Debug("control request failed", "op", req.Op, "err", err)
+		_ = lw.write(response{Done: true, Error: oneLine(err.Error()), Code: code})
+		return
+	}
+	b, err := marshalCompact(res)
+	if err != nil {
+		_ = lw.write(response{Done: true, Error: "encode result: " + err.Error()})
+		return
+	}
+	_ = lw.write(response{Done: true, Result: b})
+}
