@@ -397,13 +397,33 @@ func (n *Node) WaitConnected(ctx context.Context, dev messages.DeviceID) error {
 	}
 }
 
+// request sends a node-level request to a connected device. A connection
+// that closes under it (a duplicate connection losing the tie-break, a
+// reconnect) is retried on the device's current connection.
+func (n *Node) request(ctx context.Context, dev messages.DeviceID, m messages.Message) (messages.Message, error) {
+	for attempt := 0; ; attempt++ {
+		c, err := n.conn(ctx, dev)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := c.Request(ctx, messages.LibraryID{}, m)
+		if err == nil || !errors.Is(err, net.ErrClosed) || attempt == 3 || ctx.Err() != nil {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if err := n.WaitConnected(ctx, dev); err != nil {
+			return nil, err
+		}
+	}
+}
+
 // DiscoverLibraries asks a connected device which libraries it has open.
 func (n *Node) DiscoverLibraries(ctx context.Context, dev messages.DeviceID) ([]messages.LibraryInfo, error) {
-	c, err := n.conn(ctx, dev)
-	if err != nil {
-		return nil, err
-	}
-	m, err := c.Request(ctx, messages.LibraryID{}, &messages.LibraryListRequest{})
+	m, err := n.request(ctx, dev, &messages.LibraryListRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("discover libraries of %s: %w", dev, err)
 	}
@@ -428,11 +448,7 @@ func (n *Node) SyncSetup(ctx context.Context, dev messages.DeviceID, lib message
 	if action != ActionRegisterOnly && action != ActionJoin {
 		return nil, fmt.Errorf("sync-setup: action %q: want %s or %s", action, ActionRegisterOnly, ActionJoin)
 	}
-	c, err := n.conn(ctx, dev)
-	if err != nil {
-		return nil, err
-	}
-	m, err := c.Request(ctx, messages.LibraryID{}, &messages.SyncSetupRequest{Library: lib, Device: n.core.self, DeviceName: n.core.name, Action: action})
+	m, err := n.request(ctx, dev, &messages.SyncSetupRequest{Library: lib, Device: n.core.self, DeviceName: n.core.name, Action: action})
 	if err != nil {
 		return nil, fmt.Errorf("sync-setup with %s: %w", dev, err)
 	}

@@ -43,7 +43,16 @@ func (p *peerActor) Receive(ctx actor.Context) {
 		seed := p.n.sync.Seed ^ uint64(p.dev[0])<<8 ^ uint64(p.dev[15])
 		p.bo = newBackoff(p.n.sync.ReconnectMin, p.n.sync.ReconnectMax, seed)
 		p.libs = map[messages.LibraryID]*actor.PID{}
-		ctx.Send(ctx.Self(), &dialNow{gen: p.gen})
+		// The device with the smaller id dials at once; the other waits a
+		// moment for that inbound connection, so the two rarely race into
+		// a duplicate pair of connections (the tie-break would close one,
+		// failing whatever had just started on it).
+		if p.preferred(true) {
+			ctx.Send(ctx.Self(), &dialNow{gen: p.gen})
+		} else {
+			self, root, gen := ctx.Self(), ctx.ActorSystem().Root, p.gen
+			p.timer = time.AfterFunc(min(5*p.n.sync.ReconnectMin, time.Second), func() { root.Send(self, &dialNow{gen: gen}) })
+		}
 	case *actor.Stopping:
 		p.gen++
 		if p.timer != nil {
