@@ -271,6 +271,8 @@ func TestPoisonMessageRestartsApplier(t *testing.T) {
 	c.share()
 	ctx := ctxT(t)
 	_ = poison
+	c.converge(true, 10*time.Second)
+	c.idle() // the poison must arrive live, at B's applier, not in a catch-up page
 	// A writes a location B's applier will choke on, then more changes.
 	bad = messages.UUID(devID(500))
 	if _, err := c.libs[0].WriteState(ctx, "location", bad, map[string]any{"path": "/poison", "name": "p", "created_at": nowMS()}); err != nil {
@@ -375,4 +377,35 @@ func TestSnapshotWhenLogPrunedPastPartner(t *testing.T) {
 			t.Fatalf("the snapshot overwrote B's newer edit: %v", row)
 		}
 	}
+}
+
+// A poison record inside a catch-up page is isolated the same way: the
+// page is retried record by record, the poison one lands in failed_records
+// and the rest of the page applies.
+func TestPoisonInCatchUpPage(t *testing.T) {
+	var bad messages.UUID
+	c := newClusterWithHook(t, 2, 18, func(model string, u messages.UUID) {
+		if model == "location" && u == bad && !bad.IsZero() {
+			panic("poison: simulated crash in a page")
+		}
+	})
+	c.share()
+	ctx := ctxT(t)
+	c.converge(true, 10*time.Second)
+	c.net.Partition(c.devs[0], c.devs[1])
+	bad = messages.UUID(devID(600))
+	if _, err := c.libs[0].WriteState(ctx, "location", bad, map[string]any{"path": "/poison", "name": "p", "created_at": nowMS()}); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 5 {
+		if _, err := c.libs[0].AddLocation(ctx, fmt.Sprintf("/ok%d", k), "ok", messages.UUID{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.net.HealAll()
+	eventually(t, 10*time.Second, "the good locations on B", func() bool { return len(c.rows(1, "location")) == 5 })
+	eventually(t, 5*time.Second, "a failed_records row", func() bool {
+		f, _ := c.libs[1].Store().Failures()
+		return len(f) == 1 && f[0]["uuid"] == bad.String()
+	})
 }

@@ -1,0 +1,135 @@
+package actors
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
+)
+
+// A partner that sends device-owned state it does not own is refused:
+// claiming another owner outright, or claiming as its own a row another
+// device owns. Both are counted and change nothing.
+func TestForgedStateChangeRefused(t *testing.T) {
+	c := newCluster(t, 3, 13)
+	c.share()
+	ctx := ctxT(t)
+	loc, err := c.libs[1].AddLocation(ctx, "/b/photos", "photos", messages.UUID{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.converge(true, 10*time.Second)
+	lib := c.libs[0].ID()
+	// Device 2 turns impostor: its node goes away and a raw transport with
+	// its identity talks to device 0 directly.
+	c.stopNode(2)
+	raw, err := c.net.Listen(c.devs[2], "impostor", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	conn, err := raw.Dial(ctx, c.devs[0], c.dir[c.devs[0]])
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := c.libs[0].Store().Registry()
+	values, err := reg.EncodeValues("location", map[string]any{"path": "/evil", "name": "evil"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := messages.HLC{Timestamp: uint64(time.Now().UnixMilli()), Device: c.devs[2].UUID()}
+	metrics := c.nodes[0].Metrics()
+	before := metrics.RejectedCount(persistence.ReasonForgedOwner)
+
+	// 1. Claims to be device 1's write (sender is not the owner).
+	forged := persistence.NewUUID()
+	send(t, conn, lib, &messages.StateChange{Model: "location", Owner: c.devs[1], Record: messages.StateRecord{UUID: forged, HLC: h, Values: values}})
+	// 2. Claims device 1's existing location as its own.
+	h.Counter++
+	send(t, conn, lib, &messages.StateChange{Model: "location", Owner: c.devs[2], Record: messages.StateRecord{UUID: loc, HLC: h, Values: values}})
+	// 3. Deletes device 1's location in device 1's name.
+	h.Counter++
+	send(t, conn, lib, &messages.StateDelete{Model: "location", Owner: c.devs[1], UUID: loc, HLC: h})
+
+	eventually(t, 5*time.Second, "three forged_owner rejections", func() bool {
+		return metrics.RejectedCount(persistence.ReasonForgedOwner)-before >= 3
+	})
+	rows := c.rows(0, "location")
+	if len(rows) != 1 || rows[0]["uuid"] != loc.String() || rows[0]["path"] != "/b/photos" || rows[0]["device_uuid"] != c.devs[1].String() {
+		t.Fatalf("forged changes altered the locations: %v", rows)
+	}
+}
+
+func send(t *testing.T, conn interface {
+	Send(context.Context, messages.LibraryID, messages.Message) error
+}, lib messages.LibraryID, m messages.Message) {
+	t.Helper()
+	if err := conn.Send(context.Background(), lib, m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A non-partner (paired, but not a partner of this library) is refused.
+func TestNonPartnerRefused(t *testing.T) {
+	c := newCluster(t, 2, 14)
+	ctx := ctxT(t)
+	lib, err := c.nodes[0].CreateLibrary(ctx, "private")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.libs[0] = lib
+	if err := c.nodes[1].WaitConnected(ctx, c.devs[0]); err != nil {
+		t.Fatal(err)
+	}
+	before := c.nodes[0].Metrics().RejectedCount("unauthorized")
+	conn, err := c.nodes[1].conn(ctx, c.devs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Request(ctx, lib.ID(), &messages.StateRequest{Owner: c.devs[0], Limit: 10})
+	if err == nil {
+		t.Fatal("a non-partner read the library")
+	}
+	var me *messages.Error
+	if !asMsgError(err, &me) || me.Code != messages.CodeUnauthorized {
+		t.Fatalf("want an unauthorized error, got %v", err)
+	}
+	if c.nodes[0].Metrics().RejectedCount("unauthorized") <= before {
+		t.Fatal("refusal not counted")
+	}
+}
+
+// Clock skew: a partner whose HLC is far in the future is refused and the
+// clock of the receiver is left alone.
+func TestSkewedChangeRefused(t *testing.T) {
+	c := newCluster(t, 3, 15)
+	c.share()
+	ctx := ctxT(t)
+	c.converge(true, 10*time.Second)
+	lib := c.libs[0].ID()
+	c.stopNode(2)
+	raw, err := c.net.Listen(c.devs[2], "skewed", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	conn, err := raw.Dial(ctx, c.devs[0], c.dir[c.devs[0]])
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, _ := c.libs[0].Store().Registry().EncodeValues("location", map[string]any{"path": "/future", "name": "f"})
+	future := messages.HLC{Timestamp: uint64(time.Now().Add(24 * time.Hour).UnixMilli()), Device: c.devs[2].UUID()}
+	before := c.nodes[0].Metrics().RejectedCount("clock_skew")
+	send(t, conn, lib, &messages.StateChange{Model: "location", Owner: c.devs[2], Record: messages.StateRecord{UUID: persistence.NewUUID(), HLC: future, Values: values}})
+	eventually(t, 5*time.Second, "a clock_skew rejection", func() bool {
+		return c.nodes[0].Metrics().RejectedCount("clock_skew") > before
+	})
+	if n := len(c.rows(0, "location")); n != 0 {
+		t.Fatalf("skewed change applied (%d locations)", n)
+	}
+	if now := c.libs[0].Store().Clock().Now(); now.Timestamp >= future.Timestamp {
+		t.Fatal("the receiver's clock was dragged into the future")
+	}
+}
