@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +34,10 @@ type cluster struct {
 	sync      SyncConfig
 	retention persistence.RetentionPolicy
 	hook      func(model string, uuid messages.UUID)
+
+	// Hooks tests may set while nodes run.
+	servedHook  atomic.Pointer[func(messages.DeviceID, messages.Message)]
+	corruptHook atomic.Pointer[func(uint32) bool]
 
 	joinedMu  sync.Mutex
 	pagesMu   sync.Mutex
@@ -102,7 +107,16 @@ func (c *cluster) start(i int) {
 		c.t.Fatalf("start node %d: %v", i, err)
 	}
 	node.core.applyHook = c.hook
+	node.core.corruptChunk = func(idx uint32) bool {
+		if h := c.corruptHook.Load(); h != nil {
+			return (*h)(idx)
+		}
+		return false
+	}
 	node.core.served = func(from messages.DeviceID, m messages.Message) {
+		if h := c.servedHook.Load(); h != nil {
+			(*h)(from, m)
+		}
 		if r, ok := m.(*messages.SharedStateRequest); ok && r.Model == "" && r.Cursor.IsZero() {
 			c.traceMu.Lock()
 			c.snapshots = append(c.snapshots, fmt.Sprintf("dev%d served a shared-state snapshot to %s", i, from))

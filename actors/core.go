@@ -29,6 +29,9 @@ type nodeCore struct {
 	trace func(stage string, c *messages.SharedChange)
 	// served, when set (tests only), sees every bulk request this node answers.
 	served func(from messages.DeviceID, m messages.Message)
+	// corruptChunk, when set (tests only), makes the serve actor corrupt
+	// the snapshot chunk with that index after checksumming it.
+	corruptChunk func(index uint32) bool
 }
 
 func (n *nodeCore) traceShared(stage string, cs []messages.SharedChange) {

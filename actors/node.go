@@ -32,6 +32,8 @@ type Node struct {
 
 	acceptCancel context.CancelFunc
 	acceptDone   chan struct{}
+	stopping     chan struct{}  // closed by Stop
+	bg           sync.WaitGroup // resumed snapshot joins
 	stopOnce     sync.Once
 	stopErr      error
 }
@@ -76,7 +78,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	core := &nodeCore{self: self, name: name, cfg: cfg, sync: cfg.Sync, metrics: metrics,
 		events: newEvents(metrics), log: log, sys: sys}
 	metrics.watchSystem(sys)
-	n := &Node{core: core, sys: sys, tr: tr}
+	n := &Node{core: core, sys: sys, tr: tr, stopping: make(chan struct{})}
 	na := &nodeActor{n: core, tr: tr, dir: dir}
 	n.pid, err = sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return na },
 		actor.WithSupervisor(actor.NewOneForOneStrategy(100, time.Minute, actor.DefaultDecider))), "node")
@@ -99,6 +101,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	acceptCtx, cancel := context.WithCancel(context.Background())
 	n.acceptCancel, n.acceptDone = cancel, make(chan struct{})
 	go n.acceptLoop(acceptCtx)
+	n.resumeSnapshotJoins()
 	return n, nil
 }
 
@@ -476,6 +479,8 @@ func (n *Node) SyncSetup(ctx context.Context, dev messages.DeviceID, lib message
 // It leaves no goroutine of its own behind.
 func (n *Node) Stop(ctx context.Context) error {
 	n.stopOnce.Do(func() {
+		close(n.stopping)
+		n.bg.Wait()
 		n.acceptCancel()
 		err := n.tr.Close()
 		<-n.acceptDone

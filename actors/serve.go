@@ -14,11 +14,16 @@ import (
 // of shared state, fingerprints). It reads through persistence's read
 // connections, so serving a 10,000-row page never blocks the writers.
 type serveActor struct {
-	n   *nodeCore
-	lib *persistence.Library
+	n     *nodeCore
+	lib   *persistence.Library
+	snaps *snapshotStore // snapshots being served (snapshot.go)
 }
 
 func (s *serveActor) Receive(ctx actor.Context) {
+	if _, stopping := ctx.Message().(*actor.Stopping); stopping && s.snaps != nil {
+		s.snaps.removeAll()
+		return
+	}
 	m, ok := ctx.Message().(*serveReq)
 	if !ok {
 		return
@@ -76,6 +81,8 @@ func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messa
 		return s.sharedStatePage(m)
 	case *messages.FingerprintRequest:
 		return s.fingerprints(m)
+	case *messages.SnapshotRequest:
+		return s.snapshotChunk(m)
 	case *messages.StateOwnersRequest:
 		owners, err := s.lib.Owners()
 		if err != nil {

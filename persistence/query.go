@@ -200,7 +200,8 @@ func (l *Library) StatePage(owner messages.DeviceID, model string, since message
 		if err != nil || !found {
 			return err
 		}
-		args := []any{ownerID, cmpHLC(since), cmpHLC(after.HLC), after.UUID, limit + 1}
+		bh, bu := pageBound(since, after)
+		args := []any{ownerID, bh, bu, limit + 1}
 		var rows []messages.StateRecord
 		err = c.query(mi.sql.page, args, func(s *sqlite3.Stmt) error {
 			r, _, err := scanRecord(mi, s)
@@ -211,7 +212,7 @@ func (l *Library) StatePage(owner messages.DeviceID, model string, since message
 			return err
 		}
 		var tombs []messages.StateRecord
-		err = c.query(`SELECT uuid, hlc FROM tombstones WHERE model = ? AND owner_id = ? AND hlc > ? AND (hlc, uuid) > (?, ?)
+		err = c.query(`SELECT uuid, hlc FROM tombstones WHERE model = ? AND owner_id = ? AND (hlc, uuid) > (?, ?)
 			ORDER BY hlc, uuid LIMIT ?`, append([]any{mi.Name}, args...), func(s *sqlite3.Stmt) error {
 			h, err := columnHLC(s, 1)
 			tombs = append(tombs, messages.StateRecord{UUID: columnUUID(s, 0), HLC: h, Deleted: true})
@@ -235,6 +236,20 @@ func (l *Library) StatePage(owner messages.DeviceID, model string, since message
 		next = messages.Cursor{HLC: last.HLC, UUID: last.UUID}
 	}
 	return recs, next, more, nil
+}
+
+// pageBound is the (hlc, uuid) that rows of a page must follow: after
+// the cursor and newer than since. (hlc, uuid) > (since, max uuid) is
+// hlc > since, so the larger of the two bounds is both.
+func pageBound(since messages.HLC, after messages.Cursor) ([]byte, messages.UUID) {
+	if since.Compare(after.HLC) >= 0 {
+		var top messages.UUID
+		for i := range top {
+			top[i] = 0xff
+		}
+		return cmpHLC(since), top
+	}
+	return cmpHLC(after.HLC), after.UUID
 }
 
 func mergePage(a, b []messages.StateRecord) []messages.StateRecord {

@@ -170,7 +170,7 @@ type modelSQL struct {
 	uuidByID   string // id -> uuid
 	recordCols string // select list: uuid, hlc, owner uuid, cols (wire form); alias t, join o
 	query      string
-	page       string // owner_id, since, cursor hlc, cursor uuid, limit
+	page       string // owner_id, bound hlc, bound uuid, limit (see pageBound)
 	byRef      []string
 	get        string
 	delete     string
@@ -179,6 +179,7 @@ type modelSQL struct {
 	// shared
 	sharedGet    string // uuid -> id, hlc, (col, col_hlc)...
 	sharedInsert string // uuid, hlc, (col, col_hlc)...
+	sharedAdd    string // sharedInsert that does nothing if the uuid is here
 	sharedUpdate string // hlc, (col, col_hlc)..., id
 	sharedPage   string // cursor hlc, cursor uuid, limit -> uuid, hlc, (col, col_hlc)...
 }
@@ -244,7 +245,10 @@ func buildModelSQL(mi *modelInfo) modelSQL {
 		from := fmt.Sprintf(`FROM %s t JOIN "device" o ON o.id = t.owner_id`, t)
 		q.query = fmt.Sprintf(`SELECT %s %s WHERE t.hlc IS NOT NULL ORDER BY t.uuid`, q.recordCols, from)
 		q.get = fmt.Sprintf(`SELECT %s %s WHERE t.uuid = ? AND t.hlc IS NOT NULL`, q.recordCols, from)
-		q.page = fmt.Sprintf(`SELECT %s %s WHERE t.owner_id = ? AND t.hlc > ? AND (t.hlc, t.uuid) > (?, ?)
+		// One row-value bound, so the index seek starts at the page (a
+		// separate hlc > since term would make it start at since and skip
+		// every earlier page's rows again).
+		q.page = fmt.Sprintf(`SELECT %s %s WHERE t.owner_id = ? AND (t.hlc, t.uuid) > (?, ?)
 			ORDER BY t.hlc, t.uuid LIMIT ?`, q.recordCols, from)
 		for _, rb := range mi.referencedBy {
 			q.byRef = append(q.byRef, fmt.Sprintf(`SELECT id, uuid, owner_id, hlc FROM %s WHERE %s = ?`,
@@ -273,6 +277,7 @@ func buildModelSQL(mi *modelInfo) modelSQL {
 		fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (hlc, uuid)`, quote(mi.Name+"_hlc"), t))
 	q.sharedGet = fmt.Sprintf(`SELECT id, hlc%s FROM %s WHERE uuid = ?`, prefixJoin(", ", pairs), t)
 	q.sharedInsert = fmt.Sprintf(`INSERT INTO %s (uuid, hlc%s) VALUES (%s)`, t, prefixJoin(", ", pairs), placeholders(2+len(pairs)))
+	q.sharedAdd = q.sharedInsert + ` ON CONFLICT (uuid) DO NOTHING`
 	q.sharedUpdate = fmt.Sprintf(`UPDATE %s SET hlc = ?%s WHERE id = ?`, t, prefixJoin(", ", sets))
 	q.sharedPage = fmt.Sprintf(`SELECT uuid, hlc%s FROM %s WHERE (hlc, uuid) > (?, ?) ORDER BY hlc, uuid LIMIT ?`,
 		prefixJoin(", ", pairs), t)

@@ -332,6 +332,7 @@ device id (or its exact name).`,
 	discover.Flags().DurationVar(&discoverWait, "connect-timeout", defaultConnectWait, "how long to wait for the device to connect")
 	var remoteDev, remoteLib, action string
 	var setupWait time.Duration
+	var snapshot bool
 	setup := &cobra.Command{
 		Use:   "sync-setup --remote-device ID --remote-library UUID --action register-only|join",
 		Short: "Make this device and a paired one sync partners of a library",
@@ -343,7 +344,10 @@ lacks it, and syncing starts at once.
                           normal catch-up
   --action join           also backfill the library from the partners; the
                           command shows progress until the library is ready
-                          (interrupting it only stops the display)`,
+                          (interrupting it only stops the display)
+  --snapshot              with join, for a first sync of a large library:
+                          copy the partner's database file (checksummed,
+                          resumable chunks), then catch up incrementally`,
 		Example: `  lsync network sync-setup --remote-device 3f1c9a2e-0b7d-8e45-9a61-5c2f0e7d1b34 \
       --remote-library 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192 --action join`,
 		Args: args(cobra.NoArgs),
@@ -355,7 +359,7 @@ lacks it, and syncing starts at once.
 				return usageErrorf("--action %q: want register-only or join", action)
 			}
 			pr := newJoinProgress(g)
-			res, err := g.call(cmd.Context(), opSyncSetup, syncSetupArgs{Device: remoteDev, Library: remoteLib, Action: action, ConnectTimeout: setupWait}, pr.update)
+			res, err := g.call(cmd.Context(), opSyncSetup, syncSetupArgs{Device: remoteDev, Library: remoteLib, Action: action, ConnectTimeout: setupWait, Snapshot: snapshot}, pr.update)
 			pr.finish(err == nil)
 			if err != nil {
 				return err
@@ -373,6 +377,7 @@ lacks it, and syncing starts at once.
 	setup.Flags().StringVar(&remoteLib, "remote-library", "", "the library's uuid (or its exact name on that device)")
 	setup.Flags().StringVar(&action, "action", "", "register-only or join")
 	setup.Flags().DurationVar(&setupWait, "connect-timeout", defaultConnectWait, "how long to wait for the device to connect")
+	setup.Flags().BoolVar(&snapshot, "snapshot", false, "with --action join: copy the partner's database file, then catch up")
 	cmd.AddCommand(pair, peers, discover, setup)
 	return cmd
 }

@@ -395,7 +395,15 @@ func hSyncSetup(ctx context.Context, s *server, raw json.RawMessage, progress fu
 	// Listen before setting up, so the join's first phase change is heard.
 	events, stopEvents := s.node.Events()
 	defer stopEvents()
-	lib, err := s.node.SyncSetup(ctx, dev, libID, a.Action)
+	var lib *actors.Library
+	if a.Snapshot {
+		if a.Action != actors.ActionJoin {
+			return nil, usageErrorf("--snapshot needs --action join")
+		}
+		lib, err = s.node.JoinBySnapshot(ctx, dev, libID)
+	} else {
+		lib, err = s.node.SyncSetup(ctx, dev, libID, a.Action)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -93,6 +93,7 @@ type syncSetupArgs struct {
 	Device         string        `json:"device"`
 	Library        string        `json:"library"`
 	Action         string        `json:"action"`
+	Snapshot       bool          `json:"snapshot,omitempty"` // join by copying the database file
 	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
 }
 

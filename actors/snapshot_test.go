@@ -1,0 +1,105 @@
+package actors
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net/memnet"
+)
+
+func TestJoinBySnapshot(t *testing.T) {
+	prev := snapshotChunk
+	snapshotChunk = 64 << 10
+	defer func() { snapshotChunk = prev }()
+	c := joinCluster(t, 3, 2000, 500)
+	// The first delivery of chunk 1 arrives corrupted.
+	var corrupted atomic.Bool
+	corrupt := func(idx uint32) bool { return idx == 1 && corrupted.CompareAndSwap(false, true) }
+	c.corruptHook.Store(&corrupt)
+	joiner := 2
+	ctx := ctxT(t)
+	if err := c.nodes[joiner].WaitConnected(ctx, c.devs[0]); err != nil {
+		t.Fatal(err)
+	}
+	lib, err := c.nodes[joiner].JoinBySnapshot(ctx, c.devs[0], c.libs[0].ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.libs[joiner] = lib
+	if _, err := c.nodes[joiner].SyncSetup(ctx, c.devs[1], lib.ID(), ActionRegisterOnly); err != nil {
+		t.Fatal(err)
+	}
+	if err := lib.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(true, 30*time.Second)
+	if !corrupted.Load() {
+		t.Fatal("no chunk was corrupted: the snapshot had fewer than 2 chunks")
+	}
+	if got := c.nodes[joiner].Metrics().RejectedCount("snapshot_chunk_checksum"); got < 1 {
+		t.Fatal("the corrupted chunk was not detected")
+	}
+	if err := lib.Store().VerifyDerived(); err != nil {
+		t.Fatal(err)
+	}
+	// A write after the join reaches everyone, the joiner included.
+	if _, err := c.libs[0].CreateTag(ctx, TagInput{Name: "after"}); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(true, 10*time.Second)
+}
+
+func TestSnapshotJoinResumesByChunk(t *testing.T) {
+	prev := snapshotChunk
+	snapshotChunk = 32 << 10
+	defer func() { snapshotChunk = prev }()
+	c := joinCluster(t, 2, 3000, 500)
+	if err := c.net.SetFaults(memnet.Faults{DelayMin: 5 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	var served atomic.Int64
+	count := func(_ messages.DeviceID, m messages.Message) {
+		if _, ok := m.(*messages.SnapshotRequest); ok {
+			served.Add(1)
+		}
+	}
+	c.servedHook.Store(&count)
+	joiner := 1
+	ctx := ctxT(t)
+	if err := c.nodes[joiner].WaitConnected(ctx, c.devs[0]); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.nodes[joiner].JoinBySnapshot(ctx, c.devs[0], c.libs[0].ID())
+		done <- err
+	}()
+	eventually(t, 20*time.Second, "a few chunks", func() bool { return served.Load() >= 5 })
+	c.stopNode(joiner)
+	if err := <-done; err == nil {
+		t.Fatal("the join finished before the stop; make the library bigger")
+	}
+	p, err := loadSnapshotProgress(stagingDir(c.homes[joiner], c.libs[0].ID()))
+	if err != nil {
+		t.Fatalf("no staging progress after the stop: %v", err)
+	}
+	c.net.ClearFaults()
+	c.start(joiner) // resumes the download by itself
+	var lib *Library
+	eventually(t, 30*time.Second, "the library installed", func() bool {
+		l, err := c.nodes[joiner].Library(ctx, c.libs[0].ID())
+		lib = l
+		return err == nil
+	})
+	c.libs[joiner] = lib
+	if err := lib.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(true, 30*time.Second)
+	if again := served.Load() - int64(p.Total); again > 1+1 { // +1: the snapshot's first chunk is asked with a zero id only once
+		t.Fatalf("%d chunk requests for a %d-chunk snapshot: more than one chunk fetched twice", served.Load(), p.Total)
+	}
+	t.Logf("stopped after %d of %d chunks; %d chunk requests in all", p.Done, p.Total, served.Load())
+}

@@ -1,0 +1,111 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// SnapshotTo writes a consistent copy of database.db to path, for a device
+// that joins by snapshot. It runs VACUUM INTO on a separate read-only
+// connection: it sees one transaction's view of the database and never
+// blocks the writer (WAL). The copy holds the replicated rows, the derived
+// caches, tombstones, parked records and this device's per-origin
+// watermarks, which say what the copy includes. sync.db is not copied.
+func (l *Library) SnapshotTo(path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return fmt.Errorf("snapshot: %w: %s", ErrExists, path)
+	}
+	ctx := sqlite3.WithMaxMemory(context.Background(), readerMaxMemory)
+	c, err := sqlite3.OpenContext(ctx, fileURI(filepath.Join(l.dir, DatabaseFile), "mode=ro"))
+	if err != nil {
+		return fmt.Errorf("snapshot: open: %w", err)
+	}
+	defer c.Close()
+	if err := c.BusyTimeout(busyTimeout); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	st, _, err := c.Prepare(`VACUUM INTO ?`)
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	defer st.Close()
+	if err := st.BindText(1, path); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	if err := st.Exec(); err != nil {
+		return fmt.Errorf("snapshot: vacuum into %s: %w", path, err)
+	}
+	return nil
+}
+
+// InstallSnapshot creates the library folder dir from a snapshot that
+// source made with SnapshotTo, and opens it. The copy becomes database.db;
+// sync.db starts empty. Local-only state of the source is reset (its sync
+// partners, checkpoints, failures); its watermarks are kept, because they
+// describe what the copy holds, and source's own rows get a state
+// watermark (source tracks its own in memory). Catching up from those
+// watermarks then brings the library fully up to date.
+func InstallSnapshot(snapshot, dir string, meta Meta, source messages.DeviceID, opts Options) (*Library, error) {
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		return nil, fmt.Errorf("install snapshot %s: %w: folder is not empty", dir, ErrExists)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("install snapshot: %w", err)
+	}
+	meta.SchemaVersion = SchemaVersion
+	if err := writeMeta(dir, meta); err != nil {
+		return nil, fmt.Errorf("install snapshot: %w", err)
+	}
+	if err := os.Rename(snapshot, filepath.Join(dir, DatabaseFile)); err != nil {
+		return nil, fmt.Errorf("install snapshot: %w", err)
+	}
+	l, err := Open(dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("install snapshot: %w", err)
+	}
+	if err := l.resetAfterSnapshot(source); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("install snapshot: %w", err)
+	}
+	return l, nil
+}
+
+func (l *Library) resetAfterSnapshot(source messages.DeviceID) error {
+	if err := l.lockWriter(); err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	// source's own rows: the newest HLC among them and its tombstones.
+	var srcWM messages.HLC
+	if id, ok := l.owners[source]; ok {
+		for _, name := range l.reg.DeviceOwned() {
+			h, err := l.w.queryHLC(`SELECT max(hlc) FROM "`+name+`" WHERE owner_id = ?`, id)
+			if err != nil {
+				return err
+			}
+			srcWM = maxHLC(srcWM, h)
+		}
+		h, err := l.w.queryHLC(`SELECT max(hlc) FROM tombstones WHERE owner_id = ?`, id)
+		if err != nil {
+			return err
+		}
+		srcWM = maxHLC(srcWM, h)
+	}
+	return l.writeTx(nil, func(tx *txn) error {
+		for _, q := range []string{`DELETE FROM sync_partners`, `DELETE FROM checkpoints`, `DELETE FROM failed_records`} {
+			if err := tx.c.exec(q); err != nil {
+				return err
+			}
+		}
+		if !srcWM.IsZero() {
+			return tx.raiseStateWatermark(source, srcWM)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,78 @@
+package persistence
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/lsync/lsync/messages"
+)
+
+func TestSnapshotInstallCarriesStateAndWatermarks(t *testing.T) {
+	src := newLib(t, devA)
+	loc, _, err := src.WriteState("location", messages.UUID{}, map[string]any{"path": "/a", "name": "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	for i := range 50 {
+		rows = append(rows, map[string]any{"location_uuid": loc.UUID[:], "name": "f" + string(rune('a'+i%26)), "kind": int64(0), "size": int64(i)})
+	}
+	if _, _, err := src.WriteStateBatch("entry", rows); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := src.CommitShared("tag", messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "t"}); err != nil {
+		t.Fatal(err)
+	}
+	// A row of another owner, received from B, with B's watermark.
+	mustApply(t, src, devB, "location", recordFor(t, "location", uid(900), hlcAt(5, 0, devB), map[string]any{"path": "/b"}))
+	if err := src.RaiseStateWatermark(devB, hlcAt(5, 0, devB)); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.AddPartner(Partner{Device: devB, SyncEnabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(t.TempDir(), "snap.db")
+	if err := src.SnapshotTo(snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.SnapshotTo(snap); err == nil {
+		t.Fatal("a second snapshot over the first should be refused")
+	}
+	dst, err := InstallSnapshot(snap, filepath.Join(t.TempDir(), "lib"), src.Meta(), devA, Options{Self: devR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	// Same rows, except the joiner's own device row.
+	for _, model := range []string{"location", "entry", "tag", "content_identity"} {
+		a, _ := src.Query(model)
+		b, _ := dst.Query(model)
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		if string(ja) != string(jb) {
+			t.Fatalf("%s differs after install", model)
+		}
+	}
+	if err := dst.VerifyDerived(); err != nil {
+		t.Fatal(err)
+	}
+	if ps, _ := dst.Partners(); len(ps) != 0 {
+		t.Fatalf("the source's partners came along: %v", ps)
+	}
+	if got := dst.StateWatermark(devB); got != hlcAt(5, 0, devB) {
+		t.Fatalf("watermark of B: %s", got)
+	}
+	if got, want := dst.StateWatermark(devA), src.StateWatermark(devA); got != want {
+		t.Fatalf("watermark of the source %s, want %s", got, want)
+	}
+	if got, want := dst.SharedWatermark(devA), src.SharedWatermark(devA); got != want {
+		t.Fatalf("shared watermark of the source %s, want %s", got, want)
+	}
+	if n, _ := dst.LogCount(); n != 0 {
+		t.Fatalf("the joiner's log holds %d entries", n)
+	}
+	if _, err := dst.Get("device", messages.UUID(devR)); err != nil {
+		t.Fatalf("the joiner has no device row of its own: %v", err)
+	}
+}
