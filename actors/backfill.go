@@ -39,12 +39,13 @@ type backfillState struct {
 	SharedCursor messages.Cursor            `json:"shared_cursor"`
 	SharedWMs    []messages.OriginWatermark `json:"shared_wms"`
 
-	Pages     int       `json:"pages"`
-	Records   int64     `json:"records"`
-	Bytes     int64     `json:"bytes"`
-	StartedAt time.Time `json:"started_at"`
-	Attempts  int       `json:"attempts"`
-	LastError string    `json:"last_error,omitempty"`
+	Pages      int       `json:"pages"`
+	StatePages int       `json:"state_pages"` // of Pages, the device-owned ones
+	Records    int64     `json:"records"`
+	Bytes      int64     `json:"bytes"`
+	StartedAt  time.Time `json:"started_at"`
+	Attempts   int       `json:"attempts"`
+	LastError  string    `json:"last_error,omitempty"`
 }
 
 func loadBackfill(lib *persistence.Library) (*backfillState, error) {
@@ -243,6 +244,7 @@ func (j *backfillJob) owner(ctx context.Context, actx actor.Context, conn net.Co
 			j.st.ScanWM = resp.Watermark
 		}
 		j.st.Pages++
+		j.st.StatePages++
 		j.st.Records += int64(len(resp.Records))
 		j.st.Model, j.st.Cursor = resp.Model, resp.Cursor
 		done := !resp.HasMore

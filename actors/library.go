@@ -47,6 +47,7 @@ type libraryActor struct {
 	// A join in progress (nil when none). While it runs, live updates are
 	// buffered, never applied to incomplete state.
 	bf        *backfillRun
+	lastBF    *backfillState // the last join that finished (since start)
 	buffering bool
 	buffer    []*inboundMsg
 	dropped   int // buffered updates dropped (the final catch-up pass re-fetches them)
@@ -241,6 +242,9 @@ func (a *libraryActor) onBackfillDone(ctx actor.Context, m *jobDone) {
 	if err := a.lib.DeleteCheckpoint(backfillJobKey); err != nil {
 		a.n.log.Error("delete backfill checkpoint", "library", a.id, "err", err)
 	}
+	last := a.bf.st
+	last.Phase = PhaseReady
+	a.lastBF = &last
 	a.bf = nil
 	a.setPhase(PhaseCatchingUp)
 	a.buffering = false

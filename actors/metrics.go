@@ -29,6 +29,7 @@ type Metrics struct {
 	supervision    *prometheus.CounterVec // directive
 	eventsDropped  prometheus.Counter
 	applierRestart *prometheus.CounterVec // model
+	pagesServed    *prometheus.CounterVec // library
 }
 
 func newMetrics() *Metrics {
@@ -75,7 +76,10 @@ func newMetrics() *Metrics {
 			Name: "lsync_applier_restarts_total", Help: "Applier actors restarted after a panic, by model.",
 		}, []string{"model"}),
 	}
-	m.Registry.MustRegister(m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.pagesServed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lsync_backfill_pages_served_total", Help: "Full-history state pages served to joining devices.",
+	}, []string{"library"})
+	m.Registry.MustRegister(m.pagesServed, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

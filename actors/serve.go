@@ -63,6 +63,9 @@ func (s *serveActor) limit(l uint32) int {
 func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messages.Message, error) {
 	switch m := msg.(type) {
 	case *messages.StateRequest:
+		if m.Since.IsZero() {
+			s.n.metrics.pagesServed.WithLabelValues(s.lib.Meta().ID.String()).Inc()
+		}
 		return s.statePage(m)
 	case *messages.SharedChangeRequest:
 		if m.Origin != s.n.self {

@@ -25,6 +25,7 @@ type Status struct {
 	Pending          int                `json:"pending_shared"`
 	Jobs             []string           `json:"jobs"`
 	Backfill         *BackfillStatus    `json:"backfill,omitempty"`
+	LastBackfill     *BackfillStatus    `json:"last_backfill,omitempty"` // the join that finished last, since the node started
 }
 
 // PeerStatus is one sync partner as seen from here.
@@ -50,6 +51,7 @@ type BackfillStatus struct {
 	Phase         Phase   `json:"phase"`
 	Source        string  `json:"source,omitempty"`
 	Pages         int     `json:"pages"`
+	StatePages    int     `json:"state_pages"`
 	Records       int64   `json:"records"`
 	Bytes         int64   `json:"bytes"`
 	RecordsPerSec float64 `json:"records_per_sec"`
@@ -134,24 +136,30 @@ func (a *libraryActor) status() (*Status, error) {
 		st.Jobs = append(st.Jobs, "retry/"+dev.String())
 	}
 	if a.bf != nil {
-		b := a.bf.st
-		bs := &BackfillStatus{Job: b.Job, Phase: a.phase, Pages: b.Pages, Records: b.Records, Bytes: b.Bytes,
-			Attempts: b.Attempts, LastError: b.LastError}
-		if !b.Source.IsZero() {
-			bs.Source = b.Source.String()
-		}
-		if el := time.Since(b.StartedAt).Seconds(); el > 0 {
-			bs.RecordsPerSec = float64(b.Records) / el
-		}
-		// ETA from the planned owners' watermarks is unknown in rows; use
-		// owners done as the fraction of work.
-		if n := len(b.Owners); n > 0 && b.Owner > 0 && bs.RecordsPerSec > 0 {
-			frac := float64(b.Owner) / float64(n)
-			bs.ETASeconds = time.Since(b.StartedAt).Seconds() * (1 - frac) / frac
-		}
-		st.Backfill = bs
-		st.Jobs = append(st.Jobs, "backfill/"+b.Job)
+		st.Backfill = backfillStatus(&a.bf.st, a.phase)
+		st.Jobs = append(st.Jobs, "backfill/"+a.bf.st.Job)
+	}
+	if a.lastBF != nil {
+		st.LastBackfill = backfillStatus(a.lastBF, PhaseReady)
 	}
 	slices.Sort(st.Jobs)
 	return st, nil
+}
+
+func backfillStatus(b *backfillState, phase Phase) *BackfillStatus {
+	bs := &BackfillStatus{Job: b.Job, Phase: phase, Pages: b.Pages, StatePages: b.StatePages, Records: b.Records, Bytes: b.Bytes,
+		Attempts: b.Attempts, LastError: b.LastError}
+	if !b.Source.IsZero() {
+		bs.Source = b.Source.String()
+	}
+	if el := time.Since(b.StartedAt).Seconds(); el > 0 {
+		bs.RecordsPerSec = float64(b.Records) / el
+	}
+	// Progress is owners done (plus the share of the current owner's rows
+	// that the source reported): rows per owner are not known up front.
+	if n := len(b.Owners); n > 0 && b.Owner > 0 && phase != PhaseReady {
+		frac := float64(b.Owner) / float64(n+1) // +1: the shared state after the owners
+		bs.ETASeconds = time.Since(b.StartedAt).Seconds() * (1 - frac) / frac
+	}
+	return bs
 }

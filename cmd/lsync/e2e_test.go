@@ -75,6 +75,7 @@ type daemon struct {
 	name    string
 	home    string
 	env     []string
+	args    []string // extra serve flags
 	logPath string
 
 	id      string
@@ -136,7 +137,7 @@ func (d *daemon) start(listen string) {
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	cmd := exec.Command(lsyncBin, "--home", d.home, "serve", "--listen", listen, "--metrics", "127.0.0.1:0", "--log-level", "debug")
+	cmd := exec.Command(lsyncBin, append([]string{"--home", d.home, "serve", "--listen", listen, "--metrics", "127.0.0.1:0", "--log-level", "debug"}, d.args...)...)
 	cmd.Env = append(os.Environ(), d.env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// A daemon dies with the test process, even one killed by -timeout.
@@ -805,4 +806,83 @@ func TestE2ESchemaMismatch(t *testing.T) {
 		t.Fatalf("sync-setup across schema versions succeeded")
 	}
 	t.Logf("sync-setup across versions: %s", strings.TrimSpace(stderr))
+}
+
+// TestE2EJoinKillNineResumes kills the joining daemon with SIGKILL in the
+// middle of a backfill; restarted, it resumes from its checkpoint and
+// fetches at most the one page that was in flight again.
+func TestE2EJoinKillNineResumes(t *testing.T) {
+	needBinary(t)
+	a := startDaemon(t, "alpha")
+	b := initDaemon(t, "bravo")
+	b.args = []string{"--page-size", "25"}
+	b.start("127.0.0.1:0")
+	pair(t, a, b)
+	var l libraryInfo
+	a.mustJSON(&l, "library", "create", "Photos")
+	lib := l.UUID
+	root, n := makeTree(t, 40, 60)
+	a.mustRun("location", "add", lib, root, "--index")
+
+	// B joins in the background; the CLI dies with the daemon.
+	join := exec.Command(lsyncBin, "--home", b.home, "network", "sync-setup", "--remote-device", a.id, "--remote-library", lib, "--action", "join")
+	join.Env = append(os.Environ(), b.env...)
+	if err := join.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer join.Wait()
+	var pages int
+	eventually(t, 30*time.Second, "the backfill under way", func() bool {
+		stdout, _, code := b.run("--json", "sync", "status", lib)
+		if code != 0 {
+			return false
+		}
+		var st struct {
+			Backfill *struct{ Pages int } `json:"backfill"`
+		}
+		if json.Unmarshal([]byte(stdout), &st) != nil || st.Backfill == nil {
+			return false
+		}
+		pages = st.Backfill.Pages
+		return pages >= 8
+	})
+	listen := b.listen
+	b.kill9()
+	t.Logf("killed bravo after %d pages of %d rows", pages, 25)
+	b.start(listen)
+	eventually(t, 60*time.Second, "the resumed join to finish", func() bool {
+		stdout, _, code := b.run("--json", "sync", "status", lib)
+		if code != 0 {
+			return false
+		}
+		var st struct {
+			Phase        string    `json:"phase"`
+			Backfill     *struct{} `json:"backfill"`
+			LastBackfill *struct {
+				StatePages int `json:"state_pages"`
+			} `json:"last_backfill"`
+			Jobs []string `json:"jobs"`
+		}
+		if json.Unmarshal([]byte(stdout), &st) != nil {
+			return false
+		}
+		if st.Phase == "ready" && st.Backfill == nil && st.LastBackfill != nil && len(st.Jobs) == 0 {
+			pages = st.LastBackfill.StatePages
+			return true
+		}
+		return false
+	})
+	converge(t, lib, 30*time.Second, a, b)
+	out := b.mustRun("--json", "query", lib, "entry")
+	if got := countRows(t, out); got != n {
+		t.Fatalf("bravo has %d entries, want %d", got, n)
+	}
+	served := metricValue(scrape(t, a), "lsync_backfill_pages_served_total", "")
+	if served == 0 || pages == 0 {
+		t.Fatalf("no pages counted (served %v, applied %d)", served, pages)
+	}
+	if again := int(served) - pages; again > 1 {
+		t.Fatalf("alpha served %v backfill pages, bravo applied %d: %d re-transferred (at most 1 allowed)", served, pages, again)
+	}
+	t.Logf("alpha served %v state pages; bravo applied %d across the kill", served, pages)
 }

@@ -35,6 +35,7 @@ const schemaEnv = "LSYNC_TEST_SCHEMA_VERSION"
 
 func newServeCmd(g *globals) *cobra.Command {
 	var listen, metrics, level string
+	var pageSize int
 	cmd := &cobra.Command{
 		Use:   "serve [--listen ADDR] [--metrics ADDR]",
 		Short: "Run the node in the foreground",
@@ -58,12 +59,16 @@ daemon speak another wire schema version.`,
 			if err != nil {
 				return &exitErr{code: exitUsage, err: err}
 			}
-			return serve(cmd.Context(), g, serveOptions{listen: listen, metrics: metrics, level: lvl})
+			if pageSize < 1 || pageSize > 100_000 {
+				return usageErrorf("--page-size %d: want 1 to 100000", pageSize)
+			}
+			return serve(cmd.Context(), g, serveOptions{listen: listen, metrics: metrics, level: lvl, pageSize: pageSize})
 		}),
 	}
 	cmd.Flags().StringVar(&listen, "listen", defaultListen, "QUIC (UDP) address to listen on for peers")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this HTTP address (off when empty)")
 	cmd.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.Flags().IntVar(&pageSize, "page-size", 10_000, "rows per page when catching up or joining (smaller pages suit slow links)")
 	return cmd
 }
 
@@ -76,9 +81,10 @@ func parseLevel(s string) (slog.Level, error) {
 }
 
 type serveOptions struct {
-	listen  string
-	metrics string
-	level   slog.Level
+	listen   string
+	metrics  string
+	level    slog.Level
+	pageSize int
 }
 
 // serve runs the daemon until ctx is done.
@@ -113,6 +119,7 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	node, err := actors.Start(ctx, actors.Config{
 		Home: g.home, Listen: opt.listen, Logger: log,
 		QUIC: actors.QUICOptions{SchemaVersion: schema},
+		Sync: actors.SyncConfig{PageSize: opt.pageSize},
 	})
 	if err != nil {
 		return err
