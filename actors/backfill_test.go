@@ -291,3 +291,37 @@ func TestJoinFailsOverWhenSourceDies(t *testing.T) {
 	c.converge(false, 30*time.Second)
 	t.Logf("source %d died; the join finished from another partner", src)
 }
+
+// TestJoin100KEntries joins a library of 100,000 entries from three
+// owners and requires exact convergence, zero parked rows and correct
+// derived caches at READY.
+func TestJoin100KEntries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100K-entry join skipped in -short mode")
+	}
+	per := 100_000 / 3
+	c := joinCluster(t, 4, per+1, 5000)
+	start := time.Now()
+	if err := c.join(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	joiner := 3
+	if err := c.libs[joiner].WaitReady(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("joined %d entries in %v", 3*(per+1), time.Since(start))
+	c.converge(true, 60*time.Second)
+	counts, _ := c.libs[joiner].Store().Counts()
+	if counts["entry"] < 100_000 {
+		t.Fatalf("%d entries", counts["entry"])
+	}
+	parked, _ := c.libs[joiner].Store().ParkedCount()
+	for m, n := range parked {
+		if n != 0 {
+			t.Fatalf("%d parked %s rows at READY", n, m)
+		}
+	}
+	if err := c.libs[joiner].Store().VerifyDerived(); err != nil {
+		t.Fatal(err)
+	}
+}

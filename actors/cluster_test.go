@@ -240,7 +240,7 @@ func (c *cluster) converge(emptyLogs bool, timeout time.Duration) {
 		if why == "" {
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 	for i := range c.nodes {
 		if c.nodes[i] == nil {
@@ -269,6 +269,28 @@ func (c *cluster) converge(emptyLogs bool, timeout time.Duration) {
 }
 
 func (c *cluster) differs(emptyLogs bool) string {
+	// Cheap checks first: row counts and log sizes, then the full dumps.
+	var firstCounts string
+	for i := range c.nodes {
+		if c.nodes[i] == nil {
+			continue
+		}
+		counts, err := c.libs[i].Store().Counts()
+		if err != nil {
+			return err.Error()
+		}
+		b, _ := json.Marshal(counts)
+		if firstCounts == "" {
+			firstCounts = string(b)
+		} else if firstCounts != string(b) {
+			return fmt.Sprintf("row counts differ: %s vs device %d %s", firstCounts, i, b)
+		}
+		if emptyLogs {
+			if n, err := c.libs[i].Store().LogCount(); err != nil || n != 0 {
+				return fmt.Sprintf("device %d log has %d entries (%v)", i, n, err)
+			}
+		}
+	}
 	var first []byte
 	firstIdx := -1
 	for i := range c.nodes {

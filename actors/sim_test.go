@@ -124,14 +124,14 @@ func envInt(name string, def int) int {
 // identical rows and every shared log empty. LSYNC_SIM_SEEDS and
 // LSYNC_SIM_OPS scale it up; LSYNC_SIM_SEED=N replays one seed.
 func TestSimulation(t *testing.T) {
-	seeds := envInt("LSYNC_SIM_SEEDS", 40)
-	ops := envInt("LSYNC_SIM_OPS", 150)
+	seeds := envInt("LSYNC_SIM_SEEDS", 200)
+	ops := envInt("LSYNC_SIM_OPS", 100)
 	first := 1
 	if s := envInt("LSYNC_SIM_SEED", 0); s > 0 {
 		first, seeds = s, 1
 	}
-	if testing.Short() {
-		seeds = min(seeds, 5)
+	if testing.Short() && os.Getenv("LSYNC_SIM_SEEDS") == "" {
+		seeds = 10 // the race-detector run in CI; the plain run does all
 	}
 	for seed := first; seed < first+seeds; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
