@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -233,17 +234,22 @@ func (n *nodeCore) recordPoison(lib *persistence.Library, id messages.LibraryID,
 }
 
 // guardedApplyState applies a page of records outside an applier (catch-up
-// and backfill jobs). A panic is handled like the appliers' supervisor does:
-// the page is retried one record at a time and the record that panics alone
-// goes to failed_records, so one poison row cannot stall a job forever.
+// and backfill jobs). A panic, or a failed transaction, is handled like the
+// appliers' supervisor does: the page is retried one record at a time and
+// the record that still fails alone goes to failed_records with the reason
+// (the spec's "mark the record failed, continue"), so one poison row cannot
+// stall a job forever.
 func (n *nodeCore) guardedApplyState(lib *persistence.Library, id messages.LibraryID, owner messages.DeviceID, model string, recs []messages.StateRecord, opts persistence.ApplyOptions) (persistence.ApplyResult, error) {
 	res, err, failure := n.tryApplyState(lib, owner, model, recs, opts)
-	if failure == nil {
+	if failure == nil && (err == nil || errors.Is(err, persistence.ErrClosed)) {
 		return res, err
 	}
 	var total persistence.ApplyResult
 	for i := range recs {
 		one, err, failure := n.tryApplyState(lib, owner, model, recs[i:i+1], persistence.ApplyOptions{})
+		if failure == nil && err != nil && !errors.Is(err, persistence.ErrClosed) {
+			failure = err
+		}
 		if failure != nil {
 			n.recordPoison(lib, id, applyItem{owner: owner, model: model, rec: &recs[i]}, failure)
 			continue

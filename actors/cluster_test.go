@@ -123,7 +123,7 @@ func (c *cluster) start(i int) {
 			c.traceMu.Unlock()
 		}
 		r, ok := m.(*messages.StateRequest)
-		if !ok || !r.Since.IsZero() {
+		if !ok || !r.Since.IsZero() || len(r.UUIDs) > 0 {
 			return
 		}
 		c.pagesMu.Lock()

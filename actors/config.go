@@ -67,16 +67,17 @@ type Config struct {
 
 // SyncConfig tunes the sync engine. Zero values mean the defaults.
 type SyncConfig struct {
-	PageSize         int           // rows per StateRequest/SharedChangeRequest page (10,000)
-	ApplyBatch       int           // inbound changes per applier transaction (1,000)
-	CatchUpInterval  time.Duration // periodic catch-up with each connected partner (30 s)
-	PruneInterval    time.Duration // periodic log pruning (10 s)
-	AckDelay         time.Duration // ACKs are coalesced for this long (20 ms)
-	ReconnectMin     time.Duration // first reconnect wait (100 ms)
-	ReconnectMax     time.Duration // largest reconnect wait (5 s)
-	RequestTimeout   time.Duration // one bulk request (60 s)
-	PendingPerOrigin int           // out-of-order shared changes held per origin (10,000)
-	Seed             uint64        // seeds jitter (0: from the device id)
+	PageSize            int           // rows per StateRequest/SharedChangeRequest page (10,000)
+	ApplyBatch          int           // inbound changes per applier transaction (1,000)
+	CatchUpInterval     time.Duration // periodic catch-up with each connected partner (30 s)
+	AntiEntropyInterval time.Duration // fingerprint reconciliation with one partner at a time (10 min)
+	PruneInterval       time.Duration // periodic log pruning (10 s)
+	AckDelay            time.Duration // ACKs are coalesced for this long (20 ms)
+	ReconnectMin        time.Duration // first reconnect wait (100 ms)
+	ReconnectMax        time.Duration // largest reconnect wait (5 s)
+	RequestTimeout      time.Duration // one bulk request (60 s)
+	PendingPerOrigin    int           // out-of-order shared changes held per origin (10,000)
+	Seed                uint64        // seeds jitter (0: from the device id)
 }
 
 func (c SyncConfig) withDefaults() SyncConfig {
@@ -94,6 +95,7 @@ func (c SyncConfig) withDefaults() SyncConfig {
 	def(&c.ApplyBatch, 1_000)
 	def(&c.PendingPerOrigin, 10_000)
 	defD(&c.CatchUpInterval, 30*time.Second)
+	defD(&c.AntiEntropyInterval, 10*time.Minute)
 	defD(&c.PruneInterval, 10*time.Second)
 	defD(&c.AckDelay, 20*time.Millisecond)
 	defD(&c.ReconnectMin, 100*time.Millisecond)

@@ -30,6 +30,8 @@ type libraryActor struct {
 	serve    *actor.PID
 	maint    *actor.PID
 
+	ae       *actor.PID                       // running anti-entropy job, if any
+	aeNext   int                              // round-robin over connected partners
 	jobs     map[messages.DeviceID]*actor.PID // running catch-up job per peer
 	jobAgain map[messages.DeviceID]bool       // a catch-up was asked for while one ran
 	retry    map[messages.DeviceID]*backoff   // failed catch-ups are retried with back-off
@@ -116,6 +118,17 @@ func (a *libraryActor) Receive(ctx actor.Context) {
 			if a.partners[dev] {
 				a.startCatchUp(ctx, dev, false)
 			}
+		}
+	case *aeTick:
+		a.startAntiEntropy(ctx)
+	case *aeDone:
+		a.ae = nil
+		a.n.metrics.aeRepairs.WithLabelValues("fetched").Add(float64(m.fetched))
+		a.n.metrics.aeRepairs.WithLabelValues("deleted").Add(float64(m.deleted))
+		if m.err != nil {
+			a.n.log.Warn("anti-entropy failed", "library", a.id, "peer", m.peer, "err", m.err)
+		} else if m.fetched+m.deleted > 0 {
+			a.n.log.Info("anti-entropy repaired rows", "library", a.id, "peer", m.peer, "fetched", m.fetched, "deleted", m.deleted, "requests", m.requests)
 		}
 	case *catchupRetry:
 		delete(a.retryAt, m.dev)
@@ -702,7 +715,34 @@ func (a *libraryActor) onJobDone(ctx actor.Context, m *jobDone) {
 // onChildFailed hears from the supervisor that a child other than an
 // applier panicked and was stopped; a catch-up job is then reported failed
 // (and retried) instead of silently vanishing.
+// startAntiEntropy reconciles with the next connected partner in turn,
+// unless a join or another reconciliation is running.
+func (a *libraryActor) startAntiEntropy(ctx actor.Context) {
+	if a.ae != nil || a.bf != nil {
+		return
+	}
+	var devs []messages.DeviceID
+	for dev := range a.peers {
+		if a.partners[dev] {
+			devs = append(devs, dev)
+		}
+	}
+	if len(devs) == 0 {
+		return
+	}
+	slices.SortFunc(devs, compareIDs)
+	dev := devs[a.aeNext%len(devs)]
+	a.aeNext++
+	job := &antiEntropyJob{n: a.n, lib: a.lib, libID: a.id, peer: dev, conn: a.peers[dev].conn, parent: ctx.Self()}
+	a.ae = ctx.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return job }), "antientropy-")
+}
+
 func (a *libraryActor) onChildFailed(ctx actor.Context, m *childFailed) {
+	if a.ae != nil && a.ae.Equal(m.child) {
+		a.ae = nil
+		a.n.log.Error("anti-entropy job crashed", "library", a.id, "reason", m.reason)
+		return
+	}
 	if a.bf != nil && a.bf.pid != nil && a.bf.pid.Equal(m.child) {
 		a.onBackfillDone(ctx, &jobDone{peer: a.bf.st.Source, kind: "backfill", err: fmt.Errorf("backfill job crashed: %v", m.reason)})
 		return

@@ -9,7 +9,8 @@ import (
 )
 
 // maintenanceActor prunes the shared log on a timer and whenever an ACK
-// arrives, and ticks the periodic catch-up that repairs lost live messages.
+// arrives, and ticks the periodic catch-up that repairs lost live messages
+// and the anti-entropy reconciliation that repairs what catch-up cannot.
 type maintenanceActor struct {
 	n      *nodeCore
 	lib    *persistence.Library
@@ -29,16 +30,20 @@ func (m *maintenanceActor) Receive(ctx actor.Context) {
 		self, root, parent := ctx.Self(), ctx.ActorSystem().Root, m.parent
 		prune := time.NewTicker(m.n.sync.PruneInterval)
 		catchup := time.NewTicker(m.n.sync.CatchUpInterval)
+		ae := time.NewTicker(m.n.sync.AntiEntropyInterval)
 		stop := m.stop
 		go func() {
 			defer prune.Stop()
 			defer catchup.Stop()
+			defer ae.Stop()
 			for {
 				select {
 				case <-prune.C:
 					root.Send(self, &pruneTick{})
 				case <-catchup.C:
 					root.Send(parent, &catchupTick{})
+				case <-ae.C:
+					root.Send(parent, &aeTick{})
 				case <-stop:
 					return
 				}

@@ -145,6 +145,9 @@ type backfillRestart struct{}
 // catchupRetry retries a failed catch-up with one peer.
 type catchupRetry struct{ dev messages.DeviceID }
 
+// aeTick starts an anti-entropy reconciliation with the next partner.
+type aeTick struct{}
+
 // pruneNow asks the maintenance actor to prune at once.
 type pruneNow struct{}
 

@@ -63,7 +63,7 @@ func (s *serveActor) limit(l uint32) int {
 func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messages.Message, error) {
 	switch m := msg.(type) {
 	case *messages.StateRequest:
-		if m.Since.IsZero() {
+		if m.Since.IsZero() && len(m.UUIDs) == 0 {
 			s.n.metrics.pagesServed.WithLabelValues(s.lib.Meta().ID.String()).Inc()
 		}
 		return s.statePage(m)
@@ -105,6 +105,17 @@ func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messa
 // before the page, so everything of Owner up to it is in this scan.
 func (s *serveActor) statePage(m *messages.StateRequest) (*messages.StateResponse, error) {
 	reg := s.lib.Registry()
+	if len(m.UUIDs) > 0 {
+		if k, ok := reg.Kind(m.Model); !ok || k != persistence.DeviceOwned {
+			return nil, &messages.Error{Code: messages.CodeUnknownModel, Message: fmt.Sprintf("%q is not a device-owned model", m.Model)}
+		}
+		wm := s.lib.StateWatermark(m.Owner)
+		recs, err := s.lib.StateRecords(m.Owner, m.Model, m.UUIDs)
+		if err != nil {
+			return nil, err
+		}
+		return &messages.StateResponse{Owner: m.Owner, Model: m.Model, Records: recs, Watermark: wm}, nil
+	}
 	models := m.Models
 	if len(models) == 0 {
 		models = reg.DeviceOwned()
@@ -139,6 +150,16 @@ func (s *serveActor) statePage(m *messages.StateRequest) (*messages.StateRespons
 
 func (s *serveActor) sharedStatePage(m *messages.SharedStateRequest) (*messages.SharedStateResponse, error) {
 	reg := s.lib.Registry()
+	if len(m.UUIDs) > 0 {
+		if k, ok := reg.Kind(m.Model); !ok || k != persistence.Shared {
+			return nil, &messages.Error{Code: messages.CodeUnknownModel, Message: fmt.Sprintf("%q is not a shared model", m.Model)}
+		}
+		changes, err := s.lib.SharedRecords(m.Model, m.UUIDs)
+		if err != nil {
+			return nil, err
+		}
+		return &messages.SharedStateResponse{Model: m.Model, Entries: changes}, nil
+	}
 	models := m.Models
 	if len(models) == 0 {
 		models = reg.SharedModels()

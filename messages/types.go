@@ -212,7 +212,8 @@ type StateDelete struct {
 
 // StateRequest asks for Owner's rows of Models (in that order) newer than
 // Since, resuming after Cursor, at most Limit rows per response. Any peer
-// may serve any owner's rows.
+// may serve any owner's rows. With UUIDs set it asks instead for exactly
+// those rows (or their tombstones) of Model (anti-entropy repairs).
 type StateRequest struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Owner    DeviceID
@@ -221,6 +222,7 @@ type StateRequest struct {
 	Model    string // the model Cursor belongs to ("" = start of Models)
 	Cursor   Cursor
 	Limit    uint32
+	UUIDs    []UUID
 }
 
 // StateResponse is one page. Cursor resumes the scan; HasMore is false on
@@ -301,12 +303,14 @@ type OriginWatermark struct {
 
 // SharedStateRequest asks for the current state of shared models as
 // changes (one per row and distinct field HLC), resuming after Cursor.
+// With UUIDs set it asks for exactly those rows (or tombstones) of Model.
 type SharedStateRequest struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Models   []string
 	Model    string
 	Cursor   Cursor
 	Limit    uint32
+	UUIDs    []UUID
 }
 
 // SharedStateResponse is one page of shared state. Entries have a zero Prev

@@ -96,6 +96,12 @@ func (m *StateRequest) Validate() error {
 			return err
 		}
 	}
+	if len(m.UUIDs) > MaxRequestLimit {
+		return fmt.Errorf("state request for %d uuids (max %d)", len(m.UUIDs), MaxRequestLimit)
+	}
+	if len(m.UUIDs) > 0 {
+		return validModel(m.Model)
+	}
 	return nil
 }
 
@@ -189,6 +195,12 @@ func (m *AckSharedChanges) Validate() error {
 func (m *SharedStateRequest) Validate() error {
 	if m.Limit > MaxRequestLimit {
 		return fmt.Errorf("shared state request limit %d (max %d)", m.Limit, MaxRequestLimit)
+	}
+	if len(m.UUIDs) > MaxRequestLimit {
+		return fmt.Errorf("shared state request for %d uuids (max %d)", len(m.UUIDs), MaxRequestLimit)
+	}
+	if len(m.UUIDs) > 0 {
+		return validModel(m.Model)
 	}
 	return nil
 }

@@ -293,28 +293,9 @@ func (l *Library) SharedStatePage(model string, after messages.Cursor, limit int
 			if err != nil {
 				return err
 			}
-			byHLC := map[messages.HLC]map[string]any{}
-			for i, col := range mi.Columns {
-				fh, err := columnHLC(s, 3+2*i)
-				if err != nil {
-					return err
-				}
-				if fh.IsZero() {
-					continue
-				}
-				if byHLC[fh] == nil {
-					byHLC[fh] = map[string]any{}
-				}
-				byHLC[fh][col.Name] = columnValue(s, 2+2*i, col.Type)
-			}
-			it := item{key: pageKey{h, u}}
-			for fh, fields := range byHLC {
-				it.changes = append(it.changes, messages.SharedChange{HLC: fh, Model: model, Record: u,
-					Op: messages.OpUpdate, Fields: fields})
-			}
-			slices.SortFunc(it.changes, func(a, b messages.SharedChange) int { return a.HLC.Compare(b.HLC) })
-			rows = append(rows, it)
-			return nil
+			cs, err := rowChanges(mi, u, s)
+			rows = append(rows, item{key: pageKey{h, u}, changes: cs})
+			return err
 		})
 		if err != nil {
 			return err
@@ -349,6 +330,118 @@ func (l *Library) SharedStatePage(model string, after messages.Cursor, limit int
 		taken++
 	}
 	return changes, next, more, nil
+}
+
+// rowChanges turns one shared row (columns from index 2 on: value, field
+// HLC, ...) into one change per distinct field HLC: the row as changes the
+// LWW applier can merge anywhere.
+func rowChanges(mi *modelInfo, u messages.UUID, s *sqlite3.Stmt) ([]messages.SharedChange, error) {
+	byHLC := map[messages.HLC]map[string]any{}
+	for i, col := range mi.Columns {
+		fh, err := columnHLC(s, 3+2*i)
+		if err != nil {
+			return nil, err
+		}
+		if fh.IsZero() {
+			continue
+		}
+		if byHLC[fh] == nil {
+			byHLC[fh] = map[string]any{}
+		}
+		byHLC[fh][col.Name] = columnValue(s, 2+2*i, col.Type)
+	}
+	out := make([]messages.SharedChange, 0, len(byHLC))
+	for fh, fields := range byHLC {
+		out = append(out, messages.SharedChange{HLC: fh, Model: mi.Name, Record: u, Op: messages.OpUpdate, Fields: fields})
+	}
+	slices.SortFunc(out, func(a, b messages.SharedChange) int { return a.HLC.Compare(b.HLC) })
+	return out, nil
+}
+
+// StateRecords returns owner's current records of model with the given
+// uuids: the row, or its tombstone, or nothing when neither is here (or
+// it belongs to another owner). Anti-entropy repairs use it.
+func (l *Library) StateRecords(owner messages.DeviceID, model string, uuids []messages.UUID) ([]messages.StateRecord, error) {
+	mi, err := l.reg.model(model)
+	if err != nil {
+		return nil, fmt.Errorf("state records: %w", err)
+	}
+	if mi.Kind != DeviceOwned {
+		return nil, fmt.Errorf("state records: %w: %q is shared", ErrUnknownModel, model)
+	}
+	var out []messages.StateRecord
+	err = l.readTx(func(c *conn) error {
+		ownerID, found, err := ownerIDOf(c, owner)
+		if err != nil || !found {
+			return err
+		}
+		for _, u := range uuids {
+			ok, err := c.queryRow(mi.sql.get, []any{u}, func(s *sqlite3.Stmt) error {
+				r, o, err := scanRecord(mi, s)
+				if err == nil && o == owner {
+					out = append(out, r)
+				}
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if ok {
+				continue
+			}
+			_, err = c.queryRow(`SELECT hlc FROM tombstones WHERE model = ? AND uuid = ? AND owner_id = ?`,
+				[]any{mi.Name, u, ownerID}, func(s *sqlite3.Stmt) error {
+					h, err := columnHLC(s, 0)
+					out = append(out, messages.StateRecord{UUID: u, HLC: h, Deleted: true})
+					return err
+				})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state records %s of %s: %w", model, owner, err)
+	}
+	return out, nil
+}
+
+// SharedRecords returns the current state of the shared rows with the
+// given uuids, as changes (per field HLC) and deletes (tombstones).
+func (l *Library) SharedRecords(model string, uuids []messages.UUID) ([]messages.SharedChange, error) {
+	mi, err := l.reg.model(model)
+	if err != nil {
+		return nil, fmt.Errorf("shared records: %w", err)
+	}
+	if mi.Kind != Shared {
+		return nil, fmt.Errorf("shared records: %w: %q is device-owned", ErrUnknownModel, model)
+	}
+	var out []messages.SharedChange
+	err = l.readTx(func(c *conn) error {
+		for _, u := range uuids {
+			if _, err := c.queryRow(mi.sql.sharedGet, []any{u}, func(s *sqlite3.Stmt) error {
+				cs, err := rowChanges(mi, u, s)
+				out = append(out, cs...)
+				return err
+			}); err != nil {
+				return err
+			}
+			if _, err := c.queryRow(`SELECT hlc FROM tombstones WHERE model = ? AND uuid = ? AND owner_id = 0`,
+				[]any{mi.Name, u}, func(s *sqlite3.Stmt) error {
+					h, err := columnHLC(s, 0)
+					out = append(out, messages.SharedChange{HLC: h, Model: mi.Name, Record: u, Op: messages.OpDelete})
+					return err
+				}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("shared records %s: %w", model, err)
+	}
+	return out, nil
 }
 
 // ItemFingerprint is the 64-bit hash of one (uuid, hlc) pair that

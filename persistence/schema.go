@@ -163,7 +163,10 @@ type modelSQL struct {
 	ddl []string
 
 	// device-owned
-	insert     string // uuid, owner_id, hlc, cols... ; ON CONFLICT(uuid) DO NOTHING
+	insert string // uuid, owner_id, hlc, cols... ; ON CONFLICT(uuid) DO NOTHING
+	// bulkInsert[k] inserts 1<<k rows: id, uuid, owner_id, hlc, cols...
+	// each; ON CONFLICT(uuid) DO NOTHING.
+	bulkInsert [bulkInsertSizes]string
 	update     string // hlc, cols..., id
 	byUUID     string // -> id, owner_id, hlc, cols (SQL form)
 	refInfo    string // uuid -> id, owner_id
@@ -183,6 +186,10 @@ type modelSQL struct {
 	sharedUpdate string // hlc, (col, col_hlc)..., id
 	sharedPage   string // cursor hlc, cursor uuid, limit -> uuid, hlc, (col, col_hlc)...
 }
+
+// bulkInsertSizes is the number of multi-row insert statements per
+// device-owned model: 1, 2, 4, ... maxBulkRows rows.
+const bulkInsertSizes = 7
 
 func sqlType(t ColType) string {
 	switch t {
@@ -223,6 +230,11 @@ func buildModelSQL(mi *modelInfo) modelSQL {
 		}
 		q.insert = fmt.Sprintf(`INSERT INTO %s (uuid, owner_id, hlc%s) VALUES (%s) ON CONFLICT (uuid) DO NOTHING`,
 			t, prefixJoin(", ", cols), placeholders(3+len(cols)))
+		row := "(" + placeholders(4+len(cols)) + ")"
+		for k := range q.bulkInsert {
+			q.bulkInsert[k] = fmt.Sprintf(`INSERT INTO %s (id, uuid, owner_id, hlc%s) VALUES %s ON CONFLICT (uuid) DO NOTHING`,
+				t, prefixJoin(", ", cols), strings.TrimSuffix(strings.Repeat(row+", ", 1<<k), ", "))
+		}
 		var sets []string
 		for _, c := range cols {
 			sets = append(sets, c+" = ?")

@@ -38,6 +38,10 @@ type txn struct {
 	// ancs caches the closure rows of directories written in this
 	// transaction (their children need them); moves and removals clear it.
 	ancs map[int64][]ancestor
+	// bulk holds fast-path inserts not written yet (see bulkBatch);
+	// bulkOK allows them (ApplyState, until a batch meets an existing row).
+	bulk   bulkBatch
+	bulkOK bool
 	// closureBuf holds entry_closure rows (ancestor, descendant, depth)
 	// not inserted yet, in primary-key order (see flushClosure).
 	closureBuf []int64
@@ -115,6 +119,9 @@ func (tx *txn) observe(h messages.HLC) error {
 
 // finish runs the end-of-transaction work before commit.
 func (tx *txn) finish() error {
+	if err := tx.flushBulk(); err != nil {
+		return err
+	}
 	if err := tx.flushClosure(); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"github.com/lsync/lsync/messages"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -96,4 +97,54 @@ func TestScratchSharedCPU(t *testing.T) {
 		}
 	}
 	t.Logf("shared: %.2f µs CPU/row", float64(cpu.Microseconds())/float64(pages*benchPage))
+}
+
+func TestScratchMultiRow(t *testing.T) {
+	pages, _ := strconv.Atoi(os.Getenv("SCRATCH_PAGES"))
+	if pages == 0 {
+		t.Skip()
+	}
+	for _, per := range []int{1, 16, 64} {
+		l, loc := benchLibrary(t)
+		w := newEntryWalker(devA, loc.UUID)
+		c := l.w
+		sql := `INSERT INTO "entry" (id, uuid, owner_id, hlc, location_id, parent_id, name, kind, extension, size, mtime, content_uuid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)` +
+			strings.Repeat(`, (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, per-1)
+		ins, _, err := c.c.Prepare(sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := map[messages.UUID]int64{}
+		next := int64(100)
+		var cpu time.Duration
+		for p := 0; p < pages; p++ {
+			recs := w.page(t, benchPage)
+			c0 := cpuNow()
+			c.c.Exec(`BEGIN IMMEDIATE`)
+			for i := 0; i < len(recs); i += per {
+				for k, r := range recs[i : i+per] {
+					var parent any
+					if pu, ok := r.Values[1].(messages.UUID); ok {
+						parent = ids[pu]
+					}
+					next++
+					ids[r.UUID] = next
+					b := k * 12
+					bindArgs(ins)
+					for j, v := range []any{next, r.UUID, int64(1), r.HLC, int64(2), parent, r.Values[2], r.Values[3], r.Values[4], r.Values[5], r.Values[6], r.Values[7]} {
+						if err := bindOne(ins, b+j+1, v); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if err := ins.Exec(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.c.Exec(`COMMIT`)
+			cpu += cpuNow() - c0
+		}
+		ins.Close()
+		t.Logf("multirow %d: %.2f µs CPU/row", per, float64(cpu.Microseconds())/float64(pages*benchPage))
+	}
 }
