@@ -36,6 +36,7 @@ const schemaEnv = "LSYNC_TEST_SCHEMA_VERSION"
 func newServeCmd(g *globals) *cobra.Command {
 	var listen, metrics, level string
 	var pageSize int
+	var bandwidth int64
 	cmd := &cobra.Command{
 		Use:   "serve [--listen ADDR] [--metrics ADDR]",
 		Short: "Run the node in the foreground",
@@ -62,13 +63,17 @@ daemon speak another wire schema version.`,
 			if pageSize < 1 || pageSize > 100_000 {
 				return usageErrorf("--page-size %d: want 1 to 100000", pageSize)
 			}
-			return serve(cmd.Context(), g, serveOptions{listen: listen, metrics: metrics, level: lvl, pageSize: pageSize})
+			if bandwidth < 0 {
+				return usageErrorf("--bandwidth-limit %d: want bytes per second, 0 for none", bandwidth)
+			}
+			return serve(cmd.Context(), g, serveOptions{listen: listen, metrics: metrics, level: lvl, pageSize: pageSize, bandwidth: bandwidth})
 		}),
 	}
 	cmd.Flags().StringVar(&listen, "listen", defaultListen, "QUIC (UDP) address to listen on for peers")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this HTTP address (off when empty)")
 	cmd.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().IntVar(&pageSize, "page-size", 10_000, "rows per page when catching up or joining (smaller pages suit slow links)")
+	cmd.Flags().Int64Var(&bandwidth, "bandwidth-limit", 0, "cap outgoing sync traffic at this many bytes per second (0: no cap)")
 	return cmd
 }
 
@@ -81,10 +86,11 @@ func parseLevel(s string) (slog.Level, error) {
 }
 
 type serveOptions struct {
-	listen   string
-	metrics  string
-	level    slog.Level
-	pageSize int
+	listen    string
+	metrics   string
+	level     slog.Level
+	pageSize  int
+	bandwidth int64
 }
 
 // serve runs the daemon until ctx is done.
@@ -118,7 +124,7 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	// Start the node: identity, transport, libraries, peers.
 	node, err := actors.Start(ctx, actors.Config{
 		Home: g.home, Listen: opt.listen, Logger: log,
-		QUIC: actors.QUICOptions{SchemaVersion: schema},
+		QUIC: actors.QUICOptions{SchemaVersion: schema, BandwidthLimit: opt.bandwidth},
 		Sync: actors.SyncConfig{PageSize: opt.pageSize},
 	})
 	if err != nil {
