@@ -225,22 +225,46 @@ func (j *backfillJob) selectSource(ctx context.Context, actx actor.Context) (net
 	return best.conn, nil
 }
 
-// owner copies one owner's rows, every device-owned model in order.
+// owner copies one owner's rows, every device-owned model in order. The
+// next page is requested as soon as a page arrives, so the network and the
+// peer's read overlap with this device's apply (the SQLite transaction is
+// the cost that remains).
 func (j *backfillJob) owner(ctx context.Context, actx actor.Context, conn net.Conn) error {
 	owner := j.st.Owners[j.st.Owner].Origin
 	models := j.lib.Registry().DeviceOwned()
+	type page struct {
+		resp *messages.StateResponse
+		err  error
+	}
+	fetch := func(model string, cursor messages.Cursor) <-chan page {
+		ch := make(chan page, 1)
+		req := &messages.StateRequest{Owner: owner, Models: models, Model: model, Cursor: cursor, Limit: uint32(j.st.PageSize)}
+		go func() {
+			m, err := j.request(ctx, conn, req)
+			if err != nil {
+				ch <- page{err: fmt.Errorf("page of %s from %s: %w", owner, j.st.Source, err)}
+				return
+			}
+			resp, ok := m.(*messages.StateResponse)
+			if !ok || resp.Owner != owner {
+				ch <- page{err: fmt.Errorf("page of %s from %s: unexpected %s", owner, j.st.Source, m.MessageType())}
+				return
+			}
+			ch <- page{resp: resp}
+		}()
+		return ch
+	}
+	next := fetch(j.st.Model, j.st.Cursor)
 	for {
-		req := &messages.StateRequest{Owner: owner, Models: models, Model: j.st.Model, Cursor: j.st.Cursor, Limit: uint32(j.st.PageSize)}
-		m, err := j.request(ctx, conn, req)
-		if err != nil {
-			return fmt.Errorf("page of %s from %s: %w", owner, j.st.Source, err)
+		p := <-next
+		if p.err != nil {
+			return p.err
 		}
-		resp, ok := m.(*messages.StateResponse)
-		if !ok || resp.Owner != owner {
-			return fmt.Errorf("page of %s from %s: unexpected %s", owner, j.st.Source, m.MessageType())
+		resp := p.resp
+		if resp.HasMore {
+			next = fetch(resp.Model, resp.Cursor)
 		}
-		first := j.st.Model == "" && j.st.Cursor.IsZero()
-		if first {
+		if j.st.Model == "" && j.st.Cursor.IsZero() {
 			j.st.ScanWM = resp.Watermark
 		}
 		j.st.Pages++
