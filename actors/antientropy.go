@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math/big"
 
-	"github.com/asynkron/protoactor-go/actor"
-
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
 	"github.com/lsync/lsync/persistence"
@@ -105,12 +103,11 @@ func splitRange(lo, hi messages.UUID) [][2]messages.UUID {
 
 // antiEntropyJob reconciles every model with one partner, then stops.
 type antiEntropyJob struct {
-	n      *nodeCore
-	lib    *persistence.Library
-	libID  messages.LibraryID
-	peer   messages.DeviceID
-	conn   net.Conn
-	parent *actor.PID
+	n     *nodeCore
+	lib   *persistence.Library
+	libID messages.LibraryID
+	peer  messages.DeviceID
+	conn  net.Conn
 }
 
 type aeDone struct {
@@ -121,28 +118,10 @@ type aeDone struct {
 	requests int
 }
 
-func (j *antiEntropyJob) Receive(ctx actor.Context) {
-	switch ctx.Message().(type) {
-	case *actor.Started:
-		ctx.Send(ctx.Self(), &runJob{})
-	case *runJob:
-		done := j.run()
-		ctx.Send(j.parent, done)
-		ctx.Stop(ctx.Self())
-	}
-}
-
 func (j *antiEntropyJob) run() *aeDone {
 	done := &aeDone{peer: j.peer}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := connContext(j.conn)
 	defer cancel()
-	go func() {
-		select {
-		case <-j.conn.Done():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	reg := j.lib.Registry()
 	// Owners known to either side.
 	owners := map[messages.DeviceID]bool{}

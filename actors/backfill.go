@@ -84,7 +84,7 @@ type backfillJob struct {
 	n      *nodeCore
 	lib    *persistence.Library
 	libID  messages.LibraryID
-	parent *actor.PID
+	parent *actor.PID                     // progress reports go here
 	peers  map[messages.DeviceID]net.Conn // connected partners at spawn time
 	avoid  messages.DeviceID              // a source that just failed
 	st     *backfillState
@@ -93,16 +93,11 @@ type backfillJob struct {
 	bytesIn0 float64
 }
 
-func (j *backfillJob) Receive(ctx actor.Context) {
-	switch ctx.Message().(type) {
-	case *actor.Started:
-		j.bytesIn0 = j.n.metrics.Value("lsync_bytes_total", map[string]string{"direction": "in"})
-		ctx.Send(ctx.Self(), &runJob{})
-	case *runJob:
-		err := j.run(ctx)
-		ctx.Send(j.parent, &jobDone{peer: j.st.Source, kind: "backfill", err: err, records: int(j.st.Records)})
-		ctx.Stop(ctx.Self())
-	}
+// result runs the job and reports it to the library actor.
+func (j *backfillJob) result(ctx actor.Context) any {
+	j.bytesIn0 = j.n.metrics.Value("lsync_bytes_total", map[string]string{"direction": "in"})
+	err := j.run(ctx)
+	return &jobDone{peer: j.st.Source, kind: "backfill", err: err, records: int(j.st.Records)}
 }
 
 func (j *backfillJob) progress(ctx actor.Context) {
@@ -113,21 +108,14 @@ func (j *backfillJob) progress(ctx actor.Context) {
 }
 
 func (j *backfillJob) run(actx actor.Context) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	// Choose the source: keep a connected one from the checkpoint, else
 	// the lowest RTT among the partners that answer a ping.
-	conn, err := j.selectSource(ctx, actx)
+	conn, err := j.selectSource(context.Background(), actx)
 	if err != nil {
 		return err
 	}
-	go func() {
-		select {
-		case <-conn.Done():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, cancel := connContext(conn)
+	defer cancel()
 	j.st.Phase = PhaseBackfilling
 	j.progress(actx)
 	if !j.st.Planned {

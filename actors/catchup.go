@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/asynkron/protoactor-go/actor"
-
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
 	"github.com/lsync/lsync/persistence"
@@ -30,33 +28,12 @@ type catchUpJob struct {
 	peer       messages.DeviceID
 	conn       net.Conn
 	sharedOnly bool
-	parent     *actor.PID
-}
-
-type runJob struct{}
-
-func (j *catchUpJob) Receive(ctx actor.Context) {
-	switch ctx.Message().(type) {
-	case *actor.Started:
-		ctx.Send(ctx.Self(), &runJob{})
-	case *runJob:
-		done := j.run()
-		ctx.Send(j.parent, done)
-		ctx.Stop(ctx.Self())
-	}
 }
 
 func (j *catchUpJob) run() *jobDone {
 	done := &jobDone{peer: j.peer, kind: "catch-up"}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := connContext(j.conn)
 	defer cancel()
-	go func() {
-		select {
-		case <-j.conn.Done():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	if !j.sharedOnly {
 		if err := j.state(ctx, done); err != nil {
 			done.err = err

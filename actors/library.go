@@ -230,7 +230,7 @@ func (a *libraryActor) spawnBackfill(ctx actor.Context) {
 	}
 	st := a.bf.st
 	job := &backfillJob{n: a.n, lib: a.lib, libID: a.id, parent: ctx.Self(), peers: conns, avoid: a.bf.avoid, st: &st}
-	a.bf.pid = ctx.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return job }), "backfill-")
+	a.bf.pid = spawnJob(ctx, "backfill-", job.result)
 }
 
 // onBackfillDone ends a join (CATCHING_UP: drain the buffer, then a final
@@ -660,9 +660,8 @@ func (a *libraryActor) startCatchUp(ctx actor.Context, dev messages.DeviceID, sh
 		a.jobAgain[dev] = true
 		return
 	}
-	job := &catchUpJob{n: a.n, lib: a.lib, libID: a.id, peer: dev, conn: link.conn, sharedOnly: sharedOnly, parent: ctx.Self()}
-	pid := ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return job }))
-	a.jobs[dev] = pid
+	job := &catchUpJob{n: a.n, lib: a.lib, libID: a.id, peer: dev, conn: link.conn, sharedOnly: sharedOnly}
+	a.jobs[dev] = spawnJob(ctx, "catchup-", func(actor.Context) any { return job.run() })
 	a.setPhase(PhaseCatchingUp)
 }
 
@@ -733,8 +732,8 @@ func (a *libraryActor) startAntiEntropy(ctx actor.Context) {
 	slices.SortFunc(devs, compareIDs)
 	dev := devs[a.aeNext%len(devs)]
 	a.aeNext++
-	job := &antiEntropyJob{n: a.n, lib: a.lib, libID: a.id, peer: dev, conn: a.peers[dev].conn, parent: ctx.Self()}
-	a.ae = ctx.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return job }), "antientropy-")
+	job := &antiEntropyJob{n: a.n, lib: a.lib, libID: a.id, peer: dev, conn: a.peers[dev].conn}
+	a.ae = spawnJob(ctx, "antientropy-", func(actor.Context) any { return job.run() })
 }
 
 func (a *libraryActor) onChildFailed(ctx actor.Context, m *childFailed) {
