@@ -95,13 +95,13 @@ type backfillJob struct {
 
 // result runs the job and reports it to the library actor.
 func (j *backfillJob) result(ctx actor.Context) any {
-	j.bytesIn0 = j.n.metrics.Value("lsync_bytes_total", map[string]string{"direction": "in"})
+	j.bytesIn0 = j.n.metrics.bytesIn()
 	err := j.run(ctx)
 	return &jobDone{peer: j.st.Source, kind: "backfill", err: err, records: int(j.st.Records)}
 }
 
 func (j *backfillJob) progress(ctx actor.Context) {
-	in := j.n.metrics.Value("lsync_bytes_total", map[string]string{"direction": "in"})
+	in := j.n.metrics.bytesIn()
 	j.st.Bytes += int64(in - j.bytesIn0)
 	j.bytesIn0 = in
 	ctx.Send(j.parent, &backfillProgress{st: *j.st})
@@ -291,15 +291,38 @@ func (j *backfillJob) owner(ctx context.Context, actx actor.Context, conn net.Co
 // through the LWW rules so it never overwrites a newer local edit), then
 // the source's own retained log after the snapshot's watermark for it.
 func (j *backfillJob) shared(ctx context.Context, actx actor.Context, conn net.Conn) error {
+	// As for state pages: page N+1 is requested while page N is applied.
+	type page struct {
+		resp *messages.SharedStateResponse
+		err  error
+	}
+	fetch := func(model string, cursor messages.Cursor) <-chan page {
+		ch := make(chan page, 1)
+		req := &messages.SharedStateRequest{Model: model, Cursor: cursor, Limit: uint32(j.st.PageSize)}
+		go func() {
+			m, err := j.request(ctx, conn, req)
+			if err != nil {
+				ch <- page{err: fmt.Errorf("shared state from %s: %w", j.st.Source, err)}
+				return
+			}
+			resp, ok := m.(*messages.SharedStateResponse)
+			if !ok {
+				ch <- page{err: fmt.Errorf("shared state from %s: unexpected %s", j.st.Source, m.MessageType())}
+				return
+			}
+			ch <- page{resp: resp}
+		}()
+		return ch
+	}
+	next := fetch(j.st.SharedModel, j.st.SharedCursor)
 	for {
-		req := &messages.SharedStateRequest{Model: j.st.SharedModel, Cursor: j.st.SharedCursor, Limit: uint32(j.st.PageSize)}
-		m, err := j.request(ctx, conn, req)
-		if err != nil {
-			return fmt.Errorf("shared state from %s: %w", j.st.Source, err)
+		p := <-next
+		if p.err != nil {
+			return p.err
 		}
-		resp, ok := m.(*messages.SharedStateResponse)
-		if !ok {
-			return fmt.Errorf("shared state from %s: unexpected %s", j.st.Source, m.MessageType())
+		resp := p.resp
+		if resp.HasMore {
+			next = fetch(resp.Model, resp.Cursor)
 		}
 		if j.st.SharedModel == "" && j.st.SharedCursor.IsZero() {
 			j.st.SharedWMs = resp.Watermarks
@@ -316,6 +339,7 @@ func (j *backfillJob) shared(ctx context.Context, actx actor.Context, conn net.C
 		if _, err := j.lib.ApplySharedState(resp.Entries, wms, persistence.ApplyOptions{Checkpoint: j.st.checkpoint()}); err != nil {
 			return fmt.Errorf("apply shared state: %w", err)
 		}
+		j.n.metrics.backfillRecs.WithLabelValues(j.libID.String()).Add(float64(len(resp.Entries)))
 		j.progress(actx)
 		if !resp.HasMore {
 			break

@@ -1,0 +1,264 @@
+// Command bench is lsync's benchmark harness (issue 5): it generates a
+// realistic library deterministically, then measures a device joining it,
+// each scenario a real joining process against a real serving process over
+// QUIC on 127.0.0.1 (this binary re-executed as the hidden subcommands
+// serve and join), beside the machine's own limits measured in the same
+// run: a raw SQLite insert of the same entry rows and a file copy of
+// database.db. Every join is verified against the server before it counts.
+// See PERFORMANCE.md.
+//
+//	go run ./bench                      # every scenario on 1M entries
+//	go run ./bench --entries 100000 --scenarios batched-10k --json
+//	go run ./bench --cpuprofile /tmp/prof   # CPU profiles of both processes
+//
+// Hazard: the machine may be shared; absolute times move with its load,
+// ratios measured in one run (× raw insert, × file copy) much less.
+//
+// Hazard: the kernel's rusage maxrss of a child starts from the parent's
+// RSS at fork, so peak RSS is the child's own VmHWM, reported by the child.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// childEnv marks a re-executed child (the test binary needs it to know).
+const childEnv = "LSYNC_BENCH_CHILD"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// Run dispatches: the hidden subcommands serve and join run one node
+// each; anything else is the harness.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "serve":
+			return runServe(ctx, args[1:], stdin, stdout)
+		case "join":
+			return runJoin(ctx, args[1:], stdout)
+		}
+	}
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	rep, err := runBench(ctx, o, stderr)
+	if rep != nil {
+		if o.json {
+			rep.writeTable(stderr)
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if jerr := enc.Encode(rep); err == nil {
+				err = jerr
+			}
+		} else {
+			rep.writeTable(stdout)
+		}
+	}
+	return err
+}
+
+// options are the harness's flags.
+type options struct {
+	entries    int
+	subset     int
+	seed       uint64
+	work       string
+	regen      bool
+	scenarios  []string
+	baselines  bool
+	json       bool
+	cpuProfile string
+	keep       bool
+	timeout    time.Duration
+	derived    string // auto, always, never
+	command    string
+}
+
+var allScenarios = []string{"individual", "batched-1k", "batched-10k", "snapshot"}
+
+func parseOptions(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.entries, "entries", 1_000_000, "entries in the generated library")
+	fs.IntVar(&o.subset, "subset", 100_000, "entries of the subset library the individual-messages scenario runs on (extrapolated to --entries)")
+	fs.Uint64Var(&o.seed, "seed", 1, "generator seed")
+	fs.StringVar(&o.work, "work", filepath.Join(os.TempDir(), "lsync-bench"), "work `dir`: cached libraries and scenario homes")
+	fs.BoolVar(&o.regen, "regen", false, "regenerate the libraries even if cached")
+	sc := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ", "))
+	fs.BoolVar(&o.baselines, "baselines", true, "measure the raw SQLite insert and file copy baselines")
+	fs.BoolVar(&o.json, "json", false, "print the results as one JSON document on stdout (the table goes to stderr)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write CPU profiles of both processes of every scenario into `dir`")
+	fs.BoolVar(&o.keep, "keep", false, "keep the scenario homes after the run")
+	fs.DurationVar(&o.timeout, "timeout", 2*time.Hour, "give up on a join after this long")
+	fs.StringVar(&o.derived, "verify-derived", "auto", "rebuild the joiner's derived caches from scratch and compare: auto (up to 200K entries), always, never")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	for _, s := range strings.Split(*sc, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if _, _, ok := scenarioShape(s); !ok {
+			return nil, fmt.Errorf("--scenarios: unknown %q (want %s)", s, strings.Join(allScenarios, ", "))
+		}
+		o.scenarios = append(o.scenarios, s)
+	}
+	if o.entries < 100 || o.subset < 100 {
+		return nil, errors.New("--entries and --subset must be at least 100")
+	}
+	o.subset = min(o.subset, o.entries)
+	o.command = "go run ./bench " + strings.Join(args, " ")
+	return o, nil
+}
+
+// scenarioShape is the mode and page size of a named scenario.
+func scenarioShape(name string) (mode string, page int, ok bool) {
+	switch name {
+	case "individual":
+		return "state", 1, true
+	case "batched-1k":
+		return "state", 1_000, true
+	case "batched-10k":
+		return "state", 10_000, true
+	case "snapshot":
+		return "snapshot", 10_000, true
+	}
+	return "", 0, false
+}
+
+// runBench is the harness: libraries, baselines, then each scenario.
+func runBench(ctx context.Context, o *options, logw io.Writer) (*report, error) {
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(logw, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	}
+	if err := os.MkdirAll(o.work, 0o755); err != nil {
+		return nil, err
+	}
+	if o.cpuProfile != "" {
+		if err := os.MkdirAll(o.cpuProfile, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	// The libraries: the full one, and the subset the individual-messages
+	// scenario runs on.
+	full, err := ensureLibrary(o.work, genParams{Entries: o.entries, Seed: o.seed}, o.regen, logf)
+	if err != nil {
+		return nil, err
+	}
+	rep := newReport(o.command, full)
+	var sub *cachedLib
+	for _, s := range o.scenarios {
+		if s == "individual" && o.subset < o.entries {
+			if sub, err = ensureLibrary(o.work, genParams{Entries: o.subset, Seed: o.seed}, o.regen, logf); err != nil {
+				return rep, err
+			}
+		}
+	}
+	runDir, err := os.MkdirTemp(o.work, "run-")
+	if err != nil {
+		return rep, err
+	}
+	if !o.keep {
+		defer os.RemoveAll(runDir)
+	}
+	// Baselines on the same data, in the same run.
+	if o.baselines {
+		logf("baseline: raw SQLite insert of %d entry rows", o.entries)
+		raw, err := rawInsertBaseline(filepath.Join(runDir, "raw"), full)
+		if err != nil {
+			return rep, fmt.Errorf("raw insert baseline: %w", err)
+		}
+		rep.Raw = &raw
+		logf("baseline: %.0f rows/s; file copy of database.db", raw.RowsPerSec)
+		cp, err := fileCopyBaseline(full, filepath.Join(runDir, "copy.db"))
+		if err != nil {
+			return rep, fmt.Errorf("file copy baseline: %w", err)
+		}
+		rep.Copy = &cp
+		logf("baseline: %.0f MB/s", cp.MBPerSec)
+	}
+	// The scenarios, one after the other (the machine is shared: never two
+	// at once).
+	var failed []string
+	for _, name := range o.scenarios {
+		mode, page, _ := scenarioShape(name)
+		sc := scenario{Name: name, Mode: mode, PageSize: page, Lib: full, Scale: 1}
+		if name == "individual" && sub != nil {
+			sc.Lib, sc.Scale = sub, float64(o.entries)/float64(o.subset)
+		}
+		logf("scenario %s: %s join, page size %d, %d entries", name, mode, page, sc.Lib.Params.Entries)
+		run, err := runScenario(ctx, sc, o, runDir)
+		res := result(sc, run, rep.Raw, rep.Copy)
+		switch {
+		case errors.Is(err, errNotImplemented):
+			res = result(sc, nil, nil, nil)
+			res.Status = "not implemented yet"
+			logf("scenario %s: not implemented yet", name)
+		case err != nil:
+			res = result(sc, nil, nil, nil)
+			res.Status = "failed: " + firstLineOf(err.Error())
+			failed = append(failed, fmt.Sprintf("%s: %v", name, err))
+			logf("scenario %s: FAILED: %v", name, err)
+		default:
+			logf("scenario %s: READY after %.1fs; verifying", name, run.Join.WallSecs)
+			derived := o.derived == "always" || o.derived == "auto" && sc.Lib.Params.Entries <= 200_000
+			note, verr := verifyJoin(sc.Lib, run, derived)
+			if verr != nil {
+				res.Status = "failed: verification"
+				failed = append(failed, fmt.Sprintf("%s: verification: %v", name, verr))
+				logf("scenario %s: VERIFICATION FAILED: %v", name, verr)
+			} else {
+				res.Verified = note
+				logf("scenario %s: verified: %s", name, note)
+			}
+		}
+		rep.Scenarios = append(rep.Scenarios, res)
+		if !o.keep {
+			// Two copies of the library per scenario: free them now.
+			os.RemoveAll(filepath.Join(runDir, name))
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	rep.checkTargets()
+	if len(failed) > 0 {
+		return rep, fmt.Errorf("%d scenario(s) failed:\n  %s", len(failed), strings.Join(failed, "\n  "))
+	}
+	return rep, ctx.Err()
+}
+
+func firstLineOf(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 120 {
+		s = s[:120] + "…"
+	}
+	return s
+}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// report is the whole run: what was measured, on what, and the baselines.
+type report struct {
+	Command   string           `json:"command"`
+	StartedAt time.Time        `json:"started_at"`
+	Machine   machineInfo      `json:"machine"`
+	Library   libInfo          `json:"library"`
+	Raw       *rawResult       `json:"raw_insert,omitempty"`
+	Copy      *copyResult      `json:"file_copy,omitempty"`
+	Scenarios []scenarioResult `json:"scenarios"`
+	Targets   []targetCheck    `json:"targets,omitempty"`
+}
+
+type machineInfo struct {
+	CPUs      int    `json:"cpus"`
+	GoVersion string `json:"go_version"`
+	OS        string `json:"os"`
+}
+
+type libInfo struct {
+	Entries int            `json:"entries"`
+	Seed    uint64         `json:"seed"`
+	Records int            `json:"records"`
+	Models  map[string]int `json:"models"`
+	DBBytes int64          `json:"db_bytes"`
+}
+
+// scenarioResult is one row of the table. For a scenario run on a subset
+// library, the time, byte and CPU figures are extrapolated (Scale > 1).
+type scenarioResult struct {
+	Name          string             `json:"name"`
+	Mode          string             `json:"mode"`
+	PageSize      int                `json:"page_size"`
+	LibEntries    int                `json:"library_entries"`
+	Scale         float64            `json:"extrapolated_x,omitempty"`
+	Status        string             `json:"status"` // ok, not implemented yet, failed: ...
+	WallSecs      float64            `json:"wall_secs"`
+	Records       float64            `json:"records"`         // rows of the library
+	Applied       float64            `json:"records_applied"` // rows the join applied one by one (lsync_backfill_records_total)
+	RecordsPerSec float64            `json:"records_per_sec"`
+	WireBytes     float64            `json:"wire_bytes"`              // frames in + out at the joiner (compressed)
+	PayloadBytes  *float64           `json:"payload_bytes,omitempty"` // uncompressed, when the node counts it
+	JoinerRSSMB   float64            `json:"joiner_rss_mb"`
+	ServerRSSMB   float64            `json:"server_rss_mb"`
+	JoinerCPU     float64            `json:"joiner_cpu_secs"`
+	ServerCPU     float64            `json:"server_cpu_secs"`
+	XRaw          float64            `json:"x_raw_insert,omitempty"` // raw insert rows/s ÷ entry rows/s of this join
+	XCopy         float64            `json:"x_file_copy,omitempty"`  // wall ÷ file copy time
+	Phases        map[string]float64 `json:"phases,omitempty"`
+	Verified      string             `json:"verified,omitempty"`
+}
+
+type targetCheck struct {
+	What string `json:"what"`
+	Want string `json:"want"`
+	Got  string `json:"got"`
+	Met  bool   `json:"met"`
+}
+
+func newReport(cmd string, lib *cachedLib) *report {
+	return &report{Command: cmd, StartedAt: time.Now().UTC(),
+		Machine: machineInfo{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
+		Library: libInfo{Entries: lib.Params.Entries, Seed: lib.Params.Seed, Records: lib.records(), Models: lib.Stats, DBBytes: lib.DBBytes}}
+}
+
+// result turns a run into its table row, extrapolating subset runs.
+func result(sc scenario, run *scenarioRun, raw *rawResult, cp *copyResult) scenarioResult {
+	s := sc.Scale
+	if s == 0 {
+		s = 1
+	}
+	r := scenarioResult{Name: sc.Name, Mode: sc.Mode, PageSize: sc.PageSize, LibEntries: sc.Lib.Params.Entries, Status: "ok"}
+	if s != 1 {
+		r.Scale = s
+	}
+	if run == nil {
+		return r
+	}
+	j := run.Join
+	// Records per second are the library's rows over the wall time: the
+	// same numerator for every mode (a snapshot copies rows it never counts).
+	recs := float64(sc.Lib.records())
+	r.WallSecs = j.WallSecs * s
+	r.Records = recs * s
+	r.Applied = j.Records * s
+	if j.WallSecs > 0 {
+		r.RecordsPerSec = recs / j.WallSecs
+	}
+	r.WireBytes = (j.BytesIn + j.BytesOut) * s
+	if j.PayloadIn != nil {
+		p := (*j.PayloadIn + *j.PayloadOut) * s
+		r.PayloadBytes = &p
+	}
+	r.JoinerRSSMB, r.ServerRSSMB = run.Join.PeakRSSMB, run.Serve.PeakRSSMB
+	r.JoinerCPU, r.ServerCPU = run.Joiner.CPUSecs*s, run.Server.CPUSecs*s
+	if raw != nil && j.WallSecs > 0 {
+		// Entries per second of this join against the raw insert rate of
+		// the same entry rows: how far from the machine's write limit.
+		entriesPerSec := float64(sc.Lib.Params.Entries) / j.WallSecs
+		r.XRaw = raw.RowsPerSec / entriesPerSec
+	}
+	if cp != nil && cp.Secs > 0 {
+		r.XCopy = r.WallSecs / cp.Secs
+	}
+	if len(j.Phases) > 0 {
+		r.Phases = map[string]float64{}
+		for k, v := range j.Phases {
+			r.Phases[k] = v * s
+		}
+	}
+	return r
+}
+
+// checkTargets compares the 1M-entry results with the issue's targets.
+func (rep *report) checkTargets() {
+	if rep.Library.Entries < 1_000_000 {
+		return
+	}
+	for _, r := range rep.Scenarios {
+		if r.Status != "ok" {
+			continue
+		}
+		switch r.Mode {
+		case "state":
+			if r.PageSize < 1000 {
+				continue
+			}
+			rep.Targets = append(rep.Targets,
+				targetCheck{r.Name + " wall", "≤ 15 s", fmt.Sprintf("%.1f s", r.WallSecs), r.WallSecs <= 15},
+				targetCheck{r.Name + " vs raw insert", "≤ 2.0×", fmt.Sprintf("%.2f×", r.XRaw), r.XRaw > 0 && r.XRaw <= 2},
+				targetCheck{r.Name + " wire", "≤ 40 MB", fmt.Sprintf("%.1f MB", r.WireBytes/1e6), r.WireBytes <= 40e6},
+				targetCheck{r.Name + " joiner RSS", "≤ 250 MB", fmt.Sprintf("%.0f MB", r.JoinerRSSMB), r.JoinerRSSMB <= 250})
+		case "snapshot":
+			rep.Targets = append(rep.Targets, targetCheck{r.Name + " wall", "≤ 8 s", fmt.Sprintf("%.1f s", r.WallSecs), r.WallSecs <= 8})
+		}
+	}
+}
+
+// pageLabel is the page size, or "-" where pages do not apply.
+func pageLabel(r scenarioResult) string {
+	if r.Mode == "snapshot" {
+		return "-"
+	}
+	return fmt.Sprint(r.PageSize)
+}
+
+// countLabel writes 100000 as 100K and 1000000 as 1M.
+func countLabel(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dK", n/1000)
+	}
+	return fmt.Sprint(n)
+}
+
+func mb(b float64) string { return fmt.Sprintf("%.1f", b/1e6) }
+
+// writeTable prints the human-readable table.
+func (rep *report) writeTable(w io.Writer) {
+	fmt.Fprintf(w, "lsync bench: %d entries (%d records, database.db %.0f MB), seed %d, %d CPUs, %s\n",
+		rep.Library.Entries, rep.Library.Records, float64(rep.Library.DBBytes)/1e6, rep.Library.Seed, rep.Machine.CPUs, rep.Machine.GoVersion)
+	fmt.Fprintf(w, "command: %s\n\n", rep.Command)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tpage\twall s\trecords/s\twire MB\traw MB\tjoiner RSS MB\tserver RSS MB\tjoiner CPU s\tserver CPU s\t× raw insert\t× file copy\t")
+	for _, r := range rep.Scenarios {
+		name := r.Name
+		if r.Scale > 1 {
+			name = fmt.Sprintf("%s (%s ×%.0f, extrapolated)", r.Name, countLabel(r.LibEntries), r.Scale)
+		}
+		if r.Status != "ok" {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t\t\t\t\t\t\t\t\t\t\n", name, pageLabel(r), r.Status)
+			continue
+		}
+		payload := "n/a"
+		if r.PayloadBytes != nil {
+			payload = mb(*r.PayloadBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.0f\t%s\t%s\t%.0f\t%.0f\t%.1f\t%.1f\t%.2f\t%.1f\t\n", name, pageLabel(r), r.WallSecs, r.RecordsPerSec,
+			mb(r.WireBytes), payload, r.JoinerRSSMB, r.ServerRSSMB, r.JoinerCPU, r.ServerCPU, r.XRaw, r.XCopy)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	if rep.Raw != nil {
+		fmt.Fprintf(w, "baseline raw insert: %d entry rows in %.2f s = %.0f rows/s (prepared INSERT, 10K rows per transaction, persistence's layout and pragmas)\n",
+			rep.Raw.Rows, rep.Raw.Secs, rep.Raw.RowsPerSec)
+	}
+	if rep.Copy != nil {
+		fmt.Fprintf(w, "baseline file copy:  database.db %.0f MB in %.2f s = %.0f MB/s\n", float64(rep.Copy.Bytes)/1e6, rep.Copy.Secs, rep.Copy.MBPerSec)
+	}
+	for _, r := range rep.Scenarios {
+		if len(r.Phases) == 0 {
+			continue
+		}
+		var parts []string
+		for _, k := range []string{"setup", "download", "selecting", "state_pages", "shared_state", "catching_up"} {
+			if v, ok := r.Phases[k]; ok {
+				parts = append(parts, fmt.Sprintf("%s %.1fs", k, v))
+			}
+		}
+		fmt.Fprintf(w, "phases %-12s %s\n", r.Name+":", strings.Join(parts, ", "))
+	}
+	for _, r := range rep.Scenarios {
+		if r.Verified != "" {
+			fmt.Fprintf(w, "verified %-10s %s\n", r.Name+":", r.Verified)
+		}
+	}
+	if len(rep.Targets) > 0 {
+		fmt.Fprintln(w, "\ntargets (1M entries):")
+		for _, t := range rep.Targets {
+			mark := "MET   "
+			if !t.Met {
+				mark = "MISSED"
+			}
+			fmt.Fprintf(w, "  %s %-28s want %-9s got %s\n", mark, t.What, t.Want, t.Got)
+		}
+	}
+}

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
+)
+
+// Models up to this many rows are compared whole (Query output, byte for
+// byte); larger ones by count, (uuid, hlc) fingerprint and a sample.
+const (
+	wholeCompareMax = 50_000
+	sampleRows      = 2_000
+)
+
+// verifyJoin checks that the joiner holds exactly what the server holds of
+// the library's three owners and its shared models, after READY. It fails
+// loudly on the first difference.
+func verifyJoin(lib *cachedLib, run *scenarioRun, derived bool) (string, error) {
+	start := time.Now()
+	srvDir := lib.libDir(filepath.Join(run.Dir, "server"))
+	joinDir := lib.libDir(filepath.Join(run.Dir, "joiner"))
+	srv, err := persistence.Open(srvDir, persistence.Options{Self: lib.Server})
+	if err != nil {
+		return "", fmt.Errorf("open serving library: %w", err)
+	}
+	defer srv.Close()
+	jn, err := persistence.Open(joinDir, persistence.Options{Self: run.JoinerID})
+	if err != nil {
+		return "", fmt.Errorf("open joined library: %w", err)
+	}
+	defer jn.Close()
+	reg := srv.Registry()
+	checked := 0
+
+	// 1. Device-owned models, per owner: row count and the XOR fingerprint
+	// of every (uuid, hlc) pair, rows and tombstones.
+	for _, model := range reg.DeviceOwned() {
+		for _, owner := range lib.Owners {
+			a, err := srv.RangeSummary(model, owner, messages.UUID{}, messages.UUID{}, 0)
+			if err != nil {
+				return "", err
+			}
+			b, err := jn.RangeSummary(model, owner, messages.UUID{}, messages.UUID{}, 0)
+			if err != nil {
+				return "", err
+			}
+			if a.Count != b.Count || a.Fingerprint != b.Fingerprint {
+				return "", fmt.Errorf("%s of %s: joiner has %d rows (fingerprint %x), server %d (%x)",
+					model, owner, b.Count, b.Fingerprint, a.Count, a.Fingerprint)
+			}
+			checked += int(a.Count)
+		}
+	}
+	// 2. Shared models: row counts and fingerprints.
+	sc, err := srv.Counts()
+	if err != nil {
+		return "", err
+	}
+	jc, err := jn.Counts()
+	if err != nil {
+		return "", err
+	}
+	for _, model := range reg.SharedModels() {
+		if sc[model] != jc[model] {
+			return "", fmt.Errorf("%s: joiner has %d rows, server %d", model, jc[model], sc[model])
+		}
+		a, err := srv.RangeSummary(model, messages.DeviceID{}, messages.UUID{}, messages.UUID{}, 0)
+		if err != nil {
+			return "", err
+		}
+		b, err := jn.RangeSummary(model, messages.DeviceID{}, messages.UUID{}, messages.UUID{}, 0)
+		if err != nil {
+			return "", err
+		}
+		if a.Count != b.Count || a.Fingerprint != b.Fingerprint {
+			return "", fmt.Errorf("%s: joiner fingerprint %x over %d, server %x over %d", model, b.Fingerprint, b.Count, a.Fingerprint, a.Count)
+		}
+		checked += int(a.Count)
+	}
+	// 3. The server still holds what was generated.
+	for model, n := range lib.Stats {
+		got := sc[model]
+		if model == "device" {
+			got = min(got, n) // the joiner's own device row may have reached it
+		}
+		if got != n {
+			return "", fmt.Errorf("server has %d %s rows, %d were generated", sc[model], model, n)
+		}
+	}
+	// 4. Query output, byte for byte: whole for small models, a sample of
+	// rows (Get) for large ones.
+	compared := 0
+	for _, model := range reg.Order() {
+		if sc[model] <= wholeCompareMax {
+			a, err := srv.Query(model)
+			if err != nil {
+				return "", err
+			}
+			b, err := jn.Query(model)
+			if err != nil {
+				return "", err
+			}
+			if err := sameRows(model, withoutOwner(a, run.JoinerID), withoutOwner(b, run.JoinerID)); err != nil {
+				return "", err
+			}
+			compared += len(a)
+			continue
+		}
+		uuids, err := sampleUUIDs(filepath.Join(srvDir, persistence.DatabaseFile), model, sc[model])
+		if err != nil {
+			return "", err
+		}
+		for _, u := range uuids {
+			a, err := srv.Get(model, u)
+			if err != nil {
+				return "", err
+			}
+			b, err := jn.Get(model, u)
+			if err != nil {
+				return "", fmt.Errorf("%s %s: on the joiner: %w", model, u, err)
+			}
+			if err := sameRows(model, []persistence.Row{a}, []persistence.Row{b}); err != nil {
+				return "", err
+			}
+		}
+		compared += len(uuids)
+	}
+	// 5. Nothing parked; derived caches as large as the server's (and,
+	// when asked, equal to a rebuild from scratch).
+	parked, err := jn.ParkedCount()
+	if err != nil {
+		return "", err
+	}
+	if len(parked) > 0 {
+		return "", fmt.Errorf("joiner has parked records at READY: %v", parked)
+	}
+	for _, t := range []string{"entry_closure", "directory_paths", "tag_closure"} {
+		a, err := tableCount(filepath.Join(srvDir, persistence.DatabaseFile), t)
+		if err != nil {
+			return "", err
+		}
+		b, err := tableCount(filepath.Join(joinDir, persistence.DatabaseFile), t)
+		if err != nil {
+			return "", err
+		}
+		if a != b {
+			return "", fmt.Errorf("%s: joiner has %d rows, server %d", t, b, a)
+		}
+	}
+	note := fmt.Sprintf("%d rows fingerprinted, %d compared byte for byte", checked, compared)
+	if derived {
+		if err := jn.VerifyDerived(); err != nil {
+			return "", fmt.Errorf("joiner derived caches: %w", err)
+		}
+		note += ", derived caches rebuilt and equal"
+	}
+	return fmt.Sprintf("%s (%.1fs)", note, time.Since(start).Seconds()), nil
+}
+
+// withoutOwner drops the joiner's own rows (its device row), which the
+// server may or may not have received by the time it stopped.
+func withoutOwner(rows []persistence.Row, dev messages.DeviceID) []persistence.Row {
+	s := dev.String()
+	return slices.DeleteFunc(slices.Clone(rows), func(r persistence.Row) bool {
+		return r["device_uuid"] == s || r["uuid"] == s
+	})
+}
+
+func sameRows(model string, a, b []persistence.Row) error {
+	ja, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	jb, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	if bytes.Equal(ja, jb) {
+		return nil
+	}
+	if len(a) != len(b) {
+		return fmt.Errorf("%s: Query output differs: joiner %d rows, server %d", model, len(b), len(a))
+	}
+	for i := range a {
+		if x, y := mustJSON(a[i]), mustJSON(b[i]); !bytes.Equal(x, y) {
+			keys := slices.Sorted(maps.Keys(a[i]))
+			return fmt.Errorf("%s: Query output differs at row %d (%v):\n server %s\n joiner %s", model, i, keys, x, y)
+		}
+	}
+	return errors.New(model + ": Query output differs")
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// readOnly opens a database file for reading.
+func readOnly(path string) (*sqlite3.Conn, error) {
+	return sqlite3.Open("file:" + path + "?mode=ro")
+}
+
+func tableCount(db, table string) (int64, error) {
+	c, err := readOnly(db)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	s, _, err := c.Prepare(`SELECT count(*) FROM ` + table)
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	if !s.Step() {
+		return 0, s.Err()
+	}
+	return s.ColumnInt64(0), nil
+}
+
+// sampleUUIDs picks about sampleRows uuids of model spread over its rows.
+func sampleUUIDs(db, model string, n int) ([]messages.UUID, error) {
+	c, err := readOnly(db)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	step := max(1, n/sampleRows)
+	s, _, err := c.Prepare(fmt.Sprintf(`SELECT uuid FROM %q WHERE id %% %d = 0 AND hlc IS NOT NULL`, model, step))
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	var out []messages.UUID
+	for s.Step() {
+		var u messages.UUID
+		copy(u[:], s.ColumnRawBlob(0))
+		out = append(out, u)
+	}
+	return out, s.Err()
+}
