@@ -663,3 +663,55 @@ func TestWriteStateBatchLinksAndTombstonePages(t *testing.T) {
 		t.Fatalf("entries %v", got)
 	}
 }
+
+// entry_closure holds directories only; a directory that becomes a file
+// (and back) re-shapes the chains of the directories under it.
+func TestClosureDirectoriesOnlyAndKindChanges(t *testing.T) {
+	a := newLib(t, devA)
+	w := func(u messages.UUID, f map[string]any) messages.UUID {
+		t.Helper()
+		rec, _, err := a.WriteState("entry", u, f)
+		if err != nil {
+			t.Fatalf("write entry: %v", err)
+		}
+		return rec.UUID
+	}
+	loc, _, err := a.WriteState("location", messages.UUID{}, map[string]any{"path": "/root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := w(messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "name": "d", "kind": EntryDirectory})
+	s := w(messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": d, "name": "s", "kind": EntryDirectory})
+	for i := range 20 {
+		w(messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": s, "name": fmt.Sprintf("f%d", i), "kind": EntryFile})
+	}
+	closureRows := func() int64 {
+		t.Helper()
+		var n int64
+		if err := a.withReader(func(c *conn) error {
+			var err error
+			n, err = c.queryInt(`SELECT count(*) FROM entry_closure`)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	mustVerify(t, a)
+	if n := closureRows(); n != 3 { // (d,d) (s,s) (d,s): the 20 files add nothing
+		t.Fatalf("%d closure rows, want 3", n)
+	}
+	w(d, map[string]any{"kind": EntryFile}) // d becomes a file: s's chain stops at itself
+	mustVerify(t, a)
+	if n := closureRows(); n != 1 {
+		t.Fatalf("%d closure rows after d became a file, want 1", n)
+	}
+	w(d, map[string]any{"kind": EntryDirectory})
+	mustVerify(t, a)
+	if n := closureRows(); n != 3 {
+		t.Fatalf("%d closure rows after d became a directory again, want 3", n)
+	}
+	if p := dirPath(t, a, s); p != "/root/d/s" {
+		t.Fatalf("path %q", p)
+	}
+}
