@@ -16,8 +16,9 @@ import (
 // libraryActor owns one open library: the commit path (local writes take
 // their HLC from the library's clock, are stored, then broadcast), the
 // routing of inbound messages to appliers, ACK tracking and the catch-up
-// jobs. Its children: applier/<model> per device-owned model, applier/shared,
-// serve (answers bulk requests), maintenance, and sync/<peer> jobs.
+// jobs. Its children: applier-<model> per device-owned model,
+// applier-shared, serve (answers bulk requests), maintenance, and one-shot
+// jobs: catchup-*, backfill-*, antientropy-*.
 type libraryActor struct {
 	n   *nodeCore
 	id  messages.LibraryID
@@ -73,7 +74,6 @@ type peerLink struct {
 	pid  *actor.PID
 	conn net.Conn
 	name string
-	up   time.Time
 }
 
 func newLibraryActor(n *nodeCore, id messages.LibraryID, lib *persistence.Library) *libraryActor {
@@ -336,7 +336,7 @@ func (a *libraryActor) setPhase(p Phase) {
 // ---- peers ----
 
 func (a *libraryActor) onPeerUp(ctx actor.Context, m *peerUp) {
-	a.peers[m.dev] = &peerLink{pid: m.pid, conn: m.conn, name: m.name, up: time.Now()}
+	a.peers[m.dev] = &peerLink{pid: m.pid, conn: m.conn, name: m.name}
 	delete(a.peerErr, m.dev)
 	if !a.partners[m.dev] {
 		return

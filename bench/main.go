@@ -5,7 +5,7 @@
 // serve and join), beside the machine's own limits measured in the same
 // run: a raw SQLite insert of the same entry rows and a file copy of
 // database.db. Every join is verified against the server before it counts.
-// See PERFORMANCE.md.
+// The README's Performance section holds a real run.
 //
 //	go run ./bench                      # every scenario on 1M entries
 //	go run ./bench --entries 100000 --scenarios batched-10k --json
