@@ -145,7 +145,10 @@ func TestAntiEntropyRestoresLostRows(t *testing.T) {
 	db.Close()
 	c.start(1)
 	c.converge(true, 15*time.Second)
-	eventually(t, 5*time.Second, "both repairs counted", func() bool {
-		return c.nodes[1].Metrics().Value("lsync_antientropy_repairs_total", map[string]string{"kind": "fetched"}) >= 2
+	// The shared row has no other way back (its log entry was pruned and
+	// acknowledged); the location may also return through a catch-up that
+	// raced the first restart's watermark rise.
+	eventually(t, 5*time.Second, "the repairs counted", func() bool {
+		return c.nodes[1].Metrics().Value("lsync_antientropy_repairs_total", map[string]string{"kind": "fetched"}) >= 1
 	})
 }
