@@ -130,15 +130,13 @@ func (j *antiEntropyJob) run() *aeDone {
 			owners[o] = true
 		}
 	}
-	m, err := j.request(ctx, done, &messages.StateOwnersRequest{})
+	resp, err := ask[*messages.StateOwnersResponse](ctx, j.rq(done), &messages.StateOwnersRequest{})
 	if err != nil {
 		done.err = err
 		return done
 	}
-	if resp, ok := m.(*messages.StateOwnersResponse); ok {
-		for _, o := range resp.Owners {
-			owners[o.Origin] = true
-		}
+	for _, o := range resp.Owners {
+		owners[o.Origin] = true
 	}
 	for _, model := range reg.Order() {
 		kind, _ := reg.Kind(model)
@@ -162,11 +160,10 @@ func (j *antiEntropyJob) run() *aeDone {
 	return done
 }
 
-func (j *antiEntropyJob) request(ctx context.Context, done *aeDone, m messages.Message) (messages.Message, error) {
-	done.requests++
-	rctx, cancel := context.WithTimeout(ctx, j.n.sync.RequestTimeout)
-	defer cancel()
-	return j.conn.Request(rctx, j.libID, m)
+func (j *antiEntropyJob) rq(done *aeDone) requester {
+	r := j.n.requester(j.conn, j.libID)
+	r.sent = &done.requests
+	return r
 }
 
 // reconcile compares one (model, owner) with the partner, level by level.
@@ -183,13 +180,12 @@ func (j *antiEntropyJob) reconcile(ctx context.Context, done *aeDone, model stri
 			mine[i] = fr
 			req.Ranges = append(req.Ranges, messages.FingerprintRange{Lo: r[0], Hi: r[1], Count: fr.Count, Fingerprint: fr.Fingerprint})
 		}
-		m, err := j.request(ctx, done, req)
+		resp, err := ask[*messages.FingerprintResponse](ctx, j.rq(done), req)
+		if err == nil && len(resp.Ranges) != len(ranges) {
+			err = fmt.Errorf("%d ranges for %d asked", len(resp.Ranges), len(ranges))
+		}
 		if err != nil {
 			return fmt.Errorf("fingerprints of %s from %s: %w", model, j.peer, err)
-		}
-		resp, ok := m.(*messages.FingerprintResponse)
-		if !ok || len(resp.Ranges) != len(ranges) {
-			return fmt.Errorf("fingerprints of %s from %s: unexpected answer", model, j.peer)
 		}
 		// A row the partner lacks was deleted there if the partner is its
 		// owner or has seen every write of the owner up to the row's HLC.
@@ -222,13 +218,9 @@ func (j *antiEntropyJob) repair(ctx context.Context, done *aeDone, model string,
 		batch := fetch[:n]
 		fetch = fetch[n:]
 		if deviceOwned {
-			m, err := j.request(ctx, done, &messages.StateRequest{Owner: owner, Model: model, UUIDs: batch})
+			resp, err := ask[*messages.StateResponse](ctx, j.rq(done), &messages.StateRequest{Owner: owner, Model: model, UUIDs: batch})
 			if err != nil {
-				return err
-			}
-			resp, ok := m.(*messages.StateResponse)
-			if !ok {
-				return fmt.Errorf("rows of %s: unexpected %s", model, m.MessageType())
+				return fmt.Errorf("rows of %s: %w", model, err)
 			}
 			recs := admitAll(j.n, j.lib, j.libID, j.peer, resp.Records)
 			if _, err := j.n.guardedApplyState(j.lib, j.libID, owner, model, recs, persistence.ApplyOptions{}); err != nil {
@@ -237,13 +229,9 @@ func (j *antiEntropyJob) repair(ctx context.Context, done *aeDone, model string,
 			done.fetched += len(batch)
 			continue
 		}
-		m, err := j.request(ctx, done, &messages.SharedStateRequest{Model: model, UUIDs: batch})
+		resp, err := ask[*messages.SharedStateResponse](ctx, j.rq(done), &messages.SharedStateRequest{Model: model, UUIDs: batch})
 		if err != nil {
-			return err
-		}
-		resp, ok := m.(*messages.SharedStateResponse)
-		if !ok {
-			return fmt.Errorf("rows of %s: unexpected %s", model, m.MessageType())
+			return fmt.Errorf("rows of %s: %w", model, err)
 		}
 		if _, err := j.lib.ApplySharedState(resp.Entries, nil, persistence.ApplyOptions{}); err != nil {
 			return err

@@ -119,13 +119,9 @@ func (j *backfillJob) run(actx actor.Context) error {
 	j.st.Phase = PhaseBackfilling
 	j.progress(actx)
 	if !j.st.Planned {
-		m, err := j.request(ctx, conn, &messages.StateOwnersRequest{})
+		resp, err := ask[*messages.StateOwnersResponse](ctx, j.n.requester(conn, j.libID), &messages.StateOwnersRequest{})
 		if err != nil {
 			return fmt.Errorf("ask %s for owners: %w", j.st.Source, err)
-		}
-		resp, ok := m.(*messages.StateOwnersResponse)
-		if !ok {
-			return fmt.Errorf("ask %s for owners: unexpected %s", j.st.Source, m.MessageType())
 		}
 		for _, o := range resp.Owners {
 			if o.Origin != j.n.self {
@@ -148,12 +144,6 @@ func (j *backfillJob) run(actx actor.Context) error {
 		}
 	}
 	return nil
-}
-
-func (j *backfillJob) request(ctx context.Context, c net.Conn, m messages.Message) (messages.Message, error) {
-	rctx, cancel := context.WithTimeout(ctx, j.n.sync.RequestTimeout)
-	defer cancel()
-	return c.Request(rctx, j.libID, m)
 }
 
 // selectSource implements SELECTING.
@@ -192,19 +182,16 @@ func (j *backfillJob) selectSource(ctx context.Context, actx actor.Context) (net
 		// Switching source mid-owner: the new source may hold less of that
 		// owner than the old one did, so the scan may only vouch for the
 		// smaller of the two watermarks.
-		m, err := j.request(ctx, best.conn, &messages.StateOwnersRequest{})
-		if err == nil {
-			if resp, ok := m.(*messages.StateOwnersResponse); ok {
-				owner := j.st.Owners[j.st.Owner].Origin
-				var wm messages.HLC
-				for _, o := range resp.Owners {
-					if o.Origin == owner {
-						wm = o.HLC
-					}
+		if resp, err := ask[*messages.StateOwnersResponse](ctx, j.n.requester(best.conn, j.libID), &messages.StateOwnersRequest{}); err == nil {
+			owner := j.st.Owners[j.st.Owner].Origin
+			var wm messages.HLC
+			for _, o := range resp.Owners {
+				if o.Origin == owner {
+					wm = o.HLC
 				}
-				if wm.Compare(j.st.ScanWM) < 0 {
-					j.st.ScanWM = wm
-				}
+			}
+			if wm.Compare(j.st.ScanWM) < 0 {
+				j.st.ScanWM = wm
 			}
 		}
 	}
@@ -220,33 +207,18 @@ func (j *backfillJob) selectSource(ctx context.Context, actx actor.Context) (net
 func (j *backfillJob) owner(ctx context.Context, actx actor.Context, conn net.Conn) error {
 	owner := j.st.Owners[j.st.Owner].Origin
 	models := j.lib.Registry().DeviceOwned()
-	type page struct {
-		resp *messages.StateResponse
-		err  error
-	}
-	fetch := func(model string, cursor messages.Cursor) <-chan page {
-		ch := make(chan page, 1)
-		req := &messages.StateRequest{Owner: owner, Models: models, Model: model, Cursor: cursor, Limit: uint32(j.st.PageSize)}
-		go func() {
-			m, err := j.request(ctx, conn, req)
-			if err != nil {
-				ch <- page{err: fmt.Errorf("page of %s from %s: %w", owner, j.st.Source, err)}
-				return
-			}
-			resp, ok := m.(*messages.StateResponse)
-			if !ok || resp.Owner != owner {
-				ch <- page{err: fmt.Errorf("page of %s from %s: unexpected %s", owner, j.st.Source, m.MessageType())}
-				return
-			}
-			ch <- page{resp: resp}
-		}()
-		return ch
+	rq := j.n.requester(conn, j.libID)
+	fetch := func(model string, cursor messages.Cursor) <-chan answer[*messages.StateResponse] {
+		return askAhead[*messages.StateResponse](ctx, rq, &messages.StateRequest{Owner: owner, Models: models, Model: model, Cursor: cursor, Limit: uint32(j.st.PageSize)})
 	}
 	next := fetch(j.st.Model, j.st.Cursor)
 	for {
 		p := <-next
+		if p.err == nil && p.resp.Owner != owner {
+			p.err = fmt.Errorf("rows of %s in the answer", p.resp.Owner)
+		}
 		if p.err != nil {
-			return p.err
+			return fmt.Errorf("page of %s from %s: %w", owner, j.st.Source, p.err)
 		}
 		resp := p.resp
 		if resp.HasMore {
@@ -292,33 +264,15 @@ func (j *backfillJob) owner(ctx context.Context, actx actor.Context, conn net.Co
 // the source's own retained log after the snapshot's watermark for it.
 func (j *backfillJob) shared(ctx context.Context, actx actor.Context, conn net.Conn) error {
 	// As for state pages: page N+1 is requested while page N is applied.
-	type page struct {
-		resp *messages.SharedStateResponse
-		err  error
-	}
-	fetch := func(model string, cursor messages.Cursor) <-chan page {
-		ch := make(chan page, 1)
-		req := &messages.SharedStateRequest{Model: model, Cursor: cursor, Limit: uint32(j.st.PageSize)}
-		go func() {
-			m, err := j.request(ctx, conn, req)
-			if err != nil {
-				ch <- page{err: fmt.Errorf("shared state from %s: %w", j.st.Source, err)}
-				return
-			}
-			resp, ok := m.(*messages.SharedStateResponse)
-			if !ok {
-				ch <- page{err: fmt.Errorf("shared state from %s: unexpected %s", j.st.Source, m.MessageType())}
-				return
-			}
-			ch <- page{resp: resp}
-		}()
-		return ch
+	rq := j.n.requester(conn, j.libID)
+	fetch := func(model string, cursor messages.Cursor) <-chan answer[*messages.SharedStateResponse] {
+		return askAhead[*messages.SharedStateResponse](ctx, rq, &messages.SharedStateRequest{Model: model, Cursor: cursor, Limit: uint32(j.st.PageSize)})
 	}
 	next := fetch(j.st.SharedModel, j.st.SharedCursor)
 	for {
 		p := <-next
 		if p.err != nil {
-			return p.err
+			return fmt.Errorf("shared state from %s: %w", j.st.Source, p.err)
 		}
 		resp := p.resp
 		if resp.HasMore {
@@ -348,12 +302,11 @@ func (j *backfillJob) shared(ctx context.Context, actx actor.Context, conn net.C
 	// The source's retained log after what the snapshot held of it.
 	since := j.lib.SharedWatermark(j.st.Source)
 	for {
-		m, err := j.request(ctx, conn, &messages.SharedChangeRequest{Origin: j.st.Source, Since: since, Limit: uint32(j.st.PageSize)})
+		resp, err := ask[*messages.SharedChangeResponse](ctx, rq, &messages.SharedChangeRequest{Origin: j.st.Source, Since: since, Limit: uint32(j.st.PageSize)})
 		if err != nil {
 			return fmt.Errorf("log of %s: %w", j.st.Source, err)
 		}
-		resp, ok := m.(*messages.SharedChangeResponse)
-		if !ok || resp.SnapshotRequired || len(resp.Entries) == 0 {
+		if resp.SnapshotRequired || len(resp.Entries) == 0 {
 			return nil // the final catch-up pass deals with whatever is left
 		}
 		j.n.traceShared("backfill-log", resp.Entries)

@@ -103,6 +103,24 @@ func (c *cluster) join(ctx context.Context) error {
 	return nil
 }
 
+// joinInBackground starts c.join and returns once the joiner's backfill
+// has applied at least pages pages; the channel gets join's result.
+func (c *cluster) joinInBackground(t *testing.T, pages int) <-chan error {
+	t.Helper()
+	ctx := ctxT(t)
+	done := make(chan error, 1)
+	go func() { done <- c.join(ctx) }()
+	eventually(t, 20*time.Second, fmt.Sprintf("%d backfill pages", pages), func() bool {
+		l := c.joinerLib()
+		if l == nil {
+			return false
+		}
+		st, err := l.Status(ctx)
+		return err == nil && st.Backfill != nil && st.Backfill.Pages >= pages
+	})
+	return done
+}
+
 func (c *cluster) joinerLib() *Library {
 	c.joinedMu.Lock()
 	defer c.joinedMu.Unlock()
@@ -141,17 +159,7 @@ func TestJoinBuffersLiveWrites(t *testing.T) {
 	}
 	joiner := 2
 	ctx := ctxT(t)
-	done := make(chan error, 1)
-	go func() { done <- c.join(ctx) }()
-	// Wait until the joiner is backfilling, then write on the others.
-	eventually(t, 20*time.Second, "backfill to start", func() bool {
-		l := c.joinerLib()
-		if l == nil {
-			return false
-		}
-		st, err := l.Status(ctx)
-		return err == nil && st.Backfill != nil && st.Backfill.Pages > 2
-	})
+	done := c.joinInBackground(t, 3)
 	// Device 1's writes reach the joiner live, but not the source (device
 	// 0): the backfill cannot copy them, so if they show on the joiner
 	// before the join finishes they were applied early, from the stream.
@@ -226,16 +234,7 @@ func TestJoinResumesAfterRestart(t *testing.T) {
 	}
 	joiner := 2
 	ctx := ctxT(t)
-	done := make(chan error, 1)
-	go func() { done <- c.join(ctx) }()
-	eventually(t, 20*time.Second, "some pages", func() bool {
-		l := c.joinerLib()
-		if l == nil {
-			return false
-		}
-		st, err := l.Status(ctx)
-		return err == nil && st.Backfill != nil && st.Backfill.Pages >= 10
-	})
+	done := c.joinInBackground(t, 10)
 	// "kill" the joiner: stop it mid-backfill and start it again on the
 	// same home. Its setup with the other partners may fail meanwhile.
 	c.stopNode(joiner)
@@ -290,16 +289,7 @@ func TestJoinFailsOverWhenSourceDies(t *testing.T) {
 	}
 	joiner := 3
 	ctx := ctxT(t)
-	done := make(chan error, 1)
-	go func() { done <- c.join(ctx) }()
-	eventually(t, 20*time.Second, "some pages", func() bool {
-		l := c.joinerLib()
-		if l == nil {
-			return false
-		}
-		st, err := l.Status(ctx)
-		return err == nil && st.Backfill != nil && st.Backfill.Pages >= 5
-	})
+	done := c.joinInBackground(t, 5)
 	st, _ := c.joinerLib().Status(ctx)
 	src := -1
 	for i := range c.devs {

@@ -44,11 +44,7 @@ func (j *catchUpJob) run() *jobDone {
 	return done
 }
 
-func (j *catchUpJob) request(ctx context.Context, m messages.Message) (messages.Message, error) {
-	rctx, cancel := context.WithTimeout(ctx, j.n.sync.RequestTimeout)
-	defer cancel()
-	return j.conn.Request(rctx, j.libID, m)
-}
+func (j *catchUpJob) rq() requester { return j.n.requester(j.conn, j.libID) }
 
 func (j *catchUpJob) owners() []messages.DeviceID {
 	owners, err := j.lib.Owners()
@@ -72,19 +68,18 @@ func (j *catchUpJob) state(ctx context.Context, done *jobDone) error {
 		req := &messages.StateRequest{Owner: owner, Models: models, Since: j.lib.StateWatermark(owner), Limit: uint32(j.n.sync.PageSize)}
 		var scanWM messages.HLC
 		for page := 0; ; page++ {
-			m, err := j.request(ctx, req)
+			resp, err := ask[*messages.StateResponse](ctx, j.rq(), req)
+			if err == nil && resp.Owner != owner {
+				err = fmt.Errorf("rows of %s in the answer", resp.Owner)
+			}
 			if err != nil {
 				return fmt.Errorf("state of %s from %s: %w", owner, j.peer, err)
-			}
-			resp, ok := m.(*messages.StateResponse)
-			if !ok || resp.Owner != owner {
-				return fmt.Errorf("state of %s from %s: unexpected %s", owner, j.peer, m.MessageType())
 			}
 			if page == 0 {
 				scanWM = resp.Watermark
 			}
 			if len(resp.Records) > 0 {
-				recs := j.admit(resp.Records)
+				recs := admitAll(j.n, j.lib, j.libID, j.peer, resp.Records)
 				res, err := j.n.guardedApplyState(j.lib, j.libID, owner, resp.Model, recs, persistence.ApplyOptions{})
 				if err != nil {
 					return fmt.Errorf("apply %s of %s: %w", resp.Model, owner, err)
@@ -107,29 +102,12 @@ func (j *catchUpJob) state(ctx context.Context, done *jobDone) error {
 	return nil
 }
 
-// admit drops records whose HLC is too far ahead of our clock.
-func (j *catchUpJob) admit(recs []messages.StateRecord) []messages.StateRecord {
-	out := recs[:0:0]
-	for _, r := range recs {
-		if err := j.lib.Clock().Observe(r.HLC); err != nil {
-			j.n.reject("clock_skew", "library", j.libID, "from", j.peer, "err", err)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
 func (j *catchUpJob) shared(ctx context.Context, done *jobDone) error {
 	since := j.lib.SharedWatermark(j.peer)
 	for {
-		m, err := j.request(ctx, &messages.SharedChangeRequest{Origin: j.peer, Since: since, Limit: uint32(j.n.sync.PageSize)})
+		resp, err := ask[*messages.SharedChangeResponse](ctx, j.rq(), &messages.SharedChangeRequest{Origin: j.peer, Since: since, Limit: uint32(j.n.sync.PageSize)})
 		if err != nil {
 			return fmt.Errorf("shared log of %s: %w", j.peer, err)
-		}
-		resp, ok := m.(*messages.SharedChangeResponse)
-		if !ok {
-			return fmt.Errorf("shared log of %s: unexpected %s", j.peer, m.MessageType())
 		}
 		if resp.SnapshotRequired {
 			// Our live applier may have moved the watermark on while this
@@ -177,13 +155,9 @@ func (j *catchUpJob) sharedSnapshot(ctx context.Context, done *jobDone) error {
 	req := &messages.SharedStateRequest{Limit: uint32(j.n.sync.PageSize)}
 	var scanWMs []messages.OriginWatermark
 	for page := 0; ; page++ {
-		m, err := j.request(ctx, req)
+		resp, err := ask[*messages.SharedStateResponse](ctx, j.rq(), req)
 		if err != nil {
 			return fmt.Errorf("shared state of %s: %w", j.peer, err)
-		}
-		resp, ok := m.(*messages.SharedStateResponse)
-		if !ok {
-			return fmt.Errorf("shared state of %s: unexpected %s", j.peer, m.MessageType())
 		}
 		if page == 0 {
 			scanWMs = resp.Watermarks

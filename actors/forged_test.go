@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
 	"github.com/lsync/lsync/persistence"
 )
 
@@ -22,18 +23,7 @@ func TestForgedStateChangeRefused(t *testing.T) {
 	}
 	c.converge(true, 10*time.Second)
 	lib := c.libs[0].ID()
-	// Device 2 turns impostor: its node goes away and a raw transport with
-	// its identity talks to device 0 directly.
-	c.stopNode(2)
-	raw, err := c.net.Listen(c.devs[2], "impostor", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	conn, err := raw.Dial(ctx, c.devs[0], c.dir[c.devs[0]])
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := impostor(t, c, 2)
 	reg := c.libs[0].Store().Registry()
 	values, err := reg.EncodeValues("location", map[string]any{"path": "/evil", "name": "evil"})
 	if err != nil {
@@ -60,6 +50,23 @@ func TestForgedStateChangeRefused(t *testing.T) {
 	if len(rows) != 1 || rows[0]["uuid"] != loc.String() || rows[0]["path"] != "/b/photos" || rows[0]["device_uuid"] != c.devs[1].String() {
 		t.Fatalf("forged changes altered the locations: %v", rows)
 	}
+}
+
+// impostor stops device i's node and returns a raw connection with its
+// identity to device 0: a partner that sends whatever the test writes.
+func impostor(t *testing.T, c *cluster, i int) net.Conn {
+	t.Helper()
+	c.stopNode(i)
+	raw, err := c.net.Listen(c.devs[i], "impostor", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	conn, err := raw.Dial(ctxT(t), c.devs[0], c.dir[c.devs[0]])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }
 
 func send(t *testing.T, conn interface {
@@ -106,19 +113,9 @@ func TestNonPartnerRefused(t *testing.T) {
 func TestSkewedChangeRefused(t *testing.T) {
 	c := newCluster(t, 3, 15)
 	c.share()
-	ctx := ctxT(t)
 	c.converge(true, 10*time.Second)
 	lib := c.libs[0].ID()
-	c.stopNode(2)
-	raw, err := c.net.Listen(c.devs[2], "skewed", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	conn, err := raw.Dial(ctx, c.devs[0], c.dir[c.devs[0]])
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := impostor(t, c, 2)
 	values, _ := c.libs[0].Store().Registry().EncodeValues("location", map[string]any{"path": "/future", "name": "f"})
 	future := messages.HLC{Timestamp: uint64(time.Now().Add(24 * time.Hour).UnixMilli()), Device: c.devs[2].UUID()}
 	before := c.nodes[0].Metrics().RejectedCount("clock_skew")

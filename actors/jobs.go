@@ -2,9 +2,12 @@ package actors
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
 )
 
@@ -46,4 +49,53 @@ func connContext(c net.Conn) (context.Context, context.CancelFunc) {
 		}
 	}()
 	return ctx, cancel
+}
+
+// requester sends one library's bulk requests to one peer, each with a
+// timeout: the one way jobs talk to their peer.
+type requester struct {
+	conn    net.Conn
+	lib     messages.LibraryID
+	timeout time.Duration
+	sent    *int // counts requests when set (not with askAhead)
+}
+
+func (n *nodeCore) requester(c net.Conn, lib messages.LibraryID) requester {
+	return requester{conn: c, lib: lib, timeout: n.sync.RequestTimeout}
+}
+
+// ask sends req and returns the answer as a T; a *messages.Error answer is
+// returned as the error, any other type is refused.
+func ask[T messages.Message](ctx context.Context, r requester, req messages.Message) (T, error) {
+	var zero T
+	if r.sent != nil {
+		*r.sent++
+	}
+	rctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	m, err := r.conn.Request(rctx, r.lib, req)
+	if err != nil {
+		return zero, err
+	}
+	resp, ok := m.(T)
+	if !ok {
+		return zero, fmt.Errorf("%s answered with %s", req.MessageType(), m.MessageType())
+	}
+	return resp, nil
+}
+
+type answer[T any] struct {
+	resp T
+	err  error
+}
+
+// askAhead is ask in the background, so a job can request page N+1 while
+// it applies page N. The goroutine ends with the request (ctx bounds it).
+func askAhead[T messages.Message](ctx context.Context, r requester, req messages.Message) <-chan answer[T] {
+	ch := make(chan answer[T], 1)
+	go func() {
+		resp, err := ask[T](ctx, r, req)
+		ch <- answer[T]{resp, err}
+	}()
+	return ch
 }

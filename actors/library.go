@@ -542,11 +542,9 @@ func (a *libraryActor) onAck(ctx actor.Context, from messages.DeviceID, m *messa
 
 func (a *libraryActor) onApplied(ctx actor.Context, m *applied) {
 	res := m.result
-	for from := range m.from {
-		a.n.countRejections(res, from)
-		break
-	}
-	a.emitChanges(res.Changes, firstKey(m.from))
+	from := firstKey(m.from)
+	a.n.countRejections(res, from)
+	a.emitChanges(res.Changes, from)
 	if !m.shared {
 		return
 	}

@@ -202,7 +202,7 @@ func (n *Node) downloadSnapshot(ctx context.Context, p *snapshotProgress, dir st
 	}
 	defer fh.Close()
 	for p.Total == 0 || p.Done < p.Total {
-		m, err := n.snapshotRequest(ctx, p.Source, p.Library, &messages.SnapshotRequest{SnapshotID: p.SnapshotID, Index: p.Done})
+		ch, err := n.snapshotChunkFrom(ctx, p.Source, p.Library, &messages.SnapshotRequest{SnapshotID: p.SnapshotID, Index: p.Done})
 		var me *messages.Error
 		if errors.As(err, &me) && me.Code == messages.CodeNotFound && !p.SnapshotID.IsZero() {
 			// The source lost the snapshot (restart, expiry): start over.
@@ -215,10 +215,6 @@ func (n *Node) downloadSnapshot(ctx context.Context, p *snapshotProgress, dir st
 		}
 		if err != nil {
 			return fmt.Errorf("snapshot chunk %d from %s: %w", p.Done, p.Source, err)
-		}
-		ch, ok := m.(*messages.SnapshotChunk)
-		if !ok {
-			return fmt.Errorf("snapshot chunk %d: unexpected %s", p.Done, m.MessageType())
 		}
 		raw, err := zstdDecoder().DecodeAll(ch.Data, nil)
 		sum := sha256.Sum256(raw)
@@ -249,14 +245,12 @@ func (n *Node) downloadSnapshot(ctx context.Context, p *snapshotProgress, dir st
 	return fh.Truncate(int64(p.TotalBytes))
 }
 
-func (n *Node) snapshotRequest(ctx context.Context, dev messages.DeviceID, lib messages.LibraryID, m messages.Message) (messages.Message, error) {
+func (n *Node) snapshotChunkFrom(ctx context.Context, dev messages.DeviceID, lib messages.LibraryID, m *messages.SnapshotRequest) (*messages.SnapshotChunk, error) {
 	c, err := n.conn(ctx, dev)
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, n.core.sync.RequestTimeout)
-	defer cancel()
-	return c.Request(rctx, lib, m)
+	return ask[*messages.SnapshotChunk](ctx, n.core.requester(c, lib), m)
 }
 
 // JoinBySnapshot joins library lib from partner dev by copying dev's

@@ -121,11 +121,9 @@ func (a *libraryActor) status() (*Status, error) {
 	if st.Parked, err = a.lib.ParkedCount(); err != nil {
 		return nil, err
 	}
-	failed, err := a.lib.Failures()
-	if err != nil {
+	if st.Failed, err = a.lib.FailureCount(); err != nil {
 		return nil, err
 	}
-	st.Failed = len(failed)
 	for _, p := range a.pending {
 		st.Pending += len(p)
 	}

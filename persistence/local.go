@@ -158,6 +158,17 @@ func (l *Library) RecordFailure(model string, u messages.UUID, reason string, pa
 	return nil
 }
 
+// FailureCount is the number of records in failed_records.
+func (l *Library) FailureCount() (int, error) {
+	var n int64
+	err := l.withReader(func(c *conn) error {
+		var err error
+		n, err = c.queryInt(`SELECT count(*) FROM failed_records`)
+		return err
+	})
+	return int(n), err
+}
+
 // Failures lists recorded failures, oldest first: model, uuid (or null),
 // reason, payload (bytes), at (ms of the latest), attempts.
 func (l *Library) Failures() ([]Row, error) {
