@@ -200,6 +200,17 @@ func (j *backfillJob) selectSource(ctx context.Context, actx actor.Context) (net
 	return best.conn, nil
 }
 
+// spool is where this job keeps received pages until they are committed.
+func (j *backfillJob) spool() *pageSpool {
+	lib := j.libID.String()
+	return &pageSpool{dir: spoolDir(j.lib.Dir()), source: j.st.Source,
+		reused: func() { j.n.metrics.pagesReused.WithLabelValues(lib).Inc() }}
+}
+
+func (j *backfillJob) spoolWarn(err error) {
+	j.n.log.Warn("backfill page not spooled; a crash now would fetch it again", "library", j.libID, "err", err)
+}
+
 // owner copies one owner's rows, every device-owned model in order. The
 // next page is requested as soon as a page arrives, so the network and the
 // peer's read overlap with this device's apply (the SQLite transaction is
@@ -208,12 +219,16 @@ func (j *backfillJob) owner(ctx context.Context, actx actor.Context, conn net.Co
 	owner := j.st.Owners[j.st.Owner].Origin
 	models := j.lib.Registry().DeviceOwned()
 	rq := j.n.requester(conn, j.libID)
+	spool := j.spool()
+	var req, nextReq messages.Message
 	fetch := func(model string, cursor messages.Cursor) <-chan answer[*messages.StateResponse] {
-		return askAhead[*messages.StateResponse](ctx, rq, &messages.StateRequest{Owner: owner, Models: models, Model: model, Cursor: cursor, Limit: uint32(j.st.PageSize)})
+		nextReq = &messages.StateRequest{Owner: owner, Models: models, Model: model, Cursor: cursor, Limit: uint32(j.st.PageSize)}
+		return spooledAsk[*messages.StateResponse](ctx, rq, spool, nextReq, j.spoolWarn)
 	}
 	next := fetch(j.st.Model, j.st.Cursor)
 	for {
 		p := <-next
+		req = nextReq
 		if p.err == nil && p.resp.Owner != owner {
 			p.err = fmt.Errorf("rows of %s in the answer", p.resp.Owner)
 		}
@@ -248,6 +263,7 @@ func (j *backfillJob) owner(ctx context.Context, actx actor.Context, conn net.Co
 		} else if err := j.lib.SaveCheckpoint(*cp); err != nil {
 			return err
 		}
+		spool.drop(req)
 		j.n.metrics.backfillRecs.WithLabelValues(j.libID.String()).Add(float64(len(resp.Records)))
 		j.progress(actx)
 		if done {
@@ -265,12 +281,16 @@ func (j *backfillJob) owner(ctx context.Context, actx actor.Context, conn net.Co
 func (j *backfillJob) shared(ctx context.Context, actx actor.Context, conn net.Conn) error {
 	// As for state pages: page N+1 is requested while page N is applied.
 	rq := j.n.requester(conn, j.libID)
+	spool := j.spool()
+	var req, nextReq messages.Message
 	fetch := func(model string, cursor messages.Cursor) <-chan answer[*messages.SharedStateResponse] {
-		return askAhead[*messages.SharedStateResponse](ctx, rq, &messages.SharedStateRequest{Model: model, Cursor: cursor, Limit: uint32(j.st.PageSize)})
+		nextReq = &messages.SharedStateRequest{Model: model, Cursor: cursor, Limit: uint32(j.st.PageSize)}
+		return spooledAsk[*messages.SharedStateResponse](ctx, rq, spool, nextReq, j.spoolWarn)
 	}
 	next := fetch(j.st.SharedModel, j.st.SharedCursor)
 	for {
 		p := <-next
+		req = nextReq
 		if p.err != nil {
 			return fmt.Errorf("shared state from %s: %w", j.st.Source, p.err)
 		}
@@ -293,6 +313,7 @@ func (j *backfillJob) shared(ctx context.Context, actx actor.Context, conn net.C
 		if _, err := j.lib.ApplySharedState(resp.Entries, wms, persistence.ApplyOptions{Checkpoint: j.st.checkpoint()}); err != nil {
 			return fmt.Errorf("apply shared state: %w", err)
 		}
+		spool.drop(req)
 		j.n.metrics.backfillRecs.WithLabelValues(j.libID.String()).Add(float64(len(resp.Entries)))
 		j.progress(actx)
 		if !resp.HasMore {

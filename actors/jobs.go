@@ -57,7 +57,7 @@ type requester struct {
 	conn    net.Conn
 	lib     messages.LibraryID
 	timeout time.Duration
-	sent    *int // counts requests when set (not with askAhead)
+	sent    *int // counts requests when set (not with spooledAsk)
 }
 
 func (n *nodeCore) requester(c net.Conn, lib messages.LibraryID) requester {
@@ -87,15 +87,4 @@ func ask[T messages.Message](ctx context.Context, r requester, req messages.Mess
 type answer[T any] struct {
 	resp T
 	err  error
-}
-
-// askAhead is ask in the background, so a job can request page N+1 while
-// it applies page N. The goroutine ends with the request (ctx bounds it).
-func askAhead[T messages.Message](ctx context.Context, r requester, req messages.Message) <-chan answer[T] {
-	ch := make(chan answer[T], 1)
-	go func() {
-		resp, err := ask[T](ctx, r, req)
-		ch <- answer[T]{resp, err}
-	}()
-	return ch
 }

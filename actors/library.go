@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
@@ -254,6 +255,9 @@ func (a *libraryActor) onBackfillDone(ctx actor.Context, m *jobDone) {
 	a.n.log.Info("backfill complete", "library", a.id, "source", m.peer, "pages", a.bf.st.Pages, "records", a.bf.st.Records)
 	if err := a.lib.DeleteCheckpoint(backfillJobKey); err != nil {
 		a.n.log.Error("delete backfill checkpoint", "library", a.id, "err", err)
+	}
+	if err := os.RemoveAll(spoolDir(a.lib.Dir())); err != nil {
+		a.n.log.Warn("remove backfill spool", "library", a.id, "err", err)
 	}
 	last := a.bf.st
 	last.Phase = PhaseReady

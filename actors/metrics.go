@@ -31,6 +31,7 @@ type Metrics struct {
 	eventsDropped  prometheus.Counter
 	applierRestart *prometheus.CounterVec // model
 	pagesServed    *prometheus.CounterVec // library
+	pagesReused    *prometheus.CounterVec // library
 	aeRepairs      *prometheus.CounterVec // kind: fetched, deleted
 }
 
@@ -81,10 +82,13 @@ func newMetrics() *Metrics {
 	m.pagesServed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lsync_backfill_pages_served_total", Help: "Full-history state pages served to joining devices.",
 	}, []string{"library"})
+	m.pagesReused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lsync_backfill_pages_reused_total", Help: "Backfill pages read back from the local spool after a restart instead of fetched again.",
+	}, []string{"library"})
 	m.aeRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lsync_antientropy_repairs_total", Help: "Rows repaired by anti-entropy reconciliation, by kind (fetched, deleted).",
 	}, []string{"kind"})
-	m.Registry.MustRegister(m.aeRepairs, m.pagesServed, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.Registry.MustRegister(m.aeRepairs, m.pagesServed, m.pagesReused, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

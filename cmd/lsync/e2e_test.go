@@ -884,5 +884,6 @@ func TestE2EJoinKillNineResumes(t *testing.T) {
 	if again := int(served) - pages; again > 1 {
 		t.Fatalf("alpha served %v backfill pages, bravo applied %d: %d re-transferred (at most 1 allowed)", served, pages, again)
 	}
-	t.Logf("alpha served %v state pages; bravo applied %d across the kill", served, pages)
+	reused := metricValue(scrape(t, b), "lsync_backfill_pages_reused_total", "")
+	t.Logf("alpha served %v state pages; bravo applied %d across the kill, %v of them read back from its spool", served, pages, reused)
 }

@@ -1,0 +1,96 @@
+package actors
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/lsync/lsync/messages"
+)
+
+func TestPageSpoolKeepsReceivedPages(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "backfill-spool")
+	src := messages.DeviceID(uuid.New())
+	reused := 0
+	s := &pageSpool{dir: dir, source: src, reused: func() { reused++ }}
+	owner := messages.DeviceID(uuid.New())
+	req := &messages.StateRequest{Owner: owner, Models: []string{"location", "entry"}, Model: "entry", Limit: 25}
+	clock := messages.NewClock(uuid.UUID(owner), nil, 0)
+	resp := &messages.StateResponse{Owner: owner, Model: "entry", HasMore: true, Watermark: clock.Now()}
+	for i := range 3 {
+		resp.Records = append(resp.Records, messages.StateRecord{UUID: messages.UUID(uuid.New()), HLC: clock.Now(), Values: []any{"name", int64(i)}})
+	}
+	resp.Cursor = messages.Cursor{HLC: resp.Records[2].HLC, UUID: resp.Records[2].UUID}
+
+	if _, ok := s.load(req); ok {
+		t.Fatal("an empty spool answered")
+	}
+	if err := s.store(req, resp); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := s.load(req)
+	if !ok {
+		t.Fatal("a stored page was not read back")
+	}
+	if !reflect.DeepEqual(got.(*messages.StateResponse).Records, resp.Records) || got.(*messages.StateResponse).Cursor != resp.Cursor {
+		t.Fatalf("page read back differs:\n got %+v\nwant %+v", got, resp)
+	}
+	if reused != 1 {
+		t.Fatalf("reuse counted %d times, want 1", reused)
+	}
+
+	// Another request, or the same request to another source, misses.
+	other := *req
+	other.Cursor = resp.Cursor
+	if _, ok := s.load(&other); ok {
+		t.Fatal("a page answered a request at another cursor")
+	}
+	elsewhere := &pageSpool{dir: dir, source: messages.DeviceID(uuid.New())}
+	if _, ok := elsewhere.load(req); ok {
+		t.Fatal("a page from one source answered for another")
+	}
+
+	// A damaged page is not used, and is removed.
+	p, _ := s.path(req)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-3] ^= 0xff
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.load(req); ok {
+		t.Fatal("a corrupted page was used")
+	}
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Fatalf("corrupted page left on disk: %v", err)
+	}
+	// So is a truncated one (a crash mid-write leaves only .tmp files,
+	// but a short file must not pass either).
+	if err := s.store(req, resp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, 40); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.load(req); ok {
+		t.Fatal("a truncated page was used")
+	}
+
+	// A committed page is dropped.
+	if err := s.store(req, resp); err != nil {
+		t.Fatal(err)
+	}
+	s.drop(req)
+	if _, ok := s.load(req); ok {
+		t.Fatal("a dropped page was read back")
+	}
+	left, _ := os.ReadDir(dir)
+	if len(left) != 0 {
+		t.Fatalf("spool not empty after drop: %v", left)
+	}
+}
