@@ -1,15 +1,17 @@
 package actors
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
 )
 
 // pageSpool keeps the backfill pages this device has received but not yet
@@ -21,8 +23,10 @@ import (
 //
 // A file is named by the hash of the source device and the request, so a
 // page is only ever reused for the very request, against the very source,
-// that produced it. Each file is the page's frame behind its SHA-256; a
-// file that does not verify or decode is deleted and the page fetched again.
+// that produced it. Each file is the page's frame as it arrived (still
+// compressed, so spooling costs a copy, not an encode) behind its CRC-32C;
+// a file that does not verify or decode is deleted and the page fetched
+// again.
 type pageSpool struct {
 	dir    string
 	source messages.DeviceID
@@ -53,16 +57,11 @@ func (s *pageSpool) load(req messages.Message) (messages.Message, bool) {
 	if err != nil {
 		return nil, false
 	}
-	if len(b) < sha256.Size {
+	if len(b) < 4 || binary.BigEndian.Uint32(b) != crc32.Checksum(b[4:], castagnoli) {
 		_ = os.Remove(p)
 		return nil, false
 	}
-	sum := sha256.Sum256(b[sha256.Size:])
-	if !bytes.Equal(sum[:], b[:sha256.Size]) {
-		_ = os.Remove(p)
-		return nil, false
-	}
-	_, m, err := messages.DecodeFrame(b[sha256.Size:], len(b)) // our own frame, already read
+	_, m, err := messages.DecodeFrame(b[4:], len(b)) // our own frame, already read
 	if err != nil {
 		_ = os.Remove(p)
 		return nil, false
@@ -73,30 +72,30 @@ func (s *pageSpool) load(req messages.Message) (messages.Message, bool) {
 	return m, true
 }
 
-// store writes resp as the answer to req: a temporary file renamed into
-// place, so a crash mid-write leaves no page that could be read back.
-func (s *pageSpool) store(req, resp messages.Message) error {
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// store writes env, the answer to req as it arrived, to a temporary file
+// renamed into place, so a crash mid-write leaves no page that could be
+// read back.
+func (s *pageSpool) store(req messages.Message, env messages.Envelope) error {
 	p, err := s.path(req)
 	if err != nil {
 		return err
 	}
-	frame, err := messages.EncodeFrame(messages.LibraryID{}, resp)
+	b, err := messages.AppendFrame(make([]byte, 4, 4+len(env.Payload)+64), env)
 	if err != nil {
 		return err
 	}
+	binary.BigEndian.PutUint32(b, crc32.Checksum(b[4:], castagnoli))
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return err
 	}
-	sum := sha256.Sum256(frame)
 	tmp := p + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(sum[:])
-	if err == nil {
-		_, err = f.Write(frame)
-	}
+	_, err = f.Write(b)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -131,13 +130,42 @@ func spooledAsk[T messages.Message](ctx context.Context, r requester, s *pageSpo
 				return
 			}
 		}
-		resp, err := ask[T](ctx, r, req)
+		resp, env, err := askEnvelope[T](ctx, r, req)
 		if err == nil {
-			if serr := s.store(req, resp); serr != nil && warn != nil {
+			if serr := s.store(req, env); serr != nil && warn != nil {
 				warn(serr) // the page still applies; only its crash-safety is lost
 			}
 		}
 		ch <- answer[T]{resp, err}
 	}()
 	return ch
+}
+
+// askEnvelope is ask that also returns the answer's envelope as it arrived;
+// on a connection that cannot hand it over, the answer is encoded again.
+func askEnvelope[T messages.Message](ctx context.Context, r requester, req messages.Message) (T, messages.Envelope, error) {
+	var zero T
+	er, ok := r.conn.(net.EnvelopeRequester)
+	if !ok {
+		resp, err := ask[T](ctx, r, req)
+		if err != nil {
+			return zero, messages.Envelope{}, err
+		}
+		env, err := messages.Encode(messages.LibraryID{}, resp)
+		return resp, env, err
+	}
+	if r.sent != nil {
+		*r.sent++
+	}
+	rctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	m, env, err := er.RequestEnvelope(rctx, r.lib, req)
+	if err != nil {
+		return zero, env, err
+	}
+	resp, ok := m.(T)
+	if !ok {
+		return zero, env, fmt.Errorf("%s answered with %s", req.MessageType(), m.MessageType())
+	}
+	return resp, env, nil
 }

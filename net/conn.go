@@ -195,16 +195,24 @@ func (c *quicConn) Recv(ctx context.Context) (Inbound, error) {
 
 // Request sends m on a fresh stream and waits for the one response.
 func (c *quicConn) Request(ctx context.Context, lib messages.LibraryID, m messages.Message) (messages.Message, error) {
+	resp, _, err := c.RequestEnvelope(ctx, lib, m)
+	return resp, err
+}
+
+// RequestEnvelope is Request that also returns the response's envelope as
+// it arrived (net.EnvelopeRequester).
+func (c *quicConn) RequestEnvelope(ctx context.Context, lib messages.LibraryID, m messages.Message) (messages.Message, messages.Envelope, error) {
+	var none messages.Envelope
 	f, err := encodeFrame(lib, m, c.t.version, c.t.maxFrame)
 	if err != nil {
-		return nil, fmt.Errorf("request: %w", err)
+		return nil, none, fmt.Errorf("request: %w", err)
 	}
 	if isControlType(f.t) {
-		return nil, fmt.Errorf("request: %w: %s is not a request", ErrBadRequest, f.t)
+		return nil, none, fmt.Errorf("request: %w: %s is not a request", ErrBadRequest, f.t)
 	}
 	s, err := c.qc.OpenStreamSync(ctx)
 	if err != nil {
-		return nil, c.requestError(ctx, err)
+		return nil, none, c.requestError(ctx, err)
 	}
 	// Abandoning the request cancels the stream both ways.
 	stop := context.AfterFunc(ctx, func() {
@@ -214,10 +222,10 @@ func (c *quicConn) Request(ctx context.Context, lib messages.LibraryID, m messag
 	defer stop()
 	// Send kind + request, then half-close.
 	if _, err := s.Write([]byte{byte(kindRequest)}); err != nil {
-		return nil, c.requestError(ctx, err)
+		return nil, none, c.requestError(ctx, err)
 	}
 	if err := writeLimited(ctx, c.t.bucket, s, f.b); err != nil {
-		return nil, c.requestError(ctx, err)
+		return nil, none, c.requestError(ctx, err)
 	}
 	s.Close()
 	c.t.obs.MessageOut(c.peer, f.t, len(f.b))
@@ -229,20 +237,20 @@ func (c *quicConn) Request(ctx context.Context, lib messages.LibraryID, m messag
 			c.t.obs.MessageIn(c.peer, env.Type, n)
 			s.CancelRead(0) // nothing may follow the response
 			if e, ok := resp.(*messages.Error); ok {
-				return nil, e
+				return nil, env, e
 			}
-			return resp, nil
+			return resp, env, nil
 		}
 	}
 	switch {
 	case err == io.EOF:
-		return nil, fmt.Errorf("request %s: %w: the peer ended the stream without a response", f.t, ErrBadRequest)
+		return nil, none, fmt.Errorf("request %s: %w: the peer ended the stream without a response", f.t, ErrBadRequest)
 	case isBadInput(err):
 		c.refuse(s.CancelRead, s.StreamID(), reasonFor(err), err)
 		s.CancelWrite(streamBadInput)
-		return nil, fmt.Errorf("request %s: response: %w", f.t, err)
+		return nil, none, fmt.Errorf("request %s: response: %w", f.t, err)
 	}
-	return nil, c.requestError(ctx, err)
+	return nil, none, c.requestError(ctx, err)
 }
 
 // requestError explains a failed request stream.

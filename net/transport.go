@@ -57,6 +57,15 @@ type Conn interface {
 	Close() error
 }
 
+// EnvelopeRequester is implemented by connections that can also return a
+// response's envelope exactly as it arrived (payload still compressed), so
+// a caller can keep the bytes without encoding the message again: the
+// backfill writes every received page to disk this way. Both transports of
+// lsync implement it.
+type EnvelopeRequester interface {
+	RequestEnvelope(ctx context.Context, lib messages.LibraryID, m messages.Message) (messages.Message, messages.Envelope, error)
+}
+
 // Inbound is a message received on a Conn.
 type Inbound struct {
 	Library messages.LibraryID

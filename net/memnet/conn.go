@@ -180,12 +180,20 @@ func (e *endpoint) release() {
 
 // Request sends m on its own stream and waits for the response.
 func (e *endpoint) Request(ctx context.Context, lib messages.LibraryID, m messages.Message) (messages.Message, error) {
+	resp, _, err := e.RequestEnvelope(ctx, lib, m)
+	return resp, err
+}
+
+// RequestEnvelope is Request that also returns the response's envelope as
+// it arrived (net.EnvelopeRequester).
+func (e *endpoint) RequestEnvelope(ctx context.Context, lib messages.LibraryID, m messages.Message) (messages.Message, messages.Envelope, error) {
+	var none messages.Envelope
 	frame, err := encode(lib, m)
 	if err != nil {
-		return nil, fmt.Errorf("memnet: request: %w", err)
+		return nil, none, fmt.Errorf("memnet: request: %w", err)
 	}
 	if err := e.usable(ctx); err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	e.t.obs.MessageOut(e.Peer(), m.MessageType(), len(frame))
 	c := &call{resp: make(chan []byte, 1)}
@@ -194,7 +202,7 @@ func (e *endpoint) Request(ctx context.Context, lib messages.LibraryID, m messag
 	n.mu.Lock()
 	if e.s.isDone() {
 		n.mu.Unlock()
-		return nil, e.err
+		return nil, none, e.err
 	}
 	d := e.link.decide(n.faultsLocked(e.link))
 	e.link.stats.Requests++
@@ -209,22 +217,22 @@ func (e *endpoint) Request(ctx context.Context, lib messages.LibraryID, m messag
 	select {
 	case frame := <-c.resp:
 		if c.fail {
-			return nil, fmt.Errorf("memnet: request %s: %w", m.MessageType(), ErrStreamReset)
+			return nil, none, fmt.Errorf("memnet: request %s: %w", m.MessageType(), ErrStreamReset)
 		}
 		env, resp, err := messages.DecodeFrame(frame, 0)
 		if err != nil {
 			e.rejected(err)
-			return nil, fmt.Errorf("memnet: response to %s: %w", m.MessageType(), err)
+			return nil, none, fmt.Errorf("memnet: response to %s: %w", m.MessageType(), err)
 		}
 		e.t.obs.MessageIn(e.Peer(), env.Type, len(frame))
 		if me, ok := resp.(*messages.Error); ok {
-			return nil, me
+			return nil, env, me
 		}
-		return resp, nil
+		return resp, env, nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, none, ctx.Err()
 	case <-e.s.done:
-		return nil, e.err
+		return nil, none, e.err
 	}
 }
 
