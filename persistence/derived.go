@@ -830,3 +830,82 @@ func diffError(what string, diffs []string) error {
 	}
 	return fmt.Errorf("%s differs from a rebuild: %s%s", what, strings.Join(diffs, "; "), more)
 }
+
+// DerivedRebuild says what RebuildDerived wrote.
+type DerivedRebuild struct {
+	Closure  int // entry_closure rows
+	Paths    int // directory_paths rows
+	TagPairs int // tag_closure rows
+}
+
+// RebuildDerived throws the derived caches away and recomputes them from
+// the synced rows, in one transaction: the repair for caches that went
+// stale (a hand-edited database, a bug). Readers see the old caches until
+// it commits. It costs a full walk of the entry forest (about a second
+// per 100K entries), so it is a repair, not something sync runs.
+func (l *Library) RebuildDerived() (DerivedRebuild, error) {
+	var out DerivedRebuild
+	if err := l.lockWriter(); err != nil {
+		return out, err
+	}
+	defer l.mu.Unlock()
+	err := l.writeTx(nil, func(tx *txn) error {
+		if e, ok := l.reg.models["entry"]; ok && e.derived == derivedEntry {
+			for _, q := range []string{`DELETE FROM entry_closure`, `DELETE FROM directory_paths`} {
+				if err := tx.c.exec(q); err != nil {
+					return err
+				}
+			}
+			tx.ancs, tx.paths = nil, nil
+			var roots []int64
+			err := tx.c.query(`SELECT id FROM "entry" WHERE parent_id IS NULL ORDER BY id`, nil, func(s *sqlite3.Stmt) error {
+				roots = append(roots, s.ColumnInt64(0))
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			for _, r := range roots {
+				if err := tx.recomputeClosure(r); err != nil {
+					return fmt.Errorf("closure under entry %d: %w", r, err)
+				}
+				if err := tx.recomputePaths(r); err != nil {
+					return fmt.Errorf("paths under entry %d: %w", r, err)
+				}
+			}
+		}
+		if mi := tx.edgeModel(); mi != nil {
+			if err := tx.c.exec(`DELETE FROM tag_closure`); err != nil {
+				return err
+			}
+			edges, err := loadEdges(tx.c, mi)
+			if err != nil {
+				return err
+			}
+			// Every edge counts as changed, so finish recomputes the
+			// acceptance and the closure from scratch.
+			for _, e := range edges {
+				tx.touchEdge(e.u, true)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("rebuild derived caches: %w", err)
+	}
+	err = l.withReader(func(c *conn) error {
+		var err error
+		var n int64
+		for _, t := range []struct {
+			dst *int
+			q   string
+		}{{&out.Closure, `SELECT count(*) FROM entry_closure`}, {&out.Paths, `SELECT count(*) FROM directory_paths`}, {&out.TagPairs, `SELECT count(*) FROM tag_closure`}} {
+			if n, err = c.queryInt(t.q); err != nil {
+				return err
+			}
+			*t.dst = int(n)
+		}
+		return nil
+	})
+	return out, err
+}
