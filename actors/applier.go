@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
@@ -152,18 +151,21 @@ func (it applyItem) uuid() messages.UUID {
 	return messages.UUID{}
 }
 
-// payload is what failed_records keeps of a poison item.
+// payload is what failed_records keeps of a poison item: the message in
+// a frame, so a retry knows its type (see retryFailed).
 func (it applyItem) payload() []byte {
-	var v any
+	var m messages.Message
 	switch {
 	case it.rec != nil:
-		v = &messages.StateChange{Model: it.model, Owner: it.owner, Record: *it.rec}
+		m = &messages.StateChange{Model: it.model, Owner: it.owner, Record: *it.rec}
 	case it.del != nil:
-		v = it.del
+		m = it.del
 	case it.change != nil:
-		v = it.change
+		m = it.change
+	default:
+		return nil
 	}
-	b, _ := msgpack.Marshal(v)
+	b, _ := messages.EncodeFrame(messages.LibraryID{}, m)
 	return b
 }
 
@@ -267,17 +269,13 @@ func (n *nodeCore) guardedApplyState(lib *persistence.Library, id messages.Libra
 	return total, nil
 }
 
-func (n *nodeCore) tryApplyState(lib *persistence.Library, owner messages.DeviceID, model string, recs []messages.StateRecord, opts persistence.ApplyOptions) (res persistence.ApplyResult, err error, failure any) {
-	defer func() {
-		if r := recover(); r != nil {
-			failure = r
+func (n *nodeCore) tryApplyState(lib *persistence.Library, owner messages.DeviceID, model string, recs []messages.StateRecord, opts persistence.ApplyOptions) (persistence.ApplyResult, error, any) {
+	return tryApply(func() (persistence.ApplyResult, error) {
+		if n.applyHook != nil {
+			for _, r := range recs {
+				n.applyHook(model, r.UUID)
+			}
 		}
-	}()
-	if n.applyHook != nil {
-		for _, r := range recs {
-			n.applyHook(model, r.UUID)
-		}
-	}
-	res, err = lib.ApplyState(owner, model, recs, opts)
-	return res, err, nil
+		return lib.ApplyState(owner, model, recs, opts)
+	})
 }

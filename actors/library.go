@@ -173,7 +173,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 		return &serveActor{n: a.n, lib: a.lib}
 	}))
 	a.maint = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &maintenanceActor{n: a.n, lib: a.lib, parent: ctx.Self()}
+		return &maintenanceActor{n: a.n, lib: a.lib, id: a.id, parent: ctx.Self()}
 	}))
 	if n, err := a.lib.LogCount(); err == nil {
 		a.n.metrics.sharedLog.WithLabelValues(a.id.String()).Set(float64(n))

@@ -1,19 +1,23 @@
 package actors
 
 import (
+	"context"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
 )
 
 // maintenanceActor prunes the shared log on a timer and whenever an ACK
-// arrives, and ticks the periodic catch-up that repairs lost live messages
-// and the anti-entropy reconciliation that repairs what catch-up cannot.
+// arrives, retries failed records, and ticks the periodic catch-up that
+// repairs lost live messages and the anti-entropy reconciliation that
+// repairs what catch-up cannot.
 type maintenanceActor struct {
 	n      *nodeCore
 	lib    *persistence.Library
+	id     messages.LibraryID
 	parent *actor.PID
 
 	pruneTimer   *time.Ticker
@@ -23,6 +27,8 @@ type maintenanceActor struct {
 
 type pruneTick struct{}
 
+type retryTick struct{}
+
 func (m *maintenanceActor) Receive(ctx actor.Context) {
 	switch ctx.Message().(type) {
 	case *actor.Started:
@@ -31,15 +37,19 @@ func (m *maintenanceActor) Receive(ctx actor.Context) {
 		prune := time.NewTicker(m.n.sync.PruneInterval)
 		catchup := time.NewTicker(m.n.sync.CatchUpInterval)
 		ae := time.NewTicker(m.n.sync.AntiEntropyInterval)
+		retry := time.NewTicker(m.n.sync.RetryInterval)
 		stop := m.stop
 		go func() {
 			defer prune.Stop()
 			defer catchup.Stop()
 			defer ae.Stop()
+			defer retry.Stop()
 			for {
 				select {
 				case <-prune.C:
 					root.Send(self, &pruneTick{})
+				case <-retry.C:
+					root.Send(self, &retryTick{})
 				case <-catchup.C:
 					root.Send(parent, &catchupTick{})
 				case <-ae.C:
@@ -53,6 +63,15 @@ func (m *maintenanceActor) Receive(ctx actor.Context) {
 		if m.stop != nil {
 			close(m.stop)
 			m.stop = nil
+		}
+	case *retryTick:
+		if k, err := m.lib.FailureCount(); err != nil || k == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), m.n.sync.RetryInterval)
+		defer cancel()
+		if _, err := m.n.retryFailed(ctx, m.lib, m.id); err != nil {
+			m.n.log.Warn("retry failed records", "library", m.id, "err", err)
 		}
 	case *pruneTick, *pruneNow:
 		n, err := m.lib.Prune()

@@ -32,6 +32,7 @@ type Metrics struct {
 	applierRestart *prometheus.CounterVec // model
 	pagesServed    *prometheus.CounterVec // library
 	pagesReused    *prometheus.CounterVec // library
+	retries        *prometheus.CounterVec // outcome: recovered, failed, unreadable
 	aeRepairs      *prometheus.CounterVec // kind: fetched, deleted
 }
 
@@ -85,10 +86,13 @@ func newMetrics() *Metrics {
 	m.pagesReused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lsync_backfill_pages_reused_total", Help: "Backfill pages read back from the local spool after a restart instead of fetched again.",
 	}, []string{"library"})
+	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lsync_failed_record_retries_total", Help: "Failed records applied again, by outcome (recovered, failed, unreadable).",
+	}, []string{"outcome"})
 	m.aeRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lsync_antientropy_repairs_total", Help: "Rows repaired by anti-entropy reconciliation, by kind (fetched, deleted).",
 	}, []string{"kind"})
-	m.Registry.MustRegister(m.aeRepairs, m.pagesServed, m.pagesReused, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.Registry.MustRegister(m.aeRepairs, m.pagesServed, m.pagesReused, m.retries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -833,9 +833,9 @@ func diffError(what string, diffs []string) error {
 
 // DerivedRebuild says what RebuildDerived wrote.
 type DerivedRebuild struct {
-	Closure  int // entry_closure rows
-	Paths    int // directory_paths rows
-	TagPairs int // tag_closure rows
+	Closure  int `json:"closure_rows"`    // entry_closure rows
+	Paths    int `json:"directory_paths"` // directory_paths rows
+	TagPairs int `json:"tag_pairs"`       // tag_closure rows
 }
 
 // RebuildDerived throws the derived caches away and recomputes them from

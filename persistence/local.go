@@ -143,19 +143,35 @@ func (l *Library) RecordFailure(model string, u messages.UUID, reason string, pa
 		return err
 	}
 	defer l.mu.Unlock()
-	var uu any
-	if !u.IsZero() {
-		uu = u
-	}
 	// One row per record: a poison record met again (live, then in a
 	// catch-up page) updates its row instead of piling up copies.
 	if err := l.w.exec(`INSERT INTO failed_records (model, uuid, reason, payload, at) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (model, uuid) DO UPDATE SET reason = excluded.reason, payload = excluded.payload,
 			at = excluded.at, attempts = attempts + 1`,
-		model, uu, reason, payload, l.nowMS()); err != nil {
+		model, nullUUID(u), reason, payload, l.nowMS()); err != nil {
 		return fmt.Errorf("record failure: %w", err)
 	}
 	return nil
+}
+
+// ClearFailure removes a record from failed_records once it has applied.
+func (l *Library) ClearFailure(model string, u messages.UUID) error {
+	if err := l.lockWriter(); err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	if err := l.w.exec(`DELETE FROM failed_records WHERE model = ? AND uuid IS ?`, model, nullUUID(u)); err != nil {
+		return fmt.Errorf("clear failure: %w", err)
+	}
+	return nil
+}
+
+// nullUUID is u, or SQL NULL for the zero uuid.
+func nullUUID(u messages.UUID) any {
+	if u.IsZero() {
+		return nil
+	}
+	return u
 }
 
 // FailureCount is the number of records in failed_records.

@@ -187,8 +187,48 @@ closed across daemon restarts until opened again. Its data is kept.`,
 			}
 			return g.output(l, func(w io.Writer) { printLib("Closed")(w, l) })
 		}),
+	}, &cobra.Command{
+		Use:   "repair LIB",
+		Short: "Check the derived caches, rebuild them if stale, retry failed records",
+		Long: `Repair a library on this device. The derived caches (directory paths, the
+entry and tag closures) are compared with a rebuild from the synced rows;
+if they differ they are rebuilt in one transaction. Then every record in
+failed_records is applied again (a stale cache is the usual reason one keeps
+failing). Synced rows are never changed by the check or the rebuild; the
+retried records are applied by the ordinary, HLC-ordered rules.`,
+		Example: `  lsync library repair "Family photos"
+  lsync --json library repair 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			var rep actors.RepairReport
+			if err := g.callInto(cmd.Context(), opLibraryRepair, libArgs{Lib: a[0]}, &rep); err != nil {
+				return err
+			}
+			return g.output(rep, func(w io.Writer) {
+				if rep.CachesStale {
+					fmt.Fprintf(w, "Derived caches were stale: %s\n", rep.Detail)
+					if rb := rep.Rebuilt; rb != nil {
+						fmt.Fprintf(w, "Rebuilt: %d closure rows, %d directory paths, %d tag pairs\n", rb.Closure, rb.Paths, rb.TagPairs)
+					}
+				} else {
+					fmt.Fprintln(w, "Derived caches are correct.")
+				}
+				printRetry(w, rep.Retry)
+			})
+		}),
 	})
 	return cmd
+}
+
+func printRetry(w io.Writer, r actors.RetryReport) {
+	if r.Retried == 0 {
+		fmt.Fprintln(w, "No failed records.")
+		return
+	}
+	fmt.Fprintf(w, "Failed records retried: %d, applied: %d, still failing: %d\n", r.Retried, r.Recovered, r.Failing)
+	if r.Failing > 0 {
+		fmt.Fprintln(w, "See them with: lsync sync failed LIB")
+	}
 }
 
 // ---- network ----
@@ -789,6 +829,50 @@ backfill progress if one runs. --json prints the full status document.`,
 			return nil
 		}),
 	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "failed LIB",
+		Short: "List records that could not be applied",
+		Long: `List the records this device received but could not apply (failed_records):
+model, uuid, the reason, how many attempts were made and when the last one
+was. Sync goes on around them; the daemon applies them again every few
+minutes, and 'lsync sync retry' or 'lsync library repair' do it now.`,
+		Example: `  lsync sync failed "Family photos"
+  lsync --json sync failed 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			var fs []actors.FailedRecord
+			if err := g.callInto(cmd.Context(), opSyncFailed, libArgs{Lib: a[0]}, &fs); err != nil {
+				return err
+			}
+			return g.output(fs, func(w io.Writer) {
+				if len(fs) == 0 {
+					fmt.Fprintln(w, "No failed records.")
+					return
+				}
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "MODEL\tUUID\tKIND\tATTEMPTS\tLAST ATTEMPT\tREASON")
+				for _, f := range fs {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", f.Model, f.UUID, f.Kind, f.Attempts, f.At.Format(time.RFC3339), f.Reason)
+				}
+				tw.Flush()
+			})
+		}),
+	}, &cobra.Command{
+		Use:   "retry LIB",
+		Short: "Apply the failed records again now",
+		Long: `Apply every record in failed_records again. One that applies leaves the list;
+one that fails again stays, with its attempt count raised and the new reason.
+The daemon also does this on its own every few minutes.`,
+		Example: `  lsync sync retry "Family photos"`,
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			var r actors.RetryReport
+			if err := g.callInto(cmd.Context(), opSyncRetry, libArgs{Lib: a[0]}, &r); err != nil {
+				return err
+			}
+			return g.output(r, func(w io.Writer) { printRetry(w, r) })
+		}),
+	})
 	return cmd
 }
 
@@ -805,7 +889,11 @@ func printStatus(w io.Writer, st *actors.Status) {
 	for _, n := range st.Parked {
 		parked += n
 	}
-	fmt.Fprintf(tw, "parked\t%d\nfailed records\t%d\npending shared\t%d\n", parked, st.Failed, st.Pending)
+	failed := fmt.Sprint(st.Failed)
+	if st.Failed > 0 {
+		failed += " (see: lsync sync failed LIB; retried every few minutes)"
+	}
+	fmt.Fprintf(tw, "parked\t%d\nfailed records\t%s\npending shared\t%d\n", parked, failed, st.Pending)
 	if len(st.Jobs) > 0 {
 		fmt.Fprintf(tw, "jobs\t%s\n", strings.Join(st.Jobs, ", "))
 	}

@@ -44,8 +44,13 @@ func init() {
 		opAlbumRemove:   hAlbumEntry(false),
 		opMetaSet:       hMetaSet,
 		opQuery:         hQuery,
-		opSyncStatus:    hSyncStatus,
-		opWatch:         hWatch,
+		opSyncStatus:    onLibrary(func(ctx context.Context, l *actors.Library) (any, error) { return l.Status(ctx) }),
+		opSyncFailed:    onLibrary(func(ctx context.Context, l *actors.Library) (any, error) { return l.FailedRecords(ctx) }),
+		opSyncRetry:     onLibrary(func(ctx context.Context, l *actors.Library) (any, error) { return l.RetryFailed(ctx) }),
+		opLibraryRepair: onLibrary(func(ctx context.Context, l *actors.Library) (any, error) {
+			return l.Repair(ctx)
+		}),
+		opWatch: hWatch,
 	}
 }
 
@@ -714,16 +719,19 @@ func hQuery(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (a
 	return json.RawMessage(append(out, ']')), nil
 }
 
-func hSyncStatus(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
-	a, err := decodeArgs[libArgs](raw)
-	if err != nil {
-		return nil, err
+// onLibrary is the handler of an operation that takes only a library.
+func onLibrary(fn func(ctx context.Context, lib *actors.Library) (any, error)) handler {
+	return func(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+		a, err := decodeArgs[libArgs](raw)
+		if err != nil {
+			return nil, err
+		}
+		lib, err := s.library(ctx, a.Lib)
+		if err != nil {
+			return nil, err
+		}
+		return fn(ctx, lib)
 	}
-	lib, err := s.library(ctx, a.Lib)
-	if err != nil {
-		return nil, err
-	}
-	return lib.Status(ctx)
 }
 
 func hWatch(ctx context.Context, s *server, raw json.RawMessage, progress func(any)) (any, error) {

@@ -29,6 +29,9 @@ const (
 	opMetaSet       = "meta.set"
 	opQuery         = "query"
 	opSyncStatus    = "sync.status"
+	opSyncFailed    = "sync.failed"
+	opSyncRetry     = "sync.retry"
+	opLibraryRepair = "library.repair"
 	opWatch         = "watch"
 )
 

@@ -1,0 +1,212 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
+)
+
+// Records that could not be applied go to failed_records with the message
+// that carried them (see applyItem.payload), so sync goes on around them.
+// They are applied again every SyncConfig.RetryInterval, on RetryFailed,
+// and after Repair has rebuilt the derived caches: a record that failed
+// for a passing reason (a stale cache, a bug since fixed, a full disk) is
+// not lost. Applying again is safe because every applier is idempotent
+// and HLC-ordered: a retried record never overwrites a newer one.
+
+// FailedRecord is one row of failed_records.
+type FailedRecord struct {
+	Model    string        `json:"model"`
+	UUID     messages.UUID `json:"uuid"`
+	Reason   string        `json:"reason"`
+	At       time.Time     `json:"at"`
+	Attempts int           `json:"attempts"`
+	Kind     string        `json:"kind"` // the message kept for the retry: state_change, state_delete, shared_change
+}
+
+// RetryReport says what a retry of failed records did.
+type RetryReport struct {
+	Retried   int `json:"retried"`
+	Recovered int `json:"recovered"`
+	Failing   int `json:"still_failing"`
+}
+
+// RepairReport says what Repair found and did.
+type RepairReport struct {
+	// CachesStale is set when the derived caches differed from a rebuild;
+	// Detail then says how, and Rebuilt what was written instead.
+	CachesStale bool                        `json:"caches_stale"`
+	Detail      string                      `json:"detail,omitempty"`
+	Rebuilt     *persistence.DerivedRebuild `json:"rebuilt,omitempty"`
+	Retry       RetryReport                 `json:"retry"`
+}
+
+// FailedRecords lists the records that could not be applied, oldest first.
+func (l *Library) FailedRecords(ctx context.Context) ([]FailedRecord, error) {
+	rows, err := l.store.Failures()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]FailedRecord, 0, len(rows))
+	for _, r := range rows {
+		f := FailedRecord{Model: fmt.Sprint(r["model"]), Reason: fmt.Sprint(r["reason"])}
+		f.UUID = rowUUID(r)
+		if ms, ok := r["at"].(int64); ok {
+			f.At = time.UnixMilli(ms).UTC()
+		}
+		if n, ok := r["attempts"].(int64); ok {
+			f.Attempts = int(n)
+		}
+		f.Kind = "unreadable"
+		if m, err := decodePayload(r["payload"]); err == nil {
+			f.Kind = kindOf(m)
+		}
+		out = append(out, f)
+	}
+	return out, ctx.Err()
+}
+
+// RetryFailed applies every failed record again now. A record that
+// applies leaves failed_records; one that fails again stays, with its
+// attempt count raised and the new reason.
+func (l *Library) RetryFailed(ctx context.Context) (RetryReport, error) {
+	return l.node.retryFailed(ctx, l.store, l.id)
+}
+
+// Repair checks the derived caches against a rebuild from the synced rows,
+// rebuilds them if they differ, then retries the failed records (a stale
+// cache is the usual reason a record keeps failing).
+func (l *Library) Repair(ctx context.Context) (RepairReport, error) {
+	var rep RepairReport
+	if err := l.store.VerifyDerived(); err != nil {
+		if errors.Is(err, persistence.ErrClosed) {
+			return rep, err
+		}
+		rep.CachesStale, rep.Detail = true, err.Error()
+		l.node.log.Warn("derived caches are stale; rebuilding", "library", l.id, "detail", err)
+		rb, err := l.store.RebuildDerived()
+		if err != nil {
+			return rep, err
+		}
+		rep.Rebuilt = &rb
+		if err := l.store.VerifyDerived(); err != nil {
+			return rep, fmt.Errorf("caches still differ after the rebuild: %w", err)
+		}
+	}
+	var err error
+	rep.Retry, err = l.RetryFailed(ctx)
+	return rep, err
+}
+
+// rowUUID is the uuid of a failed_records row (zero when it has none).
+func rowUUID(r persistence.Row) messages.UUID {
+	var u messages.UUID
+	if s, ok := r["uuid"].(string); ok {
+		_ = u.UnmarshalText([]byte(s))
+	}
+	return u
+}
+
+func decodePayload(v any) (messages.Message, error) {
+	b, _ := v.([]byte)
+	if len(b) == 0 {
+		return nil, errors.New("no message kept")
+	}
+	_, m, err := messages.DecodeFrame(b, len(b))
+	return m, err
+}
+
+func kindOf(m messages.Message) string {
+	switch m.(type) {
+	case *messages.StateChange:
+		return "state_change"
+	case *messages.StateDelete:
+		return "state_delete"
+	case *messages.SharedChange:
+		return "shared_change"
+	}
+	return m.MessageType().String()
+}
+
+// retryFailed is RetryFailed; the maintenance actor runs it on a timer.
+func (n *nodeCore) retryFailed(ctx context.Context, lib *persistence.Library, id messages.LibraryID) (RetryReport, error) {
+	var rep RetryReport
+	rows, err := lib.Failures()
+	if err != nil {
+		return rep, err
+	}
+	for _, r := range rows {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		model := fmt.Sprint(r["model"])
+		u := rowUUID(r)
+		rep.Retried++
+		m, err := decodePayload(r["payload"])
+		if err != nil {
+			rep.Failing++ // nothing to apply: it stays listed for a person to look at
+			n.metrics.retries.WithLabelValues("unreadable").Inc()
+			continue
+		}
+		res, err, failure := tryApply(func() (persistence.ApplyResult, error) {
+			if n.applyHook != nil {
+				n.applyHook(model, u)
+			}
+			switch m := m.(type) {
+			case *messages.StateChange:
+				return lib.ApplyState(m.Owner, m.Model, []messages.StateRecord{m.Record}, persistence.ApplyOptions{})
+			case *messages.StateDelete:
+				return lib.ApplyStateDelete(*m)
+			case *messages.SharedChange:
+				// The origin's chain stepped over this change when it failed;
+				// it goes in through the LWW rules alone, like snapshot rows.
+				return lib.ApplySharedState([]messages.SharedChange{*m}, nil, persistence.ApplyOptions{})
+			}
+			return persistence.ApplyResult{}, fmt.Errorf("a %s cannot be retried", m.MessageType())
+		})
+		if errors.Is(err, persistence.ErrClosed) {
+			return rep, err
+		}
+		if failure == nil && err != nil {
+			failure = err
+		}
+		if failure == nil && len(res.Rejected) > 0 {
+			failure = fmt.Sprintf("%s: %v", res.Rejected[0].Reason, res.Rejected[0].Err)
+		}
+		if failure != nil {
+			rep.Failing++
+			n.metrics.retries.WithLabelValues("failed").Inc()
+			if err := lib.RecordFailure(model, u, fmt.Sprint(failure), r["payload"].([]byte)); err != nil {
+				return rep, err
+			}
+			continue
+		}
+		if err := lib.ClearFailure(model, u); err != nil {
+			return rep, err
+		}
+		rep.Recovered++
+		n.metrics.retries.WithLabelValues("recovered").Inc()
+		n.events.emit(Event{Type: EventResourceChanged, Library: id, Model: model, UUID: u, Count: 1, Detail: "failed record applied on retry"})
+	}
+	if rep.Retried > 0 {
+		n.log.Info("failed records retried", "library", id, "retried", rep.Retried, "recovered", rep.Recovered, "still_failing", rep.Failing)
+	}
+	return rep, nil
+}
+
+// tryApply runs one apply, turning a panic into a failure (as the
+// appliers' supervisor does) so a record that still poisons the applier
+// fails alone.
+func tryApply(fn func() (persistence.ApplyResult, error)) (res persistence.ApplyResult, err error, failure any) {
+	defer func() {
+		if r := recover(); r != nil {
+			failure = r
+		}
+	}()
+	res, err = fn()
+	return res, err, nil
+}
