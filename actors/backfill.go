@@ -42,6 +42,7 @@ type backfillState struct {
 	Pages      int       `json:"pages"`
 	StatePages int       `json:"state_pages"` // of Pages, the device-owned ones
 	Records    int64     `json:"records"`
+	Expected   int64     `json:"expected"` // rows the source held when the join was planned (0: unknown)
 	Bytes      int64     `json:"bytes"`
 	StartedAt  time.Time `json:"started_at"`
 	Attempts   int       `json:"attempts"`
@@ -128,6 +129,7 @@ func (j *backfillJob) run(actx actor.Context) error {
 				j.st.Owners = append(j.st.Owners, o)
 			}
 		}
+		j.st.Expected = int64(resp.Rows)
 		j.st.Planned = true
 		if err := j.lib.SaveCheckpoint(*j.st.checkpoint()); err != nil {
 			return err

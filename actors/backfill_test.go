@@ -149,6 +149,20 @@ func TestJoinBackfillConvergesExactly(t *testing.T) {
 	if got := c.nodes[joiner].Metrics().Value("lsync_backfill_records_total", nil); got < 3*600 {
 		t.Fatalf("backfill counted %v records", got)
 	}
+	// The source said how many rows it held, so progress had a total.
+	st, err := c.libs[joiner].Status(ctxT(t))
+	if err != nil || st.LastBackfill == nil {
+		t.Fatalf("no last backfill in status: %v", err)
+	}
+	counts, _ := c.libs[joiner].Store().Counts()
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	if lb := st.LastBackfill; lb.Expected < 3*600 || lb.Expected > int64(total) || lb.Records < lb.Expected*9/10 {
+		t.Fatalf("backfill expected %d records and applied %d; the joiner now holds %d rows", lb.Expected, lb.Records, total)
+	}
+	t.Logf("expected %d, applied %d, holds %d", st.LastBackfill.Expected, st.LastBackfill.Records, total)
 }
 
 func TestJoinBuffersLiveWrites(t *testing.T) {

@@ -92,6 +92,11 @@ func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messa
 			return nil, err
 		}
 		resp := &messages.StateOwnersResponse{}
+		if counts, err := s.lib.Counts(); err == nil {
+			for _, n := range counts {
+				resp.Rows += uint64(n)
+			}
+		}
 		for _, o := range owners {
 			resp.Owners = append(resp.Owners, messages.OriginWatermark{Origin: o, HLC: s.lib.StateWatermark(o)})
 		}

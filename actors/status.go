@@ -53,6 +53,7 @@ type BackfillStatus struct {
 	Pages         int     `json:"pages"`
 	StatePages    int     `json:"state_pages"`
 	Records       int64   `json:"records"`
+	Expected      int64   `json:"expected_records"` // the source's row count when the join began (0: unknown)
 	Bytes         int64   `json:"bytes"`
 	RecordsPerSec float64 `json:"records_per_sec"`
 	ETASeconds    float64 `json:"eta_seconds"`
@@ -145,7 +146,7 @@ func (a *libraryActor) status() (*Status, error) {
 }
 
 func backfillStatus(b *backfillState, phase Phase) *BackfillStatus {
-	bs := &BackfillStatus{Job: b.Job, Phase: phase, Pages: b.Pages, StatePages: b.StatePages, Records: b.Records, Bytes: b.Bytes,
+	bs := &BackfillStatus{Job: b.Job, Phase: phase, Pages: b.Pages, StatePages: b.StatePages, Records: b.Records, Expected: b.Expected, Bytes: b.Bytes,
 		Attempts: b.Attempts, LastError: b.LastError}
 	if !b.Source.IsZero() {
 		bs.Source = b.Source.String()
@@ -153,10 +154,16 @@ func backfillStatus(b *backfillState, phase Phase) *BackfillStatus {
 	if el := time.Since(b.StartedAt).Seconds(); el > 0 {
 		bs.RecordsPerSec = float64(b.Records) / el
 	}
-	// Progress is owners done (plus the share of the current owner's rows
-	// that the source reported): rows per owner are not known up front.
-	if n := len(b.Owners); n > 0 && b.Owner > 0 && phase != PhaseReady {
-		frac := float64(b.Owner) / float64(n+1) // +1: the shared state after the owners
+	// Progress is records applied against the rows the source held at the
+	// start (a source that did not say: owners done, a coarser measure).
+	frac := 0.0
+	switch n := len(b.Owners); {
+	case b.Expected > 0:
+		frac = min(float64(b.Records)/float64(b.Expected), 0.99)
+	case n > 0:
+		frac = float64(b.Owner) / float64(n+1) // +1: the shared state after the owners
+	}
+	if frac > 0 && phase != PhaseReady {
 		bs.ETASeconds = time.Since(b.StartedAt).Seconds() * (1 - frac) / frac
 	}
 	return bs

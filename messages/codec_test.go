@@ -47,7 +47,7 @@ func sampleMessages() []Message {
 		&SyncSetupRequest{Library: lib, Device: DeviceID(devB), DeviceName: "b", Action: "join"},
 		&SyncSetupResponse{Library: lib, LibraryName: "Jamie", Device: DeviceID(devA), DeviceName: "a"},
 		&StateOwnersRequest{},
-		&StateOwnersResponse{Owners: []OriginWatermark{{Origin: DeviceID(devA), HLC: h1}}},
+		&StateOwnersResponse{Owners: []OriginWatermark{{Origin: DeviceID(devA), HLC: h1}}, Rows: 1_331_450},
 	}
 }
 

@@ -337,6 +337,10 @@ type StateOwnersRequest struct {
 type StateOwnersResponse struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Owners   []OriginWatermark
+	// Rows is how many rows the source holds in all (device-owned and
+	// shared), so a joiner can show its progress and an ETA. A trailing
+	// field: a peer that does not send it leaves it zero.
+	Rows uint64
 }
 
 // ---- anti-entropy ----

@@ -445,7 +445,7 @@ func (s *server) reportJoin(ctx context.Context, lib *actors.Library, events <-c
 		}
 		jp := joinProgress{Phase: string(st.Phase), Jobs: len(st.Jobs)}
 		if b := st.Backfill; b != nil {
-			jp.Pages, jp.Records, jp.Bytes = b.Pages, b.Records, b.Bytes
+			jp.Pages, jp.Records, jp.Expected, jp.Bytes = b.Pages, b.Records, b.Expected, b.Bytes
 			jp.RecordsPerSec, jp.ETASeconds, jp.LastError = b.RecordsPerSec, b.ETASeconds, b.LastError
 		}
 		progress(jp)

@@ -113,6 +113,7 @@ type joinProgress struct {
 	Phase         string  `json:"phase"`
 	Pages         int     `json:"pages"`
 	Records       int64   `json:"records"`
+	Expected      int64   `json:"expected_records"`
 	Bytes         int64   `json:"bytes"`
 	RecordsPerSec float64 `json:"records_per_sec"`
 	ETASeconds    float64 `json:"eta_seconds"`

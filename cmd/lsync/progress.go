@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/vbauerster/mpb/v8"
@@ -108,7 +109,8 @@ type joinBar struct {
 
 	p         *mpb.Progress
 	bar       *mpb.Bar
-	phase     string
+	phase     atomic.Pointer[string] // read by the bar's decorators
+	eta       atomic.Int64           // seconds, from the daemon
 	last      time.Time
 	lastPhase string
 }
@@ -125,11 +127,14 @@ func (b *joinBar) update(raw json.RawMessage) error {
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return err
 	}
-	b.phase = p.Phase
+	b.phase.Store(&p.Phase)
 	if !b.tty {
 		if p.Phase != b.lastPhase || time.Since(b.last) >= plainEvery {
 			b.last, b.lastPhase = time.Now(), p.Phase
 			line := fmt.Sprintf("join: %s, %d records, %d pages", p.Phase, p.Records, p.Pages)
+			if p.Expected > 0 {
+				line = fmt.Sprintf("join: %s, %d of about %d records, %d pages", p.Phase, p.Records, p.Expected, p.Pages)
+			}
 			if p.ETASeconds > 0 {
 				line += fmt.Sprintf(", ETA %.0fs", p.ETASeconds)
 			}
@@ -141,15 +146,29 @@ func (b *joinBar) update(raw json.RawMessage) error {
 		return nil
 	}
 	if b.bar == nil {
+		if p.Expected == 0 && p.Records == 0 {
+			return nil // the plan (with the row count) is not in yet
+		}
 		b.p = mpb.New(mpb.WithOutput(b.g.stderr), mpb.WithWidth(40), mpb.WithRefreshRate(150*time.Millisecond))
-		b.bar = b.p.New(0, mpb.SpinnerStyle(),
-			mpb.PrependDecorators(decor.Any(func(decor.Statistics) string { return "join: " + b.phase })),
-			mpb.AppendDecorators(decor.CurrentNoUnit(" %d records"), decor.Name(" "), decor.AverageSpeed(0, "%.0f rec/s")),
+		var style mpb.BarFillerBuilder = mpb.SpinnerStyle() // how many rows is not known
+		if p.Expected > 0 {
+			style = mpb.BarStyle()
+		}
+		b.bar = b.p.New(0, style,
+			mpb.PrependDecorators(decor.Any(func(decor.Statistics) string { return "join: " + *b.phase.Load() })),
+			mpb.AppendDecorators(decor.CurrentNoUnit(" %d records"), decor.Name(" "), decor.AverageSpeed(0, "%.0f rec/s"),
+				decor.Any(func(decor.Statistics) string {
+					if eta := b.eta.Load(); eta > 0 {
+						return ", ETA " + (time.Duration(eta) * time.Second).String()
+					}
+					return ""
+				})),
 		)
 	}
-	// Records only grow; the total follows them, since the joiner cannot
-	// know it in advance (the ETA comes from the daemon when it does).
-	b.bar.SetTotal(p.Records+1, false)
+	b.eta.Store(int64(p.ETASeconds))
+	// The total is the source's row count when the join began; rows
+	// written there since can take the count past it, so the total follows.
+	b.bar.SetTotal(max(p.Expected, p.Records+1), false)
 	b.bar.SetCurrent(p.Records)
 	return nil
 }
