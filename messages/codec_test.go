@@ -203,3 +203,42 @@ func TestStateRecordValuesDecode(t *testing.T) {
 		t.Fatal("value count")
 	}
 }
+
+// A field appended to a message is optional on the wire: a peer built
+// before it existed sends one element fewer, and the field decodes as zero
+// (StateOwnersResponse.Rows was added this way).
+func TestAppendedFieldIsOptional(t *testing.T) {
+	type ownersBeforeRows struct {
+		_msgpack struct{} `msgpack:",as_array"`
+		Owners   []OriginWatermark
+	}
+	h := HLC{Timestamp: 1_730_000_000_000, Counter: 3, Device: devA}
+	payload, err := msgpack.Marshal(&ownersBeforeRows{Owners: []OriginWatermark{{Origin: DeviceID(devA), HLC: h}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Envelope{SchemaVersion: SchemaVersion, Type: TypeStateOwnersResponse, Payload: payload}.Decode()
+	if err != nil {
+		t.Fatalf("decode the older form: %v", err)
+	}
+	got := m.(*StateOwnersResponse)
+	if got.Rows != 0 || len(got.Owners) != 1 || got.Owners[0].HLC != h {
+		t.Fatalf("decoded %+v", got)
+	}
+	// And a later form with one more element is read up to what we know.
+	type ownersLater struct {
+		_msgpack struct{} `msgpack:",as_array"`
+		Owners   []OriginWatermark
+		Rows     uint64
+		Later    string
+	}
+	if payload, err = msgpack.Marshal(&ownersLater{Owners: got.Owners, Rows: 7, Later: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = (Envelope{SchemaVersion: SchemaVersion, Type: TypeStateOwnersResponse, Payload: payload}).Decode(); err != nil {
+		t.Fatalf("decode the later form: %v", err)
+	}
+	if got := m.(*StateOwnersResponse); got.Rows != 7 || len(got.Owners) != 1 {
+		t.Fatalf("decoded %+v", got)
+	}
+}

@@ -1,5 +1,11 @@
 package messages
 
+import (
+	"errors"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
 // SchemaVersion is the version of the wire protocol and the library schema
 // this build speaks. Peers with a different version refuse each other's
 // frames with an error naming the side that must upgrade.
@@ -338,9 +344,38 @@ type StateOwnersResponse struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Owners   []OriginWatermark
 	// Rows is how many rows the source holds in all (device-owned and
-	// shared), so a joiner can show its progress and an ETA. A trailing
-	// field: a peer that does not send it leaves it zero.
+	// shared), so a joiner can show its progress and an ETA. It was
+	// appended after the first release of the message: DecodeMsgpack
+	// accepts the form without it (Rows stays zero).
 	Rows uint64
+}
+
+// DecodeMsgpack decodes the array form with or without the appended Rows
+// (msgpack's struct decoding refuses any other length than the current
+// one), and skips elements a later version may append.
+func (r *StateOwnersResponse) DecodeMsgpack(dec *msgpack.Decoder) error {
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return err
+	}
+	*r = StateOwnersResponse{}
+	if n < 1 {
+		return errors.New("state owners response: no owners element")
+	}
+	if err := dec.Decode(&r.Owners); err != nil {
+		return err
+	}
+	if n >= 2 {
+		if r.Rows, err = dec.DecodeUint64(); err != nil {
+			return err
+		}
+	}
+	for i := 2; i < n; i++ {
+		if err := dec.Skip(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ---- anti-entropy ----
