@@ -1,12 +1,15 @@
 package actors
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
 )
 
 // Records that poisoned B's appliers are kept with their message and
@@ -104,4 +107,41 @@ func TestFailedRecordsAreRetried(t *testing.T) {
 		return len(f) == 0
 	})
 	c.converge(true, 10*time.Second)
+}
+
+// A device whose sync.db is damaged while a partner is behind reopens the
+// library with a fresh log; the partner, finding the missed changes
+// pruned, gets the shared state and both converge with empty logs.
+func TestDamagedSyncLogRecovers(t *testing.T) {
+	c := newCluster(t, 2, 23)
+	c.share()
+	ctx := ctxT(t)
+	c.converge(true, 10*time.Second)
+	c.net.Partition(c.devs[0], c.devs[1])
+	for _, name := range []string{"one", "two", "three"} {
+		if _, err := c.libs[0].CreateTag(ctx, TagInput{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lib := c.libs[0].ID()
+	c.stopNode(0)
+	logPath := filepath.Join(libraryDir(c.homes[0], lib), persistence.LogFile)
+	for _, suffix := range []string{"-wal", "-shm"} {
+		_ = os.Remove(logPath + suffix)
+	}
+	if err := os.WriteFile(logPath, []byte("not a database any more"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.start(0)
+	if got := c.nodes[0].Metrics().Value("lsync_sync_log_recoveries_total", nil); got != 1 {
+		t.Fatalf("lsync_sync_log_recoveries_total = %v, want 1", got)
+	}
+	c.net.HealAll()
+	if _, err := c.libs[0].CreateTag(ctx, TagInput{Name: "after"}); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(true, 20*time.Second)
+	if n := len(c.rows(1, "tag")); n != 4 {
+		t.Fatalf("B has %d tags, want the 4 written on A", n)
+	}
 }

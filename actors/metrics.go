@@ -33,6 +33,7 @@ type Metrics struct {
 	pagesServed    *prometheus.CounterVec // library
 	pagesReused    *prometheus.CounterVec // library
 	retries        *prometheus.CounterVec // outcome: recovered, failed, unreadable
+	logRecoveries  prometheus.Counter
 	aeRepairs      *prometheus.CounterVec // kind: fetched, deleted
 }
 
@@ -89,10 +90,13 @@ func newMetrics() *Metrics {
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lsync_failed_record_retries_total", Help: "Failed records applied again, by outcome (recovered, failed, unreadable).",
 	}, []string{"outcome"})
+	m.logRecoveries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lsync_sync_log_recoveries_total", Help: "Libraries opened with a damaged sync.db, which was set aside for a fresh log.",
+	})
 	m.aeRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lsync_antientropy_repairs_total", Help: "Rows repaired by anti-entropy reconciliation, by kind (fetched, deleted).",
 	}, []string{"kind"})
-	m.Registry.MustRegister(m.aeRepairs, m.pagesServed, m.pagesReused, m.retries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.Registry.MustRegister(m.aeRepairs, m.pagesServed, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -265,6 +265,11 @@ func (n *Node) OpenLibrary(ctx context.Context, id messages.LibraryID) (*Library
 		if err != nil {
 			return nil, fmt.Errorf("open library %s: %w", id, err)
 		}
+		if rec := lib.LogRecovery(); rec != nil {
+			n.core.metrics.logRecoveries.Inc()
+			n.core.log.Warn("sync.db was damaged: set aside and started afresh; partners that miss changes get the shared state",
+				"library", id, "kept_at", rec.Quarantined, "resumed_after", rec.ResumedAt, "reason", rec.Reason)
+		}
 		return na.spawnLibrary(c, lib), nil
 	})
 	if err != nil {

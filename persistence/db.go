@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/ncruces/go-sqlite3"
@@ -53,7 +54,30 @@ func openConn(dbPath, logPath string, readOnly bool, cacheMiB int) (*conn, error
 	}
 	if err := cn.exec(`ATTACH DATABASE ? AS log`, fileURI(logPath, mode)); err != nil {
 		cn.close()
+		if isDamage(err) {
+			err = fmt.Errorf("%w: %w", errLogDamaged, err)
+		}
 		return nil, fmt.Errorf("attach %s: %w", logPath, err)
+	}
+	if !readOnly {
+		// The writer checks sync.db before anything writes to it: a damaged
+		// log is set aside at open (see recoverLog), never written over.
+		var problems []string
+		err := cn.query(`PRAGMA log.quick_check`, nil, func(s *sqlite3.Stmt) error {
+			if r := s.ColumnText(0); r != "ok" {
+				problems = append(problems, r)
+			}
+			return nil
+		})
+		if err == nil && len(problems) > 0 {
+			err = fmt.Errorf("%w: quick_check: %s", errLogDamaged, strings.Join(problems, "; "))
+		} else if err != nil && isDamage(err) {
+			err = fmt.Errorf("%w: %w", errLogDamaged, err)
+		}
+		if err != nil {
+			cn.close()
+			return nil, fmt.Errorf("check %s: %w", logPath, err)
+		}
 	}
 	pragmas := fmt.Sprintf(`PRAGMA main.cache_size = -%d; PRAGMA log.cache_size = -2048; PRAGMA temp_store = MEMORY;`, cacheMiB*1024)
 	if !readOnly {

@@ -38,13 +38,14 @@ const (
 // Its methods are safe for concurrent use: writes serialise on one write
 // connection; reads use separate connections and never block writes.
 type Library struct {
-	dir   string
-	meta  Meta
-	self  messages.DeviceID
-	reg   *Registry
-	opts  Options
-	wall  func() time.Time
-	clock *messages.Clock
+	recovery *LogRecovery // set when Open found sync.db damaged and set it aside
+	dir      string
+	meta     Meta
+	self     messages.DeviceID
+	reg      *Registry
+	opts     Options
+	wall     func() time.Time
+	clock    *messages.Clock
 
 	// mu serialises writers; it guards w and the fields up to pub. Helpers
 	// that need it end in Locked or run inside writeTx.
@@ -173,6 +174,14 @@ func Open(dir string, opts Options) (*Library, error) {
 		l.wall = time.Now
 	}
 	l.w, err = openConn(filepath.Join(dir, DatabaseFile), filepath.Join(dir, LogFile), false, opts.CacheMiB)
+	if errors.Is(err, errLogDamaged) {
+		// sync.db cannot be read: set it aside and start a fresh log
+		// rather than leave the library unopenable (init resumes the
+		// chain; see recover.go).
+		if l.recovery, err = quarantineLog(dir, l.wall(), err); err == nil {
+			l.w, err = openConn(filepath.Join(dir, DatabaseFile), filepath.Join(dir, LogFile), false, opts.CacheMiB)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open library: %w", err)
 	}
@@ -194,6 +203,11 @@ func (l *Library) init() error {
 	// Load counters, owners and watermarks.
 	if err := l.reloadLocked(); err != nil {
 		return err
+	}
+	if l.recovery != nil {
+		if err := l.resumeChainLocked(); err != nil {
+			return err
+		}
 	}
 	// Seed the clock above everything stored, even if the wall clock was
 	// set back: the wall never reads below the largest stored timestamp.

@@ -1,0 +1,113 @@
+package persistence
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// damageLog closes l and damages its sync.db with fn.
+func damageLog(t *testing.T, l *Library, fn func(b []byte) []byte) string {
+	t.Helper()
+	dir := l.Dir()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, LogFile)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, fn(b), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestDamagedLogIsSetAsideAndTheChainResumes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func([]byte) []byte
+	}{
+		{"garbage", func([]byte) []byte { return []byte("this is not an SQLite file, it is what a bad copy left behind") }},
+		{"torn pages", func(b []byte) []byte {
+			// Keep the header page, scribble over every page after it.
+			for i := 4096; i < len(b); i++ {
+				b[i] = byte(i*7 + 3)
+			}
+			return b
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLib(t, devA)
+			var hs []messages.HLC
+			for _, name := range []string{"a", "b", "c"} {
+				ch, _, err := l.CommitShared("tag", NewUUID(), messages.OpInsert, map[string]any{"canonical_name": name})
+				if err != nil {
+					t.Fatal(err)
+				}
+				hs = append(hs, ch.HLC)
+			}
+			// Make the log span several pages, so there are pages to tear.
+			var big []SharedWrite
+			for range 300 {
+				big = append(big, SharedWrite{Model: "tag", Op: messages.OpInsert, Fields: map[string]any{"canonical_name": "padding padding padding padding"}})
+			}
+			cs, _, err := l.CommitSharedBatch(big)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := cs[len(cs)-1].HLC
+			before := rows(t, l, "tag")
+			if err := l.w.c.Exec(`PRAGMA log.wal_checkpoint(TRUNCATE)`); err != nil {
+				t.Fatal(err)
+			}
+			dir := damageLog(t, l, tc.damage)
+
+			l2, err := Open(dir, Options{Self: devA})
+			if err != nil {
+				t.Fatalf("open with a damaged sync.db: %v", err)
+			}
+			t.Cleanup(func() { l2.Close() })
+			rec := l2.LogRecovery()
+			if rec == nil {
+				t.Fatal("no recovery reported")
+			}
+			if _, err := os.Stat(rec.Quarantined); err != nil {
+				t.Fatalf("damaged log not kept aside: %v", err)
+			}
+			if rec.ResumedAt != last || rec.Reason == "" {
+				t.Fatalf("recovery %+v, want the chain resumed at %s", rec, last)
+			}
+			if got := rows(t, l2, "tag"); len(got) != len(before) {
+				t.Fatalf("%d tags after recovery, want %d", len(got), len(before))
+			}
+			// A partner behind asks for a range the log no longer has and is
+			// sent to the snapshot; one that is current gets nothing.
+			if _, _, snap, err := l2.LogSince(hs[0], 10); err != nil || !snap {
+				t.Fatalf("log since an old watermark: snapshot required %v, err %v", snap, err)
+			}
+			if es, _, snap, err := l2.LogSince(last, 10); err != nil || snap || len(es) != 0 {
+				t.Fatalf("log since the resumed point: %d entries, snapshot %v, err %v", len(es), snap, err)
+			}
+			// The next change continues the chain.
+			ch, _, err := l2.CommitShared("tag", NewUUID(), messages.OpInsert, map[string]any{"canonical_name": "after"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ch.Prev != last {
+				t.Fatalf("first change after recovery has prev %s, want %s", ch.Prev, last)
+			}
+			if es, _, _, _ := l2.LogSince(last, 10); len(es) != 1 || es[0].HLC != ch.HLC {
+				t.Fatalf("log after recovery: %v", es)
+			}
+			// A healthy log is left alone on the next open.
+			l3 := reopen(t, l2, Options{Self: devA})
+			if l3.LogRecovery() != nil {
+				t.Fatal("a healthy log was recovered again")
+			}
+		})
+	}
+}
