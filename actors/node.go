@@ -263,8 +263,14 @@ func (n *Node) OpenLibrary(ctx context.Context, id messages.LibraryID) (*Library
 		}
 		lib, err := persistence.Open(dir, n.persistenceOptions())
 		if err != nil {
-			return nil, fmt.Errorf("open library %s: %w", id, err)
+			err = fmt.Errorf("open library %s: %w", id, err)
+			if errors.Is(err, persistence.ErrDamaged) {
+				err = fmt.Errorf("%w (nothing was changed; to get the library back, move %s aside and join it again from a partner: lsync network sync-setup --action join)", err, dir)
+			}
+			na.openErrs[id] = err.Error()
+			return nil, err
 		}
+		delete(na.openErrs, id)
 		if rec := lib.LogRecovery(); rec != nil {
 			n.core.metrics.logRecoveries.Inc()
 			n.core.log.Warn("sync.db was damaged: set aside and started afresh; partners that miss changes get the shared state",
@@ -311,6 +317,9 @@ type LibraryInfo struct {
 	ID   messages.LibraryID `json:"uuid"`
 	Name string             `json:"name"`
 	Open bool               `json:"open"`
+	// Error is why the last attempt to open it failed (a closed library
+	// that should be open: for example a damaged database.db).
+	Error string `json:"error,omitempty"`
 }
 
 // Libraries lists every library in the node's home.
@@ -322,7 +331,7 @@ func (n *Node) Libraries(ctx context.Context) ([]LibraryInfo, error) {
 			if h, ok := na.handles[id]; ok {
 				info.Name, info.Open = h.name, true
 			} else if meta, err := readMeta(libraryDir(n.core.cfg.Home, id)); err == nil {
-				info.Name = meta.Name
+				info.Name, info.Error = meta.Name, na.openErrs[id]
 			}
 			out = append(out, info)
 		}
@@ -514,6 +523,7 @@ type nodeActor struct {
 	lastErr   map[messages.DeviceID]string // why the last dial to a device failed
 	libs      map[messages.LibraryID]*actor.PID
 	handles   map[messages.LibraryID]*Library
+	openErrs  map[messages.LibraryID]string // why a library failed to open
 	stores    map[messages.LibraryID]*persistence.Library
 }
 
@@ -526,6 +536,7 @@ func (na *nodeActor) Receive(ctx actor.Context) {
 		if na.libs == nil {
 			na.libs = map[messages.LibraryID]*actor.PID{}
 			na.handles = map[messages.LibraryID]*Library{}
+			na.openErrs = map[messages.LibraryID]string{}
 			na.stores = map[messages.LibraryID]*persistence.Library{}
 		}
 		for _, dev := range na.dir.Peers() {

@@ -118,4 +118,8 @@ var (
 	ErrCycle         = errors.New("dependency cycle")
 	ErrSchemaVersion = errors.New("library schema version")
 	ErrExists        = errors.New("already exists")
+	// ErrDamaged: database.db cannot be read. Unlike a damaged sync.db it
+	// is never set aside or rewritten by lsync; the library can be joined
+	// again from a partner.
+	ErrDamaged = errors.New("database.db is damaged")
 )

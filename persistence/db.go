@@ -52,6 +52,15 @@ func openConn(dbPath, logPath string, readOnly bool, cacheMiB int) (*conn, error
 		cn.close()
 		return nil, err
 	}
+	// Read database.db's schema before attaching, so damage there is told
+	// apart from damage to sync.db (ATTACH fails on either).
+	if _, err := cn.queryInt(`SELECT count(*) FROM main.sqlite_schema`); err != nil {
+		cn.close()
+		if isDamage(err) {
+			err = fmt.Errorf("%w: %w", ErrDamaged, err)
+		}
+		return nil, fmt.Errorf("open %s: %w", dbPath, err)
+	}
 	if err := cn.exec(`ATTACH DATABASE ? AS log`, fileURI(logPath, mode)); err != nil {
 		cn.close()
 		if isDamage(err) {

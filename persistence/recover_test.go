@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -109,5 +110,42 @@ func TestDamagedLogIsSetAsideAndTheChainResumes(t *testing.T) {
 				t.Fatal("a healthy log was recovered again")
 			}
 		})
+	}
+}
+
+// Damage to database.db is reported as such, and sync.db is left alone:
+// only a damaged log may be set aside.
+func TestDamagedDatabaseIsReportedNotRepaired(t *testing.T) {
+	l := newLib(t, devA)
+	if _, _, err := l.CommitShared("tag", NewUUID(), messages.OpInsert, map[string]any{"canonical_name": "kept"}); err != nil {
+		t.Fatal(err)
+	}
+	dir := l.Dir()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	logBefore, err := os.ReadFile(filepath.Join(dir, LogFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		_ = os.Remove(filepath.Join(dir, DatabaseFile+suffix))
+	}
+	if err := os.WriteFile(filepath.Join(dir, DatabaseFile), []byte("this is not a database, it is a damaged file of some length"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, Options{Self: devA})
+	if !errors.Is(err, ErrDamaged) || errors.Is(err, errLogDamaged) {
+		t.Fatalf("open with a damaged database.db: %v, want ErrDamaged", err)
+	}
+	logAfter, err := os.ReadFile(filepath.Join(dir, LogFile))
+	if err != nil {
+		t.Fatalf("sync.db moved: %v", err)
+	}
+	if string(logAfter) != string(logBefore) {
+		t.Fatal("sync.db changed while database.db was the damaged one")
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, LogFile+".damaged-*")); len(m) != 0 {
+		t.Fatalf("a healthy sync.db was set aside: %v", m)
 	}
 }

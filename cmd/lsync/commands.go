@@ -153,10 +153,18 @@ take LIB accept a library's uuid or its exact name.`,
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "UUID\tNAME\tSTATE")
+				var failed []libraryInfo
 				for _, l := range ls {
-					fmt.Fprintf(tw, "%s\t%s\t%s\n", l.UUID, l.Name, map[bool]string{true: "open", false: "closed"}[l.Open])
+					state := map[bool]string{true: "open", false: "closed"}[l.Open]
+					if l.Error != "" {
+						state, failed = "failed to open", append(failed, l)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", l.UUID, l.Name, state)
 				}
 				tw.Flush()
+				for _, l := range failed {
+					fmt.Fprintf(w, "\n%s: %s\n", l.Name, l.Error)
+				}
 			})
 		}),
 	}, &cobra.Command{

@@ -103,6 +103,9 @@ func (s *server) library(ctx context.Context, arg string) (*actors.Library, erro
 		return nil, err
 	}
 	if !info.Open {
+		if info.Error != "" {
+			return nil, fmt.Errorf("library %q could not be opened: %s", info.Name, info.Error)
+		}
 		return nil, fmt.Errorf("library %q (%s) is closed (open it with: lsync library open %s)", info.Name, info.ID, info.ID)
 	}
 	return s.node.Library(ctx, info.ID)
@@ -231,7 +234,7 @@ func hLibraryList(ctx context.Context, s *server, _ json.RawMessage, _ func(any)
 	}
 	out := []libraryInfo{}
 	for _, l := range libs {
-		out = append(out, libraryInfo{UUID: l.ID.String(), Name: l.Name, Open: l.Open})
+		out = append(out, libraryInfo{UUID: l.ID.String(), Name: l.Name, Open: l.Open, Error: l.Error})
 	}
 	return out, nil
 }

@@ -54,9 +54,10 @@ type nameArgs struct {
 }
 
 type libraryInfo struct {
-	UUID string `json:"uuid"`
-	Name string `json:"name"`
-	Open bool   `json:"open"`
+	UUID  string `json:"uuid"`
+	Name  string `json:"name"`
+	Open  bool   `json:"open"`
+	Error string `json:"error,omitempty"` // why it failed to open
 }
 
 type pairGenerateArgs struct {
