@@ -19,6 +19,7 @@ type Metrics struct {
 
 	messages       *prometheus.CounterVec   // direction, type
 	bytes          *prometheus.CounterVec   // direction
+	payload        *prometheus.CounterVec   // direction
 	applySeconds   *prometheus.HistogramVec // model
 	sharedLog      *prometheus.GaugeVec     // library
 	backfillRecs   *prometheus.CounterVec   // library
@@ -93,14 +94,27 @@ func newMetrics() *Metrics {
 	m.logRecoveries = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lsync_sync_log_recoveries_total", Help: "Libraries opened with a damaged sync.db, which was set aside for a fresh log.",
 	})
+	m.payload = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lsync_payload_bytes_total", Help: "Message bytes before compression, by direction (QUIC only); compare with lsync_bytes_total.",
+	}, []string{"direction"})
 	m.aeRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lsync_antientropy_repairs_total", Help: "Rows repaired by anti-entropy reconciliation, by kind (fetched, deleted).",
 	}, []string{"kind"})
-	m.Registry.MustRegister(m.aeRepairs, m.pagesServed, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.Registry.MustRegister(m.payload, m.aeRepairs, m.pagesServed, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// PayloadIn implements net.PayloadObserver.
+func (m *Metrics) PayloadIn(_ messages.DeviceID, n int) {
+	m.payload.WithLabelValues("in").Add(float64(n))
+}
+
+// PayloadOut implements net.PayloadObserver.
+func (m *Metrics) PayloadOut(_ messages.DeviceID, n int) {
+	m.payload.WithLabelValues("out").Add(float64(n))
 }
 
 // MessageIn implements net.Observer.

@@ -117,6 +117,20 @@ func Encode(lib LibraryID, m Message) (Envelope, error) {
 	return env, nil
 }
 
+// PayloadSize is the size of env's message before compression (its msgpack
+// bytes): the payload's length, or the content size a zstd frame header
+// declares (0 if it declares none).
+func (env Envelope) PayloadSize() int {
+	if env.Flags&FlagZstd == 0 {
+		return len(env.Payload)
+	}
+	var h zstd.Header
+	if err := h.Decode(env.Payload); err != nil || !h.HasFCS {
+		return 0
+	}
+	return int(h.FrameContentSize)
+}
+
 // Decode returns the message in env, validated. A compressed payload may
 // expand to at most 4×DefaultMaxFrame.
 func (env Envelope) Decode() (Message, error) {

@@ -166,7 +166,7 @@ func (c *quicConn) writeLoop(ls *liveSender) {
 			}
 			return
 		}
-		c.t.obs.MessageOut(c.peer, f.t, len(f.b))
+		c.t.sent(c.peer, f)
 	}
 }
 
@@ -228,13 +228,13 @@ func (c *quicConn) RequestEnvelope(ctx context.Context, lib messages.LibraryID, 
 		return nil, none, c.requestError(ctx, err)
 	}
 	s.Close()
-	c.t.obs.MessageOut(c.peer, f.t, len(f.b))
+	c.t.sent(c.peer, f)
 	// Read the one response.
 	env, n, err := readFrame(s, c.t.maxFrame, c.t.version)
 	if err == nil {
 		var resp messages.Message
 		if resp, err = env.Decode(); err == nil {
-			c.t.obs.MessageIn(c.peer, env.Type, n)
+			c.t.received(c.peer, env, n)
 			s.CancelRead(0) // nothing may follow the response
 			if e, ok := resp.(*messages.Error); ok {
 				return nil, env, e
@@ -356,7 +356,7 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 			c.refuse(s.CancelRead, s.StreamID(), reasonMalformed, fmt.Errorf("live stream of library %s carried a frame of %s", lib, env.Library))
 			return
 		}
-		c.t.obs.MessageIn(c.peer, env.Type, n)
+		c.t.received(c.peer, env, n)
 		select {
 		case c.inbox <- Inbound{Library: env.Library, Message: m, Bytes: n}:
 		case <-c.ctx.Done():
@@ -417,12 +417,12 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 		c.refuse(s.CancelRead, s.StreamID(), reason, err)
 		msg := &messages.Error{Code: messages.CodeBadRequest, Message: err.Error()}
 		if f, e2 := encodeFrame(env.Library, msg, c.t.version, c.t.maxFrame); e2 == nil && writeLimited(c.ctx, c.t.bucket, s, f.b) == nil {
-			c.t.obs.MessageOut(c.peer, f.t, len(f.b))
+			c.t.sent(c.peer, f)
 		}
 		s.Close()
 		return
 	}
-	c.t.obs.MessageIn(c.peer, env.Type, n)
+	c.t.received(c.peer, env, n)
 	var replied atomic.Bool
 	reply := func(resp messages.Message) error {
 		if !replied.CompareAndSwap(false, true) {
@@ -444,7 +444,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 			return fmt.Errorf("reply: %w", werr)
 		}
 		s.Close()
-		c.t.obs.MessageOut(c.peer, f.t, len(f.b))
+		c.t.sent(c.peer, f)
 		if err != nil {
 			return fmt.Errorf("reply: %w", err)
 		}
@@ -477,7 +477,7 @@ func (c *quicConn) controlReadLoop() {
 			refuse(reasonFor(err), err)
 			return
 		}
-		c.t.obs.MessageIn(c.peer, env.Type, n)
+		c.t.received(c.peer, env, n)
 		switch m := m.(type) {
 		case *messages.Ping:
 			if err := c.writeControl(&messages.Pong{Nonce: m.Nonce, SentAt: m.SentAt}); err != nil {
@@ -546,7 +546,7 @@ func (c *quicConn) writeControl(m messages.Message) error {
 	if _, err := c.control.Write(f.b); err != nil {
 		return err
 	}
-	c.t.obs.MessageOut(c.peer, f.t, len(f.b))
+	c.t.sent(c.peer, f)
 	return nil
 }
 

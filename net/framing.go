@@ -156,8 +156,9 @@ func rewriteVersion(body []byte, version uint16) ([]byte, error) {
 
 // outFrame is an encoded frame waiting to be written.
 type outFrame struct {
-	b []byte        // length prefix included
-	t messages.Type // for metrics
+	b   []byte        // length prefix included
+	t   messages.Type // for metrics
+	raw int           // payload bytes before compression, for metrics
 }
 
 // encodeFrame encodes m for library lib as one frame of the given schema
@@ -175,7 +176,7 @@ func encodeFrame(lib messages.LibraryID, m messages.Message, version uint16, max
 	if len(b)-frameHeaderLen > maxFrame {
 		return outFrame{}, fmt.Errorf("%w: %s of %d bytes (limit %d)", messages.ErrFrameTooLarge, env.Type, len(b)-frameHeaderLen, maxFrame)
 	}
-	return outFrame{b: b, t: env.Type}, nil
+	return outFrame{b: b, t: env.Type, raw: env.PayloadSize()}, nil
 }
 
 // Rejection reasons, the label values of Observer.Rejected.

@@ -25,6 +25,7 @@ type recorder struct {
 	mu       sync.Mutex
 	in, out  map[messages.Type]int
 	bytesIn  map[messages.Type]int
+	payload  [2]int // uncompressed bytes in, out (PayloadObserver)
 	rejected map[string]int
 	rtt      []time.Duration
 }
@@ -44,6 +45,18 @@ func (r *recorder) MessageOut(_ messages.DeviceID, t messages.Type, n int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.out[t]++
+}
+
+func (r *recorder) PayloadIn(_ messages.DeviceID, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.payload[0] += n
+}
+
+func (r *recorder) PayloadOut(_ messages.DeviceID, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.payload[1] += n
 }
 
 func (r *recorder) Rejected(reason string) {

@@ -28,3 +28,11 @@ func (NopObserver) MessageIn(messages.DeviceID, messages.Type, int)  {}
 func (NopObserver) MessageOut(messages.DeviceID, messages.Type, int) {}
 func (NopObserver) Rejected(string)                                  {}
 func (NopObserver) RTT(messages.DeviceID, time.Duration)             {}
+
+// PayloadObserver is an optional extension of Observer: it is also told
+// the uncompressed payload bytes of every frame (QUIC transport only), so
+// what compression saves can be measured.
+type PayloadObserver interface {
+	PayloadIn(peer messages.DeviceID, bytes int)
+	PayloadOut(peer messages.DeviceID, bytes int)
+}

@@ -192,6 +192,22 @@ func Listen(cfg Config) (*QUICTransport, error) {
 // LocalID is this node's device id.
 func (t *QUICTransport) LocalID() messages.DeviceID { return t.id.DeviceID }
 
+// sent counts a frame written to peer.
+func (t *QUICTransport) sent(peer messages.DeviceID, f outFrame) {
+	t.obs.MessageOut(peer, f.t, len(f.b))
+	if po, ok := t.obs.(PayloadObserver); ok {
+		po.PayloadOut(peer, f.raw)
+	}
+}
+
+// received counts a frame of n bytes read from peer.
+func (t *QUICTransport) received(peer messages.DeviceID, env messages.Envelope, n int) {
+	t.obs.MessageIn(peer, env.Type, n)
+	if po, ok := t.obs.(PayloadObserver); ok {
+		po.PayloadIn(peer, env.PayloadSize())
+	}
+}
+
 // Addr is the UDP address peers dial.
 func (t *QUICTransport) Addr() string { return t.udp.LocalAddr().String() }
 
@@ -427,7 +443,7 @@ func (t *QUICTransport) handshake(ctx context.Context, qc *quic.Conn, dialer boo
 	if _, err := s.Write(out); err != nil {
 		return nil, t.peerRefusal(err, "send hello")
 	}
-	t.obs.MessageOut(peer, f.t, len(f.b))
+	t.sent(peer, f)
 
 	// Read the peer's Hello.
 	env, n, err := readFrame(s, t.maxFrame, t.version)
@@ -448,7 +464,7 @@ func (t *QUICTransport) handshake(ctx context.Context, qc *quic.Conn, dialer boo
 		t.obs.Rejected(reasonFor(err))
 		return nil, fmt.Errorf("read hello: %w", err)
 	}
-	t.obs.MessageIn(peer, env.Type, n)
+	t.received(peer, env, n)
 	var h *messages.Hello
 	switch m := m.(type) {
 	case *messages.Hello:
@@ -490,7 +506,7 @@ func (t *QUICTransport) refuseVersion(ctx context.Context, qc *quic.Conn, s *qui
 	t.log.Warn("refused peer on another schema version", "peer", peer, "local", t.version, "remote", remote, "err", ours)
 	if f, err := encodeFrame(messages.LibraryID{}, &messages.Error{Code: messages.CodeSchemaMismatch, Message: theirs}, t.version, t.maxFrame); err == nil {
 		if _, err := s.Write(f.b); err == nil {
-			t.obs.MessageOut(peer, f.t, len(f.b))
+			t.sent(peer, f)
 		}
 	}
 	s.Close()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lsync/lsync/messages"
 )
@@ -139,10 +140,22 @@ func TestRequestBulkDoesNotBlockLive(t *testing.T) {
 		t.Fatalf("response: %T", m)
 	}
 	a.obs.mu.Lock()
-	wire := a.obs.bytesIn[messages.TypeStateResponse]
+	wire, rawIn := a.obs.bytesIn[messages.TypeStateResponse], a.obs.payload[0]
 	a.obs.mu.Unlock()
 	if wire < 3<<20 || wire > 4<<20 {
 		t.Fatalf("response of %d bytes on the wire: want compressed records plus 3 MiB of noise", wire)
+	}
+	// Before compression the response was its full msgpack size, and
+	// what b counted sending is what a counted receiving.
+	raw, err := msgpack.Marshal(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.obs.mu.Lock()
+	rawOut := b.obs.payload[1]
+	b.obs.mu.Unlock()
+	if rawIn < len(raw) || rawIn > len(raw)+64<<10 || rawOut < len(raw) {
+		t.Fatalf("payload bytes: a counted %d in, b %d out; the response alone is %d before compression (%d on the wire)", rawIn, rawOut, len(raw), wire)
 	}
 
 	// An Error response is returned as the error.
@@ -152,7 +165,7 @@ func TestRequestBulkDoesNotBlockLive(t *testing.T) {
 			in.Reply(&messages.Error{Code: messages.CodeNotFound, Message: "no such library"})
 		}
 	}()
-	_, err := ab.Request(ctx, libY, &messages.StateRequest{Owner: b.id.DeviceID})
+	_, err = ab.Request(ctx, libY, &messages.StateRequest{Owner: b.id.DeviceID})
 	var me *messages.Error
 	if !errors.As(err, &me) || me.Code != messages.CodeNotFound {
 		t.Fatalf("error response: %v", err)
