@@ -71,9 +71,10 @@ func aeCluster(t *testing.T, seed uint64) *cluster {
 	return c
 }
 
-// A delete whose tombstone was pruned while a partner was away reaches it
-// through anti-entropy: catch-up has nothing left to send.
-func TestAntiEntropyRepairsDeleteAfterTombstonePruned(t *testing.T) {
+// A delete whose tombstone is gone (lost behind lsync's back; a pruned one
+// no longer is, see TestTombstonesWaitForAwayPartner) reaches a partner
+// that was away through anti-entropy: catch-up has nothing left to send.
+func TestAntiEntropyRepairsDeleteWithoutTombstone(t *testing.T) {
 	c := aeCluster(t, 19)
 	ctx := ctxT(t)
 	es := addEntries(t, c, 0, 30)
@@ -82,10 +83,28 @@ func TestAntiEntropyRepairsDeleteAfterTombstonePruned(t *testing.T) {
 	if err := c.libs[0].DeleteState(ctx, "entry", es[0]); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "A's tombstone pruned", func() bool {
-		recs, err := c.libs[0].Store().StateRecords(c.devs[0], "entry", []messages.UUID{es[0]})
-		return err == nil && len(recs) == 0
-	})
+	lib := c.libs[0].ID()
+	c.stopNode(0)
+	db, err := sqlite3.Open(filepath.Join(libraryDir(c.homes[0], lib), "database.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := db.Prepare(`DELETE FROM tombstones WHERE uuid = ?`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.BindBlob(1, es[0][:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Exec(); err != nil {
+		t.Fatal(err)
+	}
+	if db.Changes() != 1 {
+		t.Fatalf("deleted %d tombstones, want 1", db.Changes())
+	}
+	st.Close()
+	db.Close()
+	c.start(0)
 	c.net.HealAll()
 	c.converge(true, 15*time.Second)
 	if n := len(c.rows(1, "entry")); n != 29 {
@@ -94,6 +113,76 @@ func TestAntiEntropyRepairsDeleteAfterTombstonePruned(t *testing.T) {
 	eventually(t, 5*time.Second, "the repair counted", func() bool {
 		return c.nodes[1].Metrics().Value("lsync_antientropy_repairs_total", map[string]string{"kind": "deleted"}) >= 1
 	})
+}
+
+// Tombstones older than the retention stay while a partner is away (it has
+// not reported holding them), so it still learns of the deletes when it
+// returns; once it reports, they are pruned.
+func TestTombstonesWaitForAwayPartner(t *testing.T) {
+	c := newCluster(t, 3, 24)
+	c.retention.TombstoneMaxAge = time.Millisecond
+	// A device's state watermark for an owner moves with its catch-up
+	// scans (a live delete does not move it), so a partner reports holding
+	// a device-owned delete after its next periodic catch-up.
+	c.sync.CatchUpInterval = 300 * time.Millisecond
+	for i := range c.nodes {
+		c.stopNode(i)
+		c.start(i)
+	}
+	c.share()
+	ctx := ctxT(t)
+	es := addEntries(t, c, 0, 10)
+	tag, err := c.libs[1].CreateTag(ctx, TagInput{Name: "doomed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.converge(true, 10*time.Second)
+	away := c.devs[2]
+	c.net.Partition(c.devs[0], away)
+	c.net.Partition(c.devs[1], away)
+	if err := c.libs[0].DeleteState(ctx, "entry", es[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.libs[0].DeleteTag(ctx, tag); err != nil {
+		t.Fatal(err)
+	}
+	held := func(i int) (entry, tagTomb bool) {
+		recs, err := c.libs[i].Store().StateRecords(c.devs[0], "entry", []messages.UUID{es[0]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh, err := c.libs[i].Store().SharedRecords("tag", []messages.UUID{tag})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(recs) == 1 && recs[0].Deleted, len(sh) > 0 && sh[0].Op == messages.OpDelete
+	}
+	eventually(t, 5*time.Second, "B to get both deletes", func() bool {
+		e, g := held(1)
+		return e && g
+	})
+	// Many prune rounds (200 ms each) past the 1 ms retention: A and B
+	// keep both tombstones for the away device.
+	time.Sleep(1500 * time.Millisecond)
+	for i := range 2 {
+		if e, g := held(i); !e || !g {
+			t.Fatalf("device %d pruned a tombstone its away partner lacks (entry held %v, tag held %v)", i, e, g)
+		}
+	}
+	c.net.HealAll()
+	c.converge(false, 15*time.Second)
+	if n := len(c.rows(2, "entry")); n != 9 {
+		t.Fatalf("the returning device has %d entries, want 9", n)
+	}
+	eventually(t, 10*time.Second, "the tombstones pruned once every partner holds them", func() bool {
+		for i := range 3 {
+			if e, g := held(i); e || g {
+				return false
+			}
+		}
+		return true
+	})
+	c.converge(true, 10*time.Second)
 }
 
 // A row lost on one device (corruption, a hand-edited database) comes back

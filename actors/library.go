@@ -44,6 +44,7 @@ type libraryActor struct {
 	// the catch-up re-requests everything after the watermark.
 	pending  map[messages.DeviceID][]messages.SharedChange
 	ackDirty map[messages.DeviceID]bool
+	reported map[messages.DeviceID]string // the watermarks last reported to each connected partner
 	ackTimer *time.Timer
 
 	phase Phase
@@ -147,6 +148,7 @@ func (a *libraryActor) Receive(ctx actor.Context) {
 		}
 	case *pruned:
 		a.n.metrics.sharedLog.WithLabelValues(a.id.String()).Set(float64(m.logCount))
+		a.reportWatermarks(ctx)
 	}
 }
 
@@ -160,6 +162,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.retryAt = map[messages.DeviceID]*time.Timer{}
 	a.pending = map[messages.DeviceID][]messages.SharedChange{}
 	a.ackDirty = map[messages.DeviceID]bool{}
+	a.reported = map[messages.DeviceID]string{}
 	a.appliers = map[string]*actor.PID{}
 	a.phase = PhaseReady
 	a.reloadPartners()
@@ -365,8 +368,36 @@ func (a *libraryActor) onPeerDown(ctx actor.Context, m *peerDown) {
 		return
 	}
 	delete(a.peers, m.dev)
+	delete(a.reported, m.dev)
 	if a.partners[m.dev] {
 		a.n.events.emit(Event{Type: EventPeerDisconnected, Library: a.id, Peer: m.dev})
+	}
+}
+
+// reportWatermarks tells each connected partner what this device holds,
+// per origin, when that changed since the last report to it: partners
+// prune a tombstone only once every partner holds it. It runs on the
+// prune timer; a partner that reconnects is told again.
+func (a *libraryActor) reportWatermarks(ctx actor.Context) {
+	if a.bf != nil {
+		return // joining: nothing worth reporting yet
+	}
+	st, err := a.lib.StateWatermarks()
+	if err != nil {
+		return
+	}
+	sh, err := a.lib.SharedWatermarks()
+	if err != nil {
+		return
+	}
+	digest := fmt.Sprint(st, sh)
+	for dev := range a.peers {
+		if !a.partners[dev] || a.reported[dev] == digest {
+			continue
+		}
+		if a.sendTo(ctx, dev, &messages.WatermarkReport{State: st, Shared: sh}) {
+			a.reported[dev] = digest
+		}
 	}
 }
 
@@ -451,6 +482,10 @@ func (a *libraryActor) onInbound(ctx actor.Context, m *inboundMsg) {
 		a.onShared(ctx, m.from, msg.Entries)
 	case *messages.AckSharedChanges:
 		a.onAck(ctx, m.from, msg)
+	case *messages.WatermarkReport:
+		if err := a.lib.RecordPartnerWatermarks(m.from, msg.State, msg.Shared); err != nil {
+			a.n.log.Warn("record a partner's watermarks", "library", a.id, "from", m.from, "err", err)
+		}
 	default:
 		a.n.reject("unexpected_message", "library", a.id, "from", m.from, "type", m.msg.MessageType())
 	}

@@ -42,7 +42,8 @@ const (
 	TypeSyncSetupResponse    Type = 24
 	TypeStateOwnersRequest   Type = 25
 	TypeStateOwnersResponse  Type = 26
-	typeEnd                       = TypeStateOwnersResponse + 1 // one past the last known type; move when appending
+	TypeWatermarkReport      Type = 27
+	typeEnd                       = TypeWatermarkReport + 1 // one past the last known type; move when appending
 )
 
 var typeNames = [...]string{
@@ -72,6 +73,7 @@ var typeNames = [...]string{
 	TypeSyncSetupResponse:    "sync_setup_response",
 	TypeStateOwnersRequest:   "state_owners_request",
 	TypeStateOwnersResponse:  "state_owners_response",
+	TypeWatermarkReport:      "watermark_report",
 }
 
 // Known reports whether t is a type this build understands.
@@ -300,6 +302,17 @@ type AckSharedChanges struct {
 	UpTo     HLC
 }
 
+// WatermarkReport is a live message a device sends each sync partner now
+// and then: everything it holds, per origin, of device-owned state (up to
+// the watermark of its last complete catch-up scan of that owner) and of
+// shared changes (its gap-free watermark). A device prunes a tombstone
+// only once every partner has reported holding it (DESIGN §5).
+type WatermarkReport struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	State    []OriginWatermark
+	Shared   []OriginWatermark
+}
+
 // OriginWatermark is "holds every change of Origin up to HLC".
 type OriginWatermark struct {
 	_msgpack struct{} `msgpack:",as_array"`
@@ -508,6 +521,7 @@ func (*SyncSetupRequest) MessageType() Type     { return TypeSyncSetupRequest }
 func (*SyncSetupResponse) MessageType() Type    { return TypeSyncSetupResponse }
 func (*StateOwnersRequest) MessageType() Type   { return TypeStateOwnersRequest }
 func (*StateOwnersResponse) MessageType() Type  { return TypeStateOwnersResponse }
+func (*WatermarkReport) MessageType() Type      { return TypeWatermarkReport }
 
 // newMessage returns a zero value of the message type t (t must be Known).
 func newMessage(t Type) Message {
@@ -564,6 +578,8 @@ func newMessage(t Type) Message {
 		return new(StateOwnersRequest)
 	case TypeStateOwnersResponse:
 		return new(StateOwnersResponse)
+	case TypeWatermarkReport:
+		return new(WatermarkReport)
 	}
 	return nil
 }

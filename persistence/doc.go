@@ -112,9 +112,18 @@
 // older than the newest pruned one is told to take a snapshot.
 //
 // Hazard: pruning past a partner's ACK (retention caps) forces that
-// partner into a snapshot; pruning tombstones after TombstoneMaxAge lets a
-// write older than the delete resurrect the row, so that age must exceed
-// the time after which a peer is forced into reconciliation.
+// partner into a snapshot.
+//
+// Tombstones are pruned once older than TombstoneMaxAge and held by every
+// sync partner other than their origin, as each partner last reported
+// (partner_watermarks, from messages.WatermarkReport: its state watermark
+// for the owner, or its shared watermark for the delete's origin). A
+// partner that never reports holds them back, so one that returns after
+// months still learns of every delete instead of bringing deleted rows
+// back; removing the partner releases them. Hazard: a device that was
+// never a partner of this one (or whose tombstone was lost) can still
+// resurrect a row whose tombstone is gone; anti-entropy with the owner
+// repairs device-owned rows, not shared ones.
 //
 // # Clock
 //

@@ -51,7 +51,37 @@ func (l *Library) RemovePartner(dev messages.DeviceID) error {
 	if l.w.c.Changes() == 0 {
 		return fmt.Errorf("remove partner %s: %w", dev, ErrNotFound)
 	}
+	if err := l.w.exec(`DELETE FROM partner_watermarks WHERE partner = ?`, dev); err != nil {
+		return fmt.Errorf("remove partner %s: %w", dev, err)
+	}
 	return nil
+}
+
+// RecordPartnerWatermarks stores what partner reported holding, per origin,
+// of device-owned state and of shared changes (never lowering a value).
+func (l *Library) RecordPartnerWatermarks(partner messages.DeviceID, state, shared []messages.OriginWatermark) error {
+	if partner.IsZero() {
+		return fmt.Errorf("record partner watermarks: %w: zero partner", ErrBadValue)
+	}
+	if err := l.lockWriter(); err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	return l.writeTx(nil, func(tx *txn) error {
+		for kind, wms := range [][]messages.OriginWatermark{state, shared} {
+			for _, wm := range wms {
+				if wm.Origin.IsZero() || wm.HLC.IsZero() {
+					continue
+				}
+				if err := tx.c.exec(`INSERT INTO partner_watermarks (partner, kind, origin, hlc) VALUES (?, ?, ?, ?)
+					ON CONFLICT (partner, kind, origin) DO UPDATE SET hlc = max(hlc, excluded.hlc)`,
+					partner, kind, wm.Origin, wm.HLC); err != nil {
+					return fmt.Errorf("record partner watermarks: %w", err)
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // Partners lists the sync partners by device uuid.

@@ -5,6 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/ncruces/go-sqlite3"
 
 	"github.com/lsync/lsync/messages"
 )
@@ -148,4 +151,108 @@ func TestDamagedDatabaseIsReportedNotRepaired(t *testing.T) {
 	if m, _ := filepath.Glob(filepath.Join(dir, LogFile+".damaged-*")); len(m) != 0 {
 		t.Fatalf("a healthy sync.db was set aside: %v", m)
 	}
+}
+
+// A tombstone outlives TombstoneMaxAge until every partner other than its
+// origin has reported holding it, separately for device-owned and shared.
+func TestTombstonesWaitForEveryPartner(t *testing.T) {
+	wall := newFakeWall(time.UnixMilli(baseTS + 1_000_000))
+	l := newLibOpts(t, Options{Self: devA, Wall: wall.Now, Retention: RetentionPolicy{TombstoneMaxAge: time.Hour}})
+	for _, p := range []messages.DeviceID{devB, devC} {
+		if err := l.AddPartner(Partner{Device: p, Name: p.String()[:4], SyncEnabled: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loc, _, err := l.WriteState("location", messages.UUID{}, map[string]any{"path": "/gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	del, _, err := l.DeleteState("location", loc.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, _, err := l.CommitShared("tag", NewUUID(), messages.OpInsert, map[string]any{"canonical_name": "gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	untag, _, err := l.CommitShared("tag", tag.Record, messages.OpDelete, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A delete that originated on B, received here.
+	bTag := NewUUID()
+	bIns := messages.SharedChange{HLC: messages.HLC{Timestamp: untag.HLC.Timestamp + 1, Device: devB.UUID()}, Model: "tag", Record: bTag,
+		Op: messages.OpInsert, Fields: map[string]any{"canonical_name": "b's"}}
+	bDel := messages.SharedChange{HLC: messages.HLC{Timestamp: untag.HLC.Timestamp + 2, Device: devB.UUID()}, Prev: bIns.HLC, Model: "tag", Record: bTag, Op: messages.OpDelete}
+	mustShared(t, l, bIns, bDel)
+
+	tombs := func() map[string]bool {
+		t.Helper()
+		out := map[string]bool{}
+		if err := l.withReader(func(c *conn) error {
+			return c.query(`SELECT uuid FROM tombstones`, nil, func(s *sqlite3.Stmt) error {
+				u := columnUUID(s, 0)
+				switch u {
+				case loc.UUID:
+					out["location"] = true
+				case tag.Record:
+					out["a's tag"] = true
+				case bTag:
+					out["b's tag"] = true
+				}
+				return nil
+			})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	prune := func(want ...string) {
+		t.Helper()
+		if _, err := l.Prune(); err != nil {
+			t.Fatal(err)
+		}
+		got := tombs()
+		if len(got) != len(want) {
+			t.Fatalf("tombstones left %v, want %v", got, want)
+		}
+		for _, w := range want {
+			if !got[w] {
+				t.Fatalf("tombstones left %v, want %v", got, want)
+			}
+		}
+	}
+	all := []string{"location", "a's tag", "b's tag"}
+	prune(all...) // young: kept whatever the partners hold
+	wall.Set(wall.Now().Add(2 * time.Hour))
+	prune(all...) // old, but no partner has reported anything
+
+	wm := func(dev messages.DeviceID, h messages.HLC) []messages.OriginWatermark {
+		return []messages.OriginWatermark{{Origin: dev, HLC: h}}
+	}
+	// B holds everything of A; C has reported nothing yet.
+	if err := l.RecordPartnerWatermarks(devB, wm(devA, del.HLC), wm(devA, untag.HLC)); err != nil {
+		t.Fatal(err)
+	}
+	prune(all...)
+	// C holds A's state up to the delete, but A's shared log only up to
+	// before the untagging: the location's tombstone goes, the tag's stays.
+	if err := l.RecordPartnerWatermarks(devC, wm(devA, del.HLC), wm(devA, tag.HLC)); err != nil {
+		t.Fatal(err)
+	}
+	prune("a's tag", "b's tag")
+	// A report never lowers what was recorded.
+	if err := l.RecordPartnerWatermarks(devC, wm(devA, loc.HLC), nil); err != nil {
+		t.Fatal(err)
+	}
+	// C catches up with A's log: A's tag tombstone goes. B's delete waits
+	// for C only (B is its origin).
+	if err := l.RecordPartnerWatermarks(devC, nil, wm(devA, untag.HLC)); err != nil {
+		t.Fatal(err)
+	}
+	prune("b's tag")
+	if err := l.RecordPartnerWatermarks(devC, nil, wm(devB, bDel.HLC)); err != nil {
+		t.Fatal(err)
+	}
+	prune()
 }

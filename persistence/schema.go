@@ -143,7 +143,8 @@ func migrate(c *conn, reg *Registry) error {
 	}
 	// Model tables follow the registry (CREATE IF NOT EXISTS): the default
 	// registry's are part of schema 1; a host's extra models are added.
-	var ddl []string
+	// So do local tables added to schema 1 after libraries existed.
+	ddl := append([]string(nil), localTablesDDL...)
 	for _, name := range reg.order {
 		ddl = append(ddl, reg.models[name].sql.ddl...)
 	}
@@ -152,6 +153,20 @@ func migrate(c *conn, reg *Registry) error {
 		return fmt.Errorf("create model tables: %w", err)
 	}
 	return nil
+}
+
+// localTablesDDL creates local tables that schema 1 gained later; run at
+// every open.
+var localTablesDDL = []string{
+	// What each sync partner reported holding (messages.WatermarkReport):
+	// kind 0 is device-owned state, 1 shared changes. Tombstones are pruned
+	// only below what every partner holds.
+	`CREATE TABLE IF NOT EXISTS partner_watermarks (
+		partner BLOB NOT NULL,
+		kind INTEGER NOT NULL,
+		origin BLOB NOT NULL,
+		hlc BLOB NOT NULL,
+		PRIMARY KEY (partner, kind, origin)) WITHOUT ROWID`,
 }
 
 func schemaTooNew(v int) error {

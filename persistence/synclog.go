@@ -3,6 +3,7 @@ package persistence
 import (
 	"bytes"
 	"fmt"
+	"math"
 
 	"github.com/ncruces/go-sqlite3"
 	"github.com/vmihailenco/msgpack/v5"
@@ -323,18 +324,117 @@ func (l *Library) pruneLogLocked() (n int, err error) {
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, pruned)
 }
 
+// pruneTombstonesLocked drops tombstones older than TombstoneMaxAge that
+// every sync partner has reported holding (DESIGN §5): a partner's state
+// watermark for the owner (device-owned rows) or its shared watermark for
+// the delete's origin covers the tombstone's HLC. The origin itself needs
+// no report. A partner that never reports holds its tombstones back, so a
+// device away for longer than the retention still gets every delete when
+// it returns instead of bringing deleted rows back to life; removing the
+// partner releases them.
 func (l *Library) pruneTombstonesLocked() error {
 	cutoff := l.wall().Add(-l.opts.Retention.TombstoneMaxAge)
 	cut := messages.HLC{Timestamp: uint64(max(cutoff.UnixMilli(), 1))}
 	return l.writeTx(nil, func(tx *txn) error {
-		if err := tx.c.exec(`DELETE FROM tombstones WHERE hlc < ?`, cmpHLC(cut)); err != nil {
+		acked, err := tx.partnerAcks()
+		if err != nil {
 			return err
+		}
+		// Device-owned tombstones, per owner.
+		type ownerModel struct {
+			model string
+			owner int64
+		}
+		var owned []ownerModel
+		if err := tx.c.query(`SELECT DISTINCT model, owner_id FROM tombstones WHERE owner_id != 0 AND hlc < ?`, []any{cmpHLC(cut)},
+			func(s *sqlite3.Stmt) error {
+				owned = append(owned, ownerModel{s.ColumnText(0), s.ColumnInt64(1)})
+				return nil
+			}); err != nil {
+			return err
+		}
+		for _, om := range owned {
+			dev, ok := l.ownerDev[om.owner]
+			if !ok {
+				continue
+			}
+			held, ok := acked(0, dev)
+			if !ok {
+				continue
+			}
+			if err := tx.c.exec(`DELETE FROM tombstones WHERE model = ? AND owner_id = ? AND hlc < ? AND hlc <= ?`,
+				om.model, om.owner, cmpHLC(cut), cmpHLC(held)); err != nil {
+				return err
+			}
+		}
+		// Shared tombstones, per origin (the device of the delete's HLC).
+		var origins []messages.DeviceID
+		if err := tx.c.query(`SELECT DISTINCT substr(hlc, 13, 16) FROM tombstones WHERE owner_id = 0 AND hlc < ?`, []any{cmpHLC(cut)},
+			func(s *sqlite3.Stmt) error {
+				origins = append(origins, messages.DeviceID(columnUUID(s, 0)))
+				return nil
+			}); err != nil {
+			return err
+		}
+		for _, o := range origins {
+			held, ok := acked(1, o)
+			if !ok {
+				continue
+			}
+			if err := tx.c.exec(`DELETE FROM tombstones WHERE owner_id = 0 AND substr(hlc, 13, 16) = ? AND hlc < ? AND hlc <= ?`,
+				o, cmpHLC(cut), cmpHLC(held)); err != nil {
+				return err
+			}
 		}
 		if err := tx.c.exec(`DELETE FROM fk_parked WHERE held = 1 AND parked_at < ?`, cutoff.UnixMilli()); err != nil {
 			return err
 		}
 		return l.reloadLocked()
 	})
+}
+
+// partnerAcks returns, for a kind (0 state, 1 shared) and an origin, the
+// HLC up to which every partner other than the origin holds the origin's
+// changes: the smallest reported watermark, or the largest HLC when there
+// is no such partner. ok is false when a partner has reported nothing for
+// it (prune nothing).
+func (tx *txn) partnerAcks() (func(kind int, origin messages.DeviceID) (messages.HLC, bool), error) {
+	var partners []messages.DeviceID
+	if err := tx.c.query(`SELECT device FROM sync_partners`, nil, func(s *sqlite3.Stmt) error {
+		partners = append(partners, messages.DeviceID(columnUUID(s, 0)))
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	type key struct {
+		partner, origin messages.DeviceID
+		kind            int
+	}
+	wm := map[key]messages.HLC{}
+	if err := tx.c.query(`SELECT partner, kind, origin, hlc FROM partner_watermarks`, nil, func(s *sqlite3.Stmt) error {
+		h, err := columnHLC(s, 3)
+		wm[key{messages.DeviceID(columnUUID(s, 0)), messages.DeviceID(columnUUID(s, 2)), s.ColumnInt(1)}] = h
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	all := messages.HLC{Timestamp: math.MaxUint64, Counter: math.MaxUint32, Device: [16]byte{0: 0xff, 15: 0xff}}
+	return func(kind int, origin messages.DeviceID) (messages.HLC, bool) {
+		held := all
+		for _, p := range partners {
+			if p == origin {
+				continue
+			}
+			h, ok := wm[key{p, origin, kind}]
+			if !ok {
+				return messages.HLC{}, false
+			}
+			if h.Compare(held) < 0 {
+				held = h
+			}
+		}
+		return held, true
+	}, nil
 }
 
 // LogCount is the number of entries in sync.db.
