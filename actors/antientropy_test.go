@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/ncruces/go-sqlite3"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
 )
 
 func TestSplitRangeCoversTheSpace(t *testing.T) {
@@ -239,5 +241,52 @@ func TestAntiEntropyRestoresLostRows(t *testing.T) {
 	// raced the first restart's watermark rise.
 	eventually(t, 5*time.Second, "the repairs counted", func() bool {
 		return c.nodes[1].Metrics().Value("lsync_antientropy_repairs_total", map[string]string{"kind": "fetched"}) >= 1
+	})
+}
+
+// Removing a partner that is gone for good releases the tombstones held
+// for it, and its messages are refused from then on.
+func TestRemovePartnerReleasesTombstones(t *testing.T) {
+	c := newCluster(t, 3, 25)
+	c.retention.TombstoneMaxAge = time.Millisecond
+	c.sync.CatchUpInterval = 300 * time.Millisecond // B's report covers the delete after its next scan
+	for i := range c.nodes {
+		c.stopNode(i)
+		c.start(i)
+	}
+	c.share()
+	ctx := ctxT(t)
+	es := addEntries(t, c, 0, 5)
+	c.converge(true, 10*time.Second)
+	lost := c.devs[2]
+	c.net.Partition(c.devs[0], lost)
+	c.net.Partition(c.devs[1], lost)
+	if err := c.libs[0].DeleteState(ctx, "entry", es[0]); err != nil {
+		t.Fatal(err)
+	}
+	tomb := func() bool {
+		recs, err := c.libs[0].Store().StateRecords(c.devs[0], "entry", []messages.UUID{es[0]})
+		return err == nil && len(recs) == 1
+	}
+	time.Sleep(600 * time.Millisecond) // three prune rounds
+	if !tomb() {
+		t.Fatal("tombstone pruned while a partner was away")
+	}
+	if err := c.libs[0].RemovePartner(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.libs[0].RemovePartner(ctx, lost); !errors.Is(err, persistence.ErrNotFound) {
+		t.Fatalf("removing it again: %v, want ErrNotFound", err)
+	}
+	// A now waits for B alone, which reports holding the delete after its
+	// next catch-up scan.
+	eventually(t, 10*time.Second, "the tombstone released", func() bool { return !tomb() })
+	c.net.HealAll()
+	before := c.nodes[0].Metrics().Value("lsync_rejected_total", map[string]string{"reason": "unauthorized"})
+	if _, err := c.libs[2].CreateTag(ctx, TagInput{Name: "from the lost device"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "A to refuse the removed device", func() bool {
+		return c.nodes[0].Metrics().Value("lsync_rejected_total", map[string]string{"reason": "unauthorized"}) > before
 	})
 }

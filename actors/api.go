@@ -436,6 +436,25 @@ func (l *Library) AddPartner(ctx context.Context, dev messages.DeviceID, name st
 	return l.addPartner(ctx, dev, name, false)
 }
 
+// RemovePartner stops syncing this library with dev, on this device only
+// (dev may be gone for good: a lost phone). What this device kept for it
+// is released: its log entries no longer wait for dev's ACK, nor its
+// tombstones for dev's report. Messages from dev are refused from now on.
+func (l *Library) RemovePartner(ctx context.Context, dev messages.DeviceID) error {
+	_, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
+		if err := a.lib.RemovePartner(dev); err != nil {
+			return nil, err
+		}
+		delete(a.partners, dev)
+		delete(a.reported, dev)
+		return nil, nil
+	})
+	if err == nil {
+		_, err = l.store.Prune()
+	}
+	return err
+}
+
 // Join backfills this library from source (a partner), as sync-setup
 // --action join does; it returns once the job is started. Progress is in
 // Status().Backfill and EventBackfillProgress; WaitReady waits for the end.

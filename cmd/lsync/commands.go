@@ -426,7 +426,28 @@ lacks it, and syncing starts at once.
 	setup.Flags().StringVar(&action, "action", "", "register-only or join")
 	setup.Flags().DurationVar(&setupWait, "connect-timeout", defaultConnectWait, "how long to wait for the device to connect")
 	setup.Flags().BoolVar(&snapshot, "snapshot", false, "with --action join: copy the partner's database file, then catch up")
-	cmd.AddCommand(pair, peers, discover, setup)
+	remove := &cobra.Command{
+		Use:   "sync-remove LIB DEVICE",
+		Short: "Stop syncing a library with a device (for example a lost one)",
+		Long: `Stop syncing a library with one of its sync partners, on this device. Use it
+for a device that is gone for good: until it is removed, this device keeps
+the shared changes and delete records that device has not acknowledged,
+waiting for it to come back. The other device is not told; run the command
+on each device that syncs with it. DEVICE is an id (paired or not) or the
+exact name of a paired device.`,
+		Example: `  lsync network sync-remove "Family photos" 3f1c9a2e-0b7d-8e45-9a61-5c2f0e7d1b34`,
+		Args:    args(cobra.ExactArgs(2)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			var r map[string]string
+			if err := g.callInto(cmd.Context(), opSyncRemove, syncRemoveArgs{Lib: a[0], Device: a[1]}, &r); err != nil {
+				return err
+			}
+			return g.output(r, func(w io.Writer) {
+				fmt.Fprintf(w, "Library %s no longer syncs with %s here\n", r["library"], r["device"])
+			})
+		}),
+	}
+	cmd.AddCommand(pair, peers, discover, setup, remove)
 	return cmd
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lsync/lsync/actors"
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
 )
 
 // handler serves one operation. progress sends a progress line to the
@@ -36,6 +37,7 @@ func init() {
 		opPeers:         hPeers,
 		opDiscover:      hDiscover,
 		opSyncSetup:     hSyncSetup,
+		opSyncRemove:    hSyncRemove,
 		opLocationAdd:   hLocationAdd,
 		opTagCreate:     hTagCreate,
 		opTagApply:      hTagApply,
@@ -735,6 +737,32 @@ func onLibrary(fn func(ctx context.Context, lib *actors.Library) (any, error)) h
 		}
 		return fn(ctx, lib)
 	}
+}
+
+func hSyncRemove(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[syncRemoveArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	lib, err := s.library(ctx, a.Lib)
+	if err != nil {
+		return nil, err
+	}
+	// A uuid need not be paired any more (a lost device may have been
+	// forgotten); a name must be.
+	dev, name := messages.DeviceID{}, ""
+	if u, perr := uuid.Parse(a.Device); perr == nil {
+		dev = messages.DeviceID(u)
+	} else if dev, name, err = s.device(a.Device); err != nil {
+		return nil, err
+	}
+	if err := lib.RemovePartner(ctx, dev); err != nil {
+		if errors.Is(err, persistence.ErrNotFound) {
+			return nil, fmt.Errorf("device %s is not a sync partner of library %q", a.Device, lib.Name())
+		}
+		return nil, err
+	}
+	return map[string]string{"library": lib.ID().String(), "device": dev.String(), "name": name}, nil
 }
 
 func hWatch(ctx context.Context, s *server, raw json.RawMessage, progress func(any)) (any, error) {

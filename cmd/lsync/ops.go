@@ -32,6 +32,7 @@ const (
 	opSyncFailed    = "sync.failed"
 	opSyncRetry     = "sync.retry"
 	opLibraryRepair = "library.repair"
+	opSyncRemove    = "network.sync_remove"
 	opWatch         = "watch"
 )
 
@@ -43,6 +44,11 @@ type deviceInfo struct {
 	Home          string `json:"home"`
 	PID           int    `json:"pid"`
 	SchemaVersion int    `json:"schema_version"`
+}
+
+type syncRemoveArgs struct {
+	Lib    string `json:"lib"`
+	Device string `json:"device"`
 }
 
 type libArgs struct {

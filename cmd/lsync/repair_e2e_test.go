@@ -66,6 +66,10 @@ func TestE2ELibraryRepair(t *testing.T) {
 	if out := a.mustRun("sync", "retry", "Photos"); !strings.Contains(out, "No failed records.") {
 		t.Fatalf("sync retry output:\n%s", out)
 	}
+	_, stderr, code := a.run("network", "sync-remove", "Photos", "3f1c9a2e-0b7d-4e45-9a61-5c2f0e7d1b34")
+	if code == 0 || !strings.Contains(stderr, "is not a sync partner") {
+		t.Fatalf("sync-remove of a stranger: exit %d, %q", code, stderr)
+	}
 }
 
 // Damaged library files at daemon start: a damaged sync.db is set aside
