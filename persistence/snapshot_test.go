@@ -32,6 +32,9 @@ func TestSnapshotInstallCarriesStateAndWatermarks(t *testing.T) {
 	if err := src.AddPartner(Partner{Device: devB, SyncEnabled: true}); err != nil {
 		t.Fatal(err)
 	}
+	if err := src.RecordPartnerWatermarks(devB, []messages.OriginWatermark{{Origin: devA, HLC: hlcAt(4, 0, devA)}}, nil); err != nil {
+		t.Fatal(err)
+	}
 	snap := filepath.Join(t.TempDir(), "snap.db")
 	if err := src.SnapshotTo(snap); err != nil {
 		t.Fatal(err)
@@ -59,6 +62,13 @@ func TestSnapshotInstallCarriesStateAndWatermarks(t *testing.T) {
 	}
 	if ps, _ := dst.Partners(); len(ps) != 0 {
 		t.Fatalf("the source's partners came along: %v", ps)
+	}
+	var reports int64
+	if err := dst.withReader(func(c *conn) (err error) {
+		reports, err = c.queryInt(`SELECT count(*) FROM partner_watermarks`)
+		return err
+	}); err != nil || reports != 0 {
+		t.Fatalf("the source's partner reports came along: %d (%v)", reports, err)
 	}
 	if got := dst.StateWatermark(devB); got != hlcAt(5, 0, devB) {
 		t.Fatalf("watermark of B: %s", got)
