@@ -190,7 +190,7 @@ func (n *nodeCore) retryFailed(ctx context.Context, lib *persistence.Library, id
 		}
 		rep.Recovered++
 		n.metrics.retries.WithLabelValues("recovered").Inc()
-		n.events.emit(Event{Type: EventResourceChanged, Library: id, Model: model, UUID: u, Count: 1, Detail: "failed record applied on retry"})
+		n.events.emit(Event{Type: EventSyncedFromPeer, Library: id, Model: model, UUID: u, Count: 1, Detail: "failed record applied on retry"})
 	}
 	if rep.Retried > 0 {
 		n.log.Info("failed records retried", "library", id, "retried", rep.Retried, "recovered", rep.Recovered, "still_failing", rep.Failing)
