@@ -132,3 +132,36 @@ func BenchmarkPageSpool(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkPageSpoolCycle is what a join does per page: look for the page
+// on disk (a miss), store it, and drop it once committed.
+func BenchmarkPageSpoolCycle(b *testing.B) {
+	for _, rows := range []int{1, 10000} {
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
+			owner := messages.DeviceID(uuid.New())
+			clock := messages.NewClock(uuid.UUID(owner), nil, 0)
+			resp := &messages.StateResponse{Owner: owner, Model: "entry", HasMore: true}
+			for i := range rows {
+				resp.Records = append(resp.Records, messages.StateRecord{UUID: messages.UUID(uuid.New()), HLC: clock.Now(),
+					Values: []any{fmt.Sprintf("file-%d.jpg", i), "jpg", int64(1234567 + i), int64(1700000000 + i)}})
+			}
+			env, err := messages.Encode(messages.LibraryID{}, resp)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := &pageSpool{dir: b.TempDir(), source: messages.DeviceID(uuid.New())}
+			i := 0
+			for b.Loop() {
+				i++
+				req := &messages.StateRequest{Owner: owner, Model: "entry", Limit: uint32(rows), Cursor: messages.Cursor{HLC: messages.HLC{Timestamp: uint64(i)}}}
+				if _, ok := s.load(req); ok {
+					b.Fatal("hit")
+				}
+				if err := s.store(req, env); err != nil {
+					b.Fatal(err)
+				}
+				s.drop(req)
+			}
+		})
+	}
+}
