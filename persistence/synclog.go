@@ -250,13 +250,20 @@ func (l *Library) Prune() (int, error) {
 	return n, nil
 }
 
-func (l *Library) pruneLogLocked() (n int, err error) {
-	c := l.w
+// partnerDevices lists the sync partners' ids.
+func partnerDevices(c *conn) ([]messages.DeviceID, error) {
 	var partners []messages.DeviceID
-	if err := c.query(`SELECT device FROM sync_partners`, nil, func(s *sqlite3.Stmt) error {
+	err := c.query(`SELECT device FROM sync_partners`, nil, func(s *sqlite3.Stmt) error {
 		partners = append(partners, messages.DeviceID(columnUUID(s, 0)))
 		return nil
-	}); err != nil {
+	})
+	return partners, err
+}
+
+func (l *Library) pruneLogLocked() (n int, err error) {
+	c := l.w
+	partners, err := partnerDevices(c)
+	if err != nil {
 		return 0, err
 	}
 	acks := map[messages.DeviceID]messages.HLC{}
@@ -336,9 +343,26 @@ func (l *Library) pruneTombstonesLocked() error {
 	cutoff := l.wall().Add(-l.opts.Retention.TombstoneMaxAge)
 	cut := messages.HLC{Timestamp: uint64(max(cutoff.UnixMilli(), 1))}
 	return l.writeTx(nil, func(tx *txn) error {
-		acked, err := tx.partnerAcks()
-		if err != nil {
-			return err
+		removed := 0
+		var acked func(kind int, origin messages.DeviceID) (messages.HLC, bool)
+		// del runs a DELETE of tombstones held by every partner, loading the
+		// partners' reports the first time one is needed.
+		del := func(kind int, origin messages.DeviceID, sql string, args ...any) error {
+			if acked == nil {
+				var err error
+				if acked, err = tx.partnerAcks(); err != nil {
+					return err
+				}
+			}
+			held, ok := acked(kind, origin)
+			if !ok {
+				return nil
+			}
+			if err := tx.c.exec(sql, append(args, cmpHLC(cut), cmpHLC(held))...); err != nil {
+				return err
+			}
+			removed += int(tx.c.c.Changes())
+			return nil
 		}
 		// Device-owned tombstones, per owner.
 		type ownerModel struct {
@@ -354,17 +378,10 @@ func (l *Library) pruneTombstonesLocked() error {
 			return err
 		}
 		for _, om := range owned {
-			dev, ok := l.ownerDev[om.owner]
-			if !ok {
-				continue
-			}
-			held, ok := acked(0, dev)
-			if !ok {
-				continue
-			}
-			if err := tx.c.exec(`DELETE FROM tombstones WHERE model = ? AND owner_id = ? AND hlc < ? AND hlc <= ?`,
-				om.model, om.owner, cmpHLC(cut), cmpHLC(held)); err != nil {
-				return err
+			if dev, ok := l.ownerDev[om.owner]; ok {
+				if err := del(0, dev, `DELETE FROM tombstones WHERE model = ? AND owner_id = ? AND hlc < ? AND hlc <= ?`, om.model, om.owner); err != nil {
+					return err
+				}
 			}
 		}
 		// Shared tombstones, per origin (the device of the delete's HLC).
@@ -377,17 +394,16 @@ func (l *Library) pruneTombstonesLocked() error {
 			return err
 		}
 		for _, o := range origins {
-			held, ok := acked(1, o)
-			if !ok {
-				continue
-			}
-			if err := tx.c.exec(`DELETE FROM tombstones WHERE owner_id = 0 AND substr(hlc, 13, 16) = ? AND hlc < ? AND hlc <= ?`,
-				o, cmpHLC(cut), cmpHLC(held)); err != nil {
+			if err := del(1, o, `DELETE FROM tombstones WHERE owner_id = 0 AND substr(hlc, 13, 16) = ? AND hlc < ? AND hlc <= ?`, o); err != nil {
 				return err
 			}
 		}
 		if err := tx.c.exec(`DELETE FROM fk_parked WHERE held = 1 AND parked_at < ?`, cutoff.UnixMilli()); err != nil {
 			return err
+		}
+		removed += int(tx.c.c.Changes())
+		if removed == 0 {
+			return nil // this runs on every prune tick: reload only after a change
 		}
 		return l.reloadLocked()
 	})
@@ -399,11 +415,8 @@ func (l *Library) pruneTombstonesLocked() error {
 // is no such partner. ok is false when a partner has reported nothing for
 // it (prune nothing).
 func (tx *txn) partnerAcks() (func(kind int, origin messages.DeviceID) (messages.HLC, bool), error) {
-	var partners []messages.DeviceID
-	if err := tx.c.query(`SELECT device FROM sync_partners`, nil, func(s *sqlite3.Stmt) error {
-		partners = append(partners, messages.DeviceID(columnUUID(s, 0)))
-		return nil
-	}); err != nil {
+	partners, err := partnerDevices(tx.c)
+	if err != nil {
 		return nil, err
 	}
 	type key struct {
