@@ -236,11 +236,6 @@ func (tx *txn) addShared(mi *modelInfo, u messages.UUID, row *lwwRow) (bool, err
 // storeShared runs the insert (id 0: uuid first) or update (id last) of
 // a whole row.
 func (tx *txn) storeShared(mi *modelInfo, sql string, u messages.UUID, row *lwwRow, id int64) error {
-	s, temp, err := tx.c.prep(sql)
-	if err != nil {
-		return err
-	}
-	defer release(s, temp)
 	args := make([]any, 0, 3+2*len(row.vals))
 	if id == 0 {
 		args = append(args, u)
@@ -252,10 +247,7 @@ func (tx *txn) storeShared(mi *modelInfo, sql string, u messages.UUID, row *lwwR
 	if id != 0 {
 		args = append(args, id)
 	}
-	if err := bindArgs(s, args...); err != nil {
-		return err
-	}
-	return s.Exec()
+	return tx.c.exec(sql, args...)
 }
 
 // sharedModel resolves the model of a change, rejecting unknown models and
@@ -397,6 +389,9 @@ func (l *Library) CommitShared(model string, u messages.UUID, op messages.Change
 // Either every write is refused (a validation error) or every one is logged.
 func (l *Library) CommitSharedBatch(writes []SharedWrite) ([]messages.SharedChange, ApplyResult, error) {
 	var res ApplyResult
+	if len(writes) == 0 {
+		return nil, res, nil
+	}
 	cs := make([]messages.SharedChange, len(writes))
 	mis := make([]*modelInfo, len(writes))
 	for i, w := range writes {

@@ -236,15 +236,16 @@ func (l *Library) init() error {
 	return l.replayLocked()
 }
 
+// maxStoredHLCLocked is the largest HLC stored anywhere: what reloadLocked
+// loaded (kv's max_hlc, last_logged, the watermarks), and the log and ACKs.
 func (l *Library) maxStoredHLCLocked() (messages.HLC, error) {
-	m := l.maxStored
-	for _, q := range []string{
-		`SELECT max(hlc) FROM log.shared_changes`,
-		`SELECT value FROM log.log_meta WHERE key = 'last_logged'`,
-		`SELECT max(last_acked_hlc) FROM log.peer_acks`,
-		`SELECT max(state_watermark) FROM peer_sync_state`,
-		`SELECT max(shared_watermark) FROM peer_sync_state`,
-	} {
+	m := maxHLC(l.maxStored, l.pub.lastLogged)
+	for _, wms := range []map[messages.DeviceID]messages.HLC{l.pub.stateWM, l.pub.sharedWM} {
+		for _, h := range wms {
+			m = maxHLC(m, h)
+		}
+	}
+	for _, q := range []string{`SELECT max(hlc) FROM log.shared_changes`, `SELECT max(last_acked_hlc) FROM log.peer_acks`} {
 		h, err := l.w.queryHLC(q)
 		if err != nil {
 			return m, err
@@ -252,6 +253,37 @@ func (l *Library) maxStoredHLCLocked() (messages.HLC, error) {
 		m = maxHLC(m, h)
 	}
 	return m, nil
+}
+
+// ownerMaxHLC is the newest HLC among owner's rows and tombstones.
+func (l *Library) ownerMaxHLC(c *conn, ownerID int64) (messages.HLC, error) {
+	var m messages.HLC
+	for _, name := range l.reg.deviceOwned {
+		h, err := c.queryHLC(l.reg.models[name].sql.maxOwner, ownerID)
+		if err != nil {
+			return m, err
+		}
+		m = maxHLC(m, h)
+		if h, err = c.queryHLC(`SELECT max(hlc) FROM tombstones WHERE model = ? AND owner_id = ?`, name, ownerID); err != nil {
+			return m, err
+		}
+		m = maxHLC(m, h)
+	}
+	return m, nil
+}
+
+// reloadCountsLocked re-reads the parked and tombstone counts.
+func (l *Library) reloadCountsLocked() error {
+	n, err := l.w.queryInt(`SELECT count(*) FROM fk_parked`)
+	if err != nil {
+		return err
+	}
+	l.parked = int(n)
+	l.tombs = map[string]int{}
+	return l.w.query(`SELECT model, count(*) FROM tombstones GROUP BY model`, nil, func(s *sqlite3.Stmt) error {
+		l.tombs[s.ColumnText(0)] = int(s.ColumnInt64(1))
+		return nil
+	})
 }
 
 // reloadLocked re-reads every in-memory mirror of the database: on open
@@ -269,17 +301,7 @@ func (l *Library) reloadLocked() error {
 		return err
 	}
 	l.selfID = l.owners[l.self]
-	n, err := c.queryInt(`SELECT count(*) FROM fk_parked`)
-	if err != nil {
-		return err
-	}
-	l.parked = int(n)
-	l.tombs = map[string]int{}
-	err = c.query(`SELECT model, count(*) FROM tombstones GROUP BY model`, nil, func(s *sqlite3.Stmt) error {
-		l.tombs[s.ColumnText(0)] = int(s.ColumnInt64(1))
-		return nil
-	})
-	if err != nil {
+	if err := l.reloadCountsLocked(); err != nil {
 		return err
 	}
 	if l.maxStored, err = c.queryHLC(`SELECT value FROM kv WHERE key = 'max_hlc'`); err != nil {
@@ -314,17 +336,8 @@ func (l *Library) reloadLocked() error {
 	}
 	selfState := messages.HLC{}
 	if l.selfID != 0 {
-		for _, name := range l.reg.deviceOwned {
-			h, err := c.queryHLC(l.reg.models[name].sql.maxOwner, l.selfID)
-			if err != nil {
-				return err
-			}
-			selfState = maxHLC(selfState, h)
-			h, err = c.queryHLC(`SELECT max(hlc) FROM tombstones WHERE model = ? AND owner_id = ?`, name, l.selfID)
-			if err != nil {
-				return err
-			}
-			selfState = maxHLC(selfState, h)
+		if selfState, err = l.ownerMaxHLC(c, l.selfID); err != nil {
+			return err
 		}
 	}
 	l.pub.Lock()

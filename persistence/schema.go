@@ -185,7 +185,6 @@ type modelSQL struct {
 	update     string // hlc, cols..., id
 	byUUID     string // -> id, owner_id, hlc, cols (SQL form)
 	refInfo    string // uuid -> id, owner_id
-	uuidByID   string // id -> uuid
 	recordCols string // select list: uuid, hlc, owner uuid, cols (wire form); alias t, join o
 	query      string
 	page       string // owner_id, bound hlc, bound uuid, limit (see pageBound)
@@ -257,7 +256,6 @@ func buildModelSQL(mi *modelInfo) modelSQL {
 		q.update = fmt.Sprintf(`UPDATE %s SET hlc = ?%s WHERE id = ?`, t, prefixJoin(", ", sets))
 		q.byUUID = fmt.Sprintf(`SELECT id, owner_id, hlc%s FROM %s WHERE uuid = ?`, prefixJoin(", ", cols), t)
 		q.refInfo = fmt.Sprintf(`SELECT id, owner_id FROM %s WHERE uuid = ?`, t)
-		q.uuidByID = fmt.Sprintf(`SELECT uuid FROM %s WHERE id = ?`, t)
 		q.delete = fmt.Sprintf(`DELETE FROM %s WHERE id = ?`, t)
 		q.maxOwner = fmt.Sprintf(`SELECT max(hlc) FROM %s WHERE owner_id = ?`, t)
 		wire := []string{"t.uuid", "t.hlc", "o.uuid"}

@@ -84,18 +84,10 @@ func (l *Library) resetAfterSnapshot(source messages.DeviceID) error {
 	// source's own rows: the newest HLC among them and its tombstones.
 	var srcWM messages.HLC
 	if id, ok := l.owners[source]; ok {
-		for _, name := range l.reg.DeviceOwned() {
-			h, err := l.w.queryHLC(`SELECT max(hlc) FROM "`+name+`" WHERE owner_id = ?`, id)
-			if err != nil {
-				return err
-			}
-			srcWM = maxHLC(srcWM, h)
-		}
-		h, err := l.w.queryHLC(`SELECT max(hlc) FROM tombstones WHERE owner_id = ?`, id)
-		if err != nil {
+		var err error
+		if srcWM, err = l.ownerMaxHLC(l.w, id); err != nil {
 			return err
 		}
-		srcWM = maxHLC(srcWM, h)
 	}
 	return l.writeTx(nil, func(tx *txn) error {
 		for _, q := range []string{`DELETE FROM sync_partners`, `DELETE FROM partner_watermarks`, `DELETE FROM checkpoints`, `DELETE FROM failed_records`} {

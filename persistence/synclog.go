@@ -403,9 +403,9 @@ func (l *Library) pruneTombstonesLocked() error {
 		}
 		removed += int(tx.c.c.Changes())
 		if removed == 0 {
-			return nil // this runs on every prune tick: reload only after a change
+			return nil // this runs on every prune tick: recount only after a change
 		}
-		return l.reloadLocked()
+		return l.reloadCountsLocked()
 	})
 }
 
