@@ -633,22 +633,37 @@ func (tx *txn) finishTagGraph() error {
 		}
 		return nil
 	}
+	return tx.rebuildTagGraph(mi, edges)
+}
+
+// acceptedGraph decides which edges are accepted (acceptEdges) and builds
+// the graph of the accepted ones.
+func acceptedGraph(edges []tagEdge) (map[messages.UUID]bool, tagGraph) {
 	rejected := acceptEdges(edges)
-	full := tagGraph{}
+	g := tagGraph{}
+	for _, e := range edges {
+		if !rejected[e.u] {
+			g.add(e.parent, e.child)
+		}
+	}
+	return rejected, g
+}
+
+// rebuildTagGraph recomputes every edge's cycle_rejected flag and the
+// whole tag_closure from edges (all present tag_relationship rows).
+func (tx *txn) rebuildTagGraph(mi *modelInfo, edges []tagEdge) error {
+	rejected, g := acceptedGraph(edges)
 	for _, e := range edges {
 		if rejected[e.u] != e.rejected {
-			if err := setRejected(e.u, rejected[e.u]); err != nil {
+			if err := tx.c.exec(`UPDATE `+mi.table+` SET cycle_rejected = ? WHERE uuid = ?`, rejected[e.u], e.u); err != nil {
 				return err
 			}
-		}
-		if !rejected[e.u] {
-			full.add(e.parent, e.child)
 		}
 	}
 	if err := tx.c.exec(`DELETE FROM tag_closure`); err != nil {
 		return err
 	}
-	for p, d := range full.closure() {
+	for p, d := range g.closure() {
 		if err := tx.c.exec(`INSERT INTO tag_closure (ancestor_uuid, descendant_uuid, depth) VALUES (?, ?, ?)`, p.a, p.d, d); err != nil {
 			return err
 		}
@@ -785,15 +800,11 @@ func verifyTags(c *conn, mi *modelInfo) error {
 	if err != nil {
 		return err
 	}
-	rejected := acceptEdges(edges)
-	g := tagGraph{}
+	rejected, g := acceptedGraph(edges)
 	var diffs []string
 	for _, e := range edges {
 		if rejected[e.u] != e.rejected {
 			diffs = append(diffs, fmt.Sprintf("edge %s cycle_rejected=%v, want %v", e.u, e.rejected, rejected[e.u]))
-		}
-		if !rejected[e.u] {
-			g.add(e.parent, e.child)
 		}
 	}
 	want := g.closure()
@@ -875,17 +886,12 @@ func (l *Library) RebuildDerived() (DerivedRebuild, error) {
 			}
 		}
 		if mi := tx.edgeModel(); mi != nil {
-			if err := tx.c.exec(`DELETE FROM tag_closure`); err != nil {
-				return err
-			}
 			edges, err := loadEdges(tx.c, mi)
 			if err != nil {
 				return err
 			}
-			// Every edge counts as changed, so finish recomputes the
-			// acceptance and the closure from scratch.
-			for _, e := range edges {
-				tx.touchEdge(e.u, true)
+			if err := tx.rebuildTagGraph(mi, edges); err != nil {
+				return err
 			}
 		}
 		return nil
