@@ -468,19 +468,28 @@ func (l *Library) Join(ctx context.Context, source messages.DeviceID) error {
 	return err
 }
 
-// WaitReady waits until the library is READY: no join, no catch-up running.
+// WaitReady waits until the library is READY: no join, no catch-up running
+// (what Status shows as phase ready with no jobs).
 func (l *Library) WaitReady(ctx context.Context) error {
+	type readiness struct {
+		phase Phase
+		ready bool
+	}
 	for {
-		st, err := l.Status(ctx)
+		// Polled often: read the actor's state only, not Status's queries.
+		v, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
+			return readiness{a.phase, a.phase == PhaseReady && a.bf == nil && len(a.jobs) == 0 && len(a.retryAt) == 0}, nil
+		})
 		if err != nil {
 			return err
 		}
-		if st.Phase == PhaseReady && st.Backfill == nil && len(st.Jobs) == 0 {
+		r := v.(readiness)
+		if r.ready {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s to be ready (phase %s): %w", l.id, st.Phase, ctx.Err())
+			return fmt.Errorf("waiting for %s to be ready (phase %s): %w", l.id, r.phase, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -93,7 +93,7 @@ func (a *applierActor) apply(ctx actor.Context, b *applyBatch) {
 		total = a.applyState(b.items)
 	}
 	a.n.metrics.applySeconds.WithLabelValues(a.model).Observe(time.Since(start).Seconds())
-	ctx.Send(a.parent, &applied{model: a.model, result: total, from: from, shared: a.shared})
+	ctx.Send(a.parent, &applied{result: total, from: from, shared: a.shared})
 }
 
 // applyState groups consecutive records by owner (one transaction each) and

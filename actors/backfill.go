@@ -98,7 +98,7 @@ type backfillJob struct {
 func (j *backfillJob) result(ctx actor.Context) any {
 	j.bytesIn0 = j.n.metrics.bytesIn()
 	err := j.run(ctx)
-	return &jobDone{peer: j.st.Source, kind: "backfill", err: err, records: int(j.st.Records)}
+	return &jobDone{peer: j.st.Source, kind: "backfill", err: err}
 }
 
 func (j *backfillJob) progress(ctx actor.Context) {
@@ -347,11 +347,9 @@ func (j *backfillJob) shared(ctx context.Context, actx actor.Context, conn net.C
 func admitAll(n *nodeCore, lib *persistence.Library, id messages.LibraryID, from messages.DeviceID, recs []messages.StateRecord) []messages.StateRecord {
 	out := recs[:0:0]
 	for _, r := range recs {
-		if err := lib.Clock().Observe(r.HLC); err != nil {
-			n.reject("clock_skew", "library", id, "from", from, "err", err)
-			continue
+		if n.admitHLC(lib, id, from, r.HLC) {
+			out = append(out, r)
 		}
-		out = append(out, r)
 	}
 	return out
 }

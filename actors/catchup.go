@@ -84,7 +84,6 @@ func (j *catchUpJob) state(ctx context.Context, done *jobDone) error {
 				if err != nil {
 					return fmt.Errorf("apply %s of %s: %w", resp.Model, owner, err)
 				}
-				done.records += len(recs)
 				done.results = append(done.results, res)
 				j.n.metrics.backfillRecs.WithLabelValues(j.libID.String()).Add(float64(len(recs)))
 			}
@@ -125,8 +124,7 @@ func (j *catchUpJob) shared(ctx context.Context, done *jobDone) error {
 		}
 		var changes []messages.SharedChange
 		for _, c := range resp.Entries {
-			if err := j.lib.Clock().Observe(c.HLC); err != nil {
-				j.n.reject("clock_skew", "library", j.libID, "from", j.peer, "err", err)
+			if !j.n.admitHLC(j.lib, j.libID, j.peer, c.HLC) {
 				break // the chain cannot go past a refused change
 			}
 			changes = append(changes, c)
@@ -136,7 +134,6 @@ func (j *catchUpJob) shared(ctx context.Context, done *jobDone) error {
 		if err != nil {
 			return fmt.Errorf("apply shared log of %s: %w", j.peer, err)
 		}
-		done.records += len(changes)
 		done.results = append(done.results, res)
 		if len(res.Gapped) > 0 || len(changes) < len(resp.Entries) {
 			return errors.New("shared log of " + j.peer.String() + " has a gap the peer cannot fill")
@@ -171,7 +168,6 @@ func (j *catchUpJob) sharedSnapshot(ctx context.Context, done *jobDone) error {
 		if err != nil {
 			return fmt.Errorf("apply shared state of %s: %w", j.peer, err)
 		}
-		done.records += len(resp.Entries)
 		done.results = append(done.results, res)
 		if !resp.HasMore {
 			return nil

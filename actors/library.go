@@ -148,7 +148,9 @@ func (a *libraryActor) Receive(ctx actor.Context) {
 		}
 	case *pruned:
 		a.n.metrics.sharedLog.WithLabelValues(a.id.String()).Set(float64(m.logCount))
-		a.reportWatermarks(ctx)
+		if m.tick {
+			a.reportWatermarks(ctx)
+		}
 	}
 }
 
@@ -493,8 +495,14 @@ func (a *libraryActor) onInbound(ctx actor.Context, m *inboundMsg) {
 
 // admitHLC applies the clock-skew rule to one remote HLC.
 func (a *libraryActor) admitHLC(from messages.DeviceID, h messages.HLC) bool {
-	if err := a.lib.Clock().Observe(h); err != nil {
-		a.n.reject("clock_skew", "library", a.id, "from", from, "err", err)
+	return a.n.admitHLC(a.lib, a.id, from, h)
+}
+
+// admitHLC applies the clock-skew rule to one remote HLC: it is observed
+// by the library's clock, or refused and counted.
+func (n *nodeCore) admitHLC(lib *persistence.Library, id messages.LibraryID, from messages.DeviceID, h messages.HLC) bool {
+	if err := lib.Clock().Observe(h); err != nil {
+		n.reject("clock_skew", "library", id, "from", from, "err", err)
 		return false
 	}
 	return true

@@ -74,8 +74,7 @@ func (m *maintenanceActor) Receive(ctx actor.Context) {
 			m.n.log.Warn("retry failed records", "library", m.id, "err", err)
 		}
 	case *pruneTick, *pruneNow:
-		n, err := m.lib.Prune()
-		if err != nil {
+		if _, err := m.lib.Prune(); err != nil {
 			m.n.log.Error("prune", "err", err)
 			return
 		}
@@ -83,8 +82,13 @@ func (m *maintenanceActor) Receive(ctx actor.Context) {
 		if err != nil {
 			return
 		}
-		m.n.updateParked(m.lib)
-		ctx.Send(m.parent, &pruned{n: n, logCount: count})
+		// An ACK (pruneNow) can arrive many times a second; what does not
+		// depend on it is refreshed on the timer only.
+		_, tick := ctx.Message().(*pruneTick)
+		if tick {
+			m.n.updateParked(m.lib)
+		}
+		ctx.Send(m.parent, &pruned{logCount: count, tick: tick})
 	}
 }
 

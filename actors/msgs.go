@@ -48,7 +48,6 @@ type peerUnreachable struct {
 // routes tells a peer actor which actor serves each open library.
 type routes struct {
 	libs map[messages.LibraryID]*actor.PID
-	node *actor.PID
 }
 
 // dialNow asks the peer actor to dial (after a back-off wait).
@@ -61,7 +60,6 @@ type inboundMsg struct {
 	from  messages.DeviceID
 	lib   messages.LibraryID
 	msg   messages.Message
-	bytes int
 	reply func(messages.Message) error // nil for live messages
 }
 
@@ -112,7 +110,6 @@ type applyBatch struct {
 
 // applied reports an applier's result to the library actor.
 type applied struct {
-	model  string
 	result persistence.ApplyResult
 	from   map[messages.DeviceID]int // items per sender
 	shared bool
@@ -123,7 +120,6 @@ type jobDone struct {
 	peer    messages.DeviceID
 	kind    string
 	err     error
-	records int
 	results []persistence.ApplyResult
 }
 
@@ -153,8 +149,8 @@ type pruneNow struct{}
 
 // pruned reports a prune.
 type pruned struct {
-	n        int
 	logCount int
+	tick     bool // the periodic prune, not one an ACK asked for
 }
 
 // serveReq asks the serve actor to answer a bulk request.

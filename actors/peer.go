@@ -141,7 +141,7 @@ func readLoop(c net.Conn, root *actor.RootContext, self *actor.PID) {
 			root.Send(self, &connEnded{conn: c, err: err})
 			return
 		}
-		root.Send(self, &inboundMsg{from: c.Peer(), lib: in.Library, msg: in.Message, bytes: in.Bytes, reply: in.Reply})
+		root.Send(self, &inboundMsg{from: c.Peer(), lib: in.Library, msg: in.Message, reply: in.Reply})
 	}
 }
 
