@@ -96,6 +96,9 @@ func zstdCodec() (*zstd.Encoder, *zstd.Decoder, error) {
 // Encode wraps m in an envelope for library lib, compressing the payload
 // when it is larger than CompressThreshold.
 func Encode(lib LibraryID, m Message) (Envelope, error) {
+	if m == nil {
+		return Envelope{}, fmt.Errorf("encode: %w: nil message", ErrMalformed)
+	}
 	t := m.MessageType()
 	if !t.Known() {
 		return Envelope{}, fmt.Errorf("encode: %w: %d", ErrUnknownType, t)
@@ -186,16 +189,6 @@ func AppendFrame(b []byte, env Envelope) ([]byte, error) {
 	return b, nil
 }
 
-// WriteFrame writes one frame for env to w.
-func WriteFrame(w io.Writer, env Envelope) error {
-	b, err := AppendFrame(nil, env)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(b)
-	return err
-}
-
 // ReadFrame reads one frame from r. The length is checked against maxFrame
 // (DefaultMaxFrame when zero) before anything is allocated for the body.
 // A clean EOF before the first byte returns io.EOF.
@@ -276,16 +269,21 @@ func ParseEnvelope(body []byte) (Envelope, error) {
 // msgpackAppendEnvelope writes the envelope array by hand: it is the one
 // structure whose layout must never drift with library defaults.
 func msgpackAppendEnvelope(b []byte, env Envelope) []byte {
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
+	// Encode straight onto b: the payload (up to the frame limit) is
+	// copied once, not into a buffer and then again onto b.
+	buf := bytes.NewBuffer(b)
+	enc := msgpack.NewEncoder(buf)
 	_ = enc.EncodeArrayLen(envelopeFields)
 	_ = enc.EncodeUint(uint64(env.SchemaVersion))
 	_ = env.Library.EncodeMsgpack(enc)
 	_ = enc.EncodeUint(uint64(env.Type))
 	_ = enc.EncodeUint(uint64(env.Flags))
 	_ = enc.EncodeBytes(env.Payload)
-	return append(b, buf.Bytes()...)
+	return buf.Bytes()
 }
+
+// frameCap is a capacity that holds env's whole frame.
+func frameCap(env Envelope) int { return frameHeaderLen + len(env.Payload) + 64 }
 
 // EncodeFrame is Encode followed by AppendFrame.
 func EncodeFrame(lib LibraryID, m Message) ([]byte, error) {
@@ -293,7 +291,7 @@ func EncodeFrame(lib LibraryID, m Message) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return AppendFrame(nil, env)
+	return AppendFrame(make([]byte, 0, frameCap(env)), env)
 }
 
 // DecodeFrame parses a whole frame (length prefix included) and its message.

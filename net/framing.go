@@ -169,7 +169,7 @@ func encodeFrame(lib messages.LibraryID, m messages.Message, version uint16, max
 		return outFrame{}, err
 	}
 	env.SchemaVersion = version
-	b, err := messages.AppendFrame(nil, env)
+	b, err := messages.AppendFrame(make([]byte, 0, frameHeaderLen+len(env.Payload)+64), env)
 	if err != nil {
 		return outFrame{}, err
 	}

@@ -75,6 +75,7 @@ type QUICTransport struct {
 	id        *Identity
 	peers     *PeerStore
 	obs       Observer
+	pobs      PayloadObserver // obs, when it also counts payload bytes
 	log       *slog.Logger
 	maxFrame  int
 	sendQueue int
@@ -132,6 +133,7 @@ func Listen(cfg Config) (*QUICTransport, error) {
 	if t.obs == nil {
 		t.obs = NopObserver{}
 	}
+	t.pobs, _ = t.obs.(PayloadObserver)
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
@@ -195,24 +197,21 @@ func (t *QUICTransport) LocalID() messages.DeviceID { return t.id.DeviceID }
 // sent counts a frame written to peer.
 func (t *QUICTransport) sent(peer messages.DeviceID, f outFrame) {
 	t.obs.MessageOut(peer, f.t, len(f.b))
-	if po, ok := t.obs.(PayloadObserver); ok {
-		po.PayloadOut(peer, f.raw)
+	if t.pobs != nil {
+		t.pobs.PayloadOut(peer, f.raw)
 	}
 }
 
 // received counts a frame of n bytes read from peer.
 func (t *QUICTransport) received(peer messages.DeviceID, env messages.Envelope, n int) {
 	t.obs.MessageIn(peer, env.Type, n)
-	if po, ok := t.obs.(PayloadObserver); ok {
-		po.PayloadIn(peer, env.PayloadSize())
+	if t.pobs != nil {
+		t.pobs.PayloadIn(peer, env.PayloadSize())
 	}
 }
 
 // Addr is the UDP address peers dial.
 func (t *QUICTransport) Addr() string { return t.udp.LocalAddr().String() }
-
-// Identity is the identity the transport presents.
-func (t *QUICTransport) Identity() *Identity { return t.id }
 
 // Peers is the trust store the transport checks.
 func (t *QUICTransport) Peers() *PeerStore { return t.peers }
@@ -412,10 +411,7 @@ func (t *QUICTransport) handshake(ctx context.Context, qc *quic.Conn, dialer boo
 	if err != nil {
 		return nil, t.peerRefusal(err, "open control stream")
 	}
-	if d, ok := ctx.Deadline(); ok {
-		s.SetDeadline(d)
-	}
-	stop := context.AfterFunc(ctx, func() { s.SetDeadline(time.Now()) })
+	stop := bindDeadline(ctx, s)
 	defer stop()
 
 	// The acceptor checks that the first stream is the control stream.

@@ -101,17 +101,10 @@ func (e *endpoint) closeWith(local error) {
 	}
 }
 
-func encode(lib messages.LibraryID, m messages.Message) ([]byte, error) {
-	if m == nil {
-		return nil, errors.New("nil message")
-	}
-	return messages.EncodeFrame(lib, m)
-}
-
 // Send queues a live message for library lib, blocking while the peer
 // holds the queue size of this side's messages unread.
 func (e *endpoint) Send(ctx context.Context, lib messages.LibraryID, m messages.Message) error {
-	frame, err := encode(lib, m)
+	frame, err := messages.EncodeFrame(lib, m)
 	if err != nil {
 		return fmt.Errorf("memnet: send: %w", err)
 	}
@@ -188,7 +181,7 @@ func (e *endpoint) Request(ctx context.Context, lib messages.LibraryID, m messag
 // it arrived (net.EnvelopeRequester).
 func (e *endpoint) RequestEnvelope(ctx context.Context, lib messages.LibraryID, m messages.Message) (messages.Message, messages.Envelope, error) {
 	var none messages.Envelope
-	frame, err := encode(lib, m)
+	frame, err := messages.EncodeFrame(lib, m)
 	if err != nil {
 		return nil, none, fmt.Errorf("memnet: request: %w", err)
 	}
@@ -308,7 +301,7 @@ func (e *endpoint) reply(c *call, lib messages.LibraryID, m messages.Message) er
 	if c.replied.Load() {
 		return errors.New("memnet: reply: already replied")
 	}
-	frame, err := encode(lib, m)
+	frame, err := messages.EncodeFrame(lib, m)
 	if err != nil {
 		return fmt.Errorf("memnet: reply: %w", err)
 	}
