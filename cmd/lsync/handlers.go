@@ -37,15 +37,15 @@ func init() {
 		opPeers:         hPeers,
 		opDiscover:      hDiscover,
 		opSyncSetup:     hSyncSetup,
-		opSyncRemove:    hSyncRemove,
-		opLocationAdd:   hLocationAdd,
-		opTagCreate:     hTagCreate,
-		opTagApply:      hTagApply,
-		opAlbumCreate:   hAlbumCreate,
+		opSyncRemove:    libHandler(hSyncRemove),
+		opLocationAdd:   libHandler(hLocationAdd),
+		opTagCreate:     libHandler(hTagCreate),
+		opTagApply:      libHandler(hTagApply),
+		opAlbumCreate:   libHandler(hAlbumCreate),
 		opAlbumAdd:      hAlbumEntry(true),
 		opAlbumRemove:   hAlbumEntry(false),
 		opMetaSet:       hMetaSet,
-		opQuery:         hQuery,
+		opQuery:         libHandler(hQuery),
 		opSyncStatus:    onLibrary(func(ctx context.Context, l *actors.Library) (any, error) { return l.Status(ctx) }),
 		opSyncFailed:    onLibrary(func(ctx context.Context, l *actors.Library) (any, error) { return l.FailedRecords(ctx) }),
 		opSyncRetry:     onLibrary(func(ctx context.Context, l *actors.Library) (any, error) { return l.RetryFailed(ctx) }),
@@ -481,15 +481,7 @@ func (s *server) reportJoin(ctx context.Context, lib *actors.Library, events <-c
 
 // ---- locations, tags, albums, metadata ----
 
-func hLocationAdd(ctx context.Context, s *server, raw json.RawMessage, progress func(any)) (any, error) {
-	a, err := decodeArgs[locationAddArgs](raw)
-	if err != nil {
-		return nil, err
-	}
-	lib, err := s.library(ctx, a.Lib)
-	if err != nil {
-		return nil, err
-	}
+func hLocationAdd(ctx context.Context, s *server, lib *actors.Library, a locationAddArgs, progress func(any)) (any, error) {
 	if !filepath.IsAbs(a.Path) {
 		return nil, usageErrorf("location path %q must be absolute", a.Path)
 	}
@@ -559,15 +551,7 @@ func countEntries(ctx context.Context, root string, skipHidden bool) int {
 	return n
 }
 
-func hTagCreate(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
-	a, err := decodeArgs[tagCreateArgs](raw)
-	if err != nil {
-		return nil, err
-	}
-	lib, err := s.library(ctx, a.Lib)
-	if err != nil {
-		return nil, err
-	}
+func hTagCreate(ctx context.Context, s *server, lib *actors.Library, a tagCreateArgs, _ func(any)) (any, error) {
 	u, err := lib.CreateTag(ctx, actors.TagInput{Name: a.Name, Namespace: a.Namespace, Color: a.Color})
 	if err != nil {
 		return nil, err
@@ -575,15 +559,7 @@ func hTagCreate(ctx context.Context, s *server, raw json.RawMessage, _ func(any)
 	return tagResult{UUID: u.String(), Name: a.Name, Namespace: a.Namespace}, nil
 }
 
-func hTagApply(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
-	a, err := decodeArgs[tagApplyArgs](raw)
-	if err != nil {
-		return nil, err
-	}
-	lib, err := s.library(ctx, a.Lib)
-	if err != nil {
-		return nil, err
-	}
+func hTagApply(ctx context.Context, s *server, lib *actors.Library, a tagApplyArgs, _ func(any)) (any, error) {
 	tag, err := rowUUID(ctx, lib, "tag", "canonical_name", a.Tag)
 	if err != nil {
 		return nil, err
@@ -598,15 +574,7 @@ func hTagApply(ctx context.Context, s *server, raw json.RawMessage, _ func(any))
 	return tagApplyResult{Tag: tag.String(), Entry: entry.String()}, nil
 }
 
-func hAlbumCreate(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
-	a, err := decodeArgs[albumCreateArgs](raw)
-	if err != nil {
-		return nil, err
-	}
-	lib, err := s.library(ctx, a.Lib)
-	if err != nil {
-		return nil, err
-	}
+func hAlbumCreate(ctx context.Context, s *server, lib *actors.Library, a albumCreateArgs, _ func(any)) (any, error) {
 	u, err := lib.CreateAlbum(ctx, a.Name, a.Description)
 	if err != nil {
 		return nil, err
@@ -615,15 +583,7 @@ func hAlbumCreate(ctx context.Context, s *server, raw json.RawMessage, _ func(an
 }
 
 func hAlbumEntry(add bool) handler {
-	return func(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
-		a, err := decodeArgs[albumEntryArgs](raw)
-		if err != nil {
-			return nil, err
-		}
-		lib, err := s.library(ctx, a.Lib)
-		if err != nil {
-			return nil, err
-		}
+	return libHandler(func(ctx context.Context, s *server, lib *actors.Library, a albumEntryArgs, _ func(any)) (any, error) {
 		album, err := rowUUID(ctx, lib, "album", "name", a.Album)
 		if err != nil {
 			return nil, err
@@ -647,7 +607,7 @@ func hAlbumEntry(add bool) handler {
 			return nil, err
 		}
 		return albumEntryResult{Album: album.String(), Entry: entry.String()}, nil
-	}
+	})
 }
 
 func hMetaSet(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
@@ -691,15 +651,7 @@ func hMetaSet(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) 
 
 // ---- reads ----
 
-func hQuery(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
-	a, err := decodeArgs[queryArgs](raw)
-	if err != nil {
-		return nil, err
-	}
-	lib, err := s.library(ctx, a.Lib)
-	if err != nil {
-		return nil, err
-	}
+func hQuery(ctx context.Context, s *server, lib *actors.Library, a queryArgs, _ func(any)) (any, error) {
 	models := lib.Store().Registry().Order()
 	if !slices.Contains(models, a.Model) {
 		return nil, usageErrorf("unknown model %q: want one of %s", a.Model, strings.Join(models, ", "))
@@ -724,34 +676,37 @@ func hQuery(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (a
 	return json.RawMessage(append(out, ']')), nil
 }
 
-// onLibrary is the handler of an operation that takes only a library.
-func onLibrary(fn func(ctx context.Context, lib *actors.Library) (any, error)) handler {
-	return func(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
-		a, err := decodeArgs[libArgs](raw)
+// libOp is the arguments of an operation on one open library.
+type libOp interface{ libName() string }
+
+// libHandler is the handler of an operation on one open library: it
+// decodes the arguments and resolves the library before fn runs.
+func libHandler[T libOp](fn func(ctx context.Context, s *server, lib *actors.Library, a T, progress func(any)) (any, error)) handler {
+	return func(ctx context.Context, s *server, raw json.RawMessage, progress func(any)) (any, error) {
+		a, err := decodeArgs[T](raw)
 		if err != nil {
 			return nil, err
 		}
-		lib, err := s.library(ctx, a.Lib)
+		lib, err := s.library(ctx, a.libName())
 		if err != nil {
 			return nil, err
 		}
-		return fn(ctx, lib)
+		return fn(ctx, s, lib, a, progress)
 	}
 }
 
-func hSyncRemove(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
-	a, err := decodeArgs[syncRemoveArgs](raw)
-	if err != nil {
-		return nil, err
-	}
-	lib, err := s.library(ctx, a.Lib)
-	if err != nil {
-		return nil, err
-	}
+// onLibrary is the handler of an operation that takes only a library.
+func onLibrary(fn func(ctx context.Context, lib *actors.Library) (any, error)) handler {
+	return libHandler(func(ctx context.Context, _ *server, lib *actors.Library, _ libArgs, _ func(any)) (any, error) {
+		return fn(ctx, lib)
+	})
+}
+
+func hSyncRemove(ctx context.Context, s *server, lib *actors.Library, a syncRemoveArgs, _ func(any)) (any, error) {
 	// A uuid need not be paired any more (a lost device may have been
 	// forgotten); a name must be.
 	dev, name := messages.DeviceID{}, ""
-	if u, perr := uuid.Parse(a.Device); perr == nil {
+	if u, err := uuid.Parse(a.Device); err == nil {
 		dev = messages.DeviceID(u)
 	} else if dev, name, err = s.device(a.Device); err != nil {
 		return nil, err

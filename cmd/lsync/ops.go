@@ -51,6 +51,15 @@ type syncRemoveArgs struct {
 	Device string `json:"device"`
 }
 
+func (a libArgs) libName() string         { return a.Lib }
+func (a locationAddArgs) libName() string { return a.Lib }
+func (a tagCreateArgs) libName() string   { return a.Lib }
+func (a tagApplyArgs) libName() string    { return a.Lib }
+func (a albumCreateArgs) libName() string { return a.Lib }
+func (a albumEntryArgs) libName() string  { return a.Lib }
+func (a queryArgs) libName() string       { return a.Lib }
+func (a syncRemoveArgs) libName() string  { return a.Lib }
+
 type libArgs struct {
 	Lib string `json:"lib"`
 }
