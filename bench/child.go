@@ -106,7 +106,6 @@ type nodeResult struct {
 	Records  float64            `json:"records,omitempty"`
 	Phases   map[string]float64 `json:"phases,omitempty"` // seconds per phase
 	Error    string             `json:"error,omitempty"`
-	NotImpl  bool               `json:"not_implemented,omitempty"`
 }
 
 func fillTraffic(n *actors.Node, r *nodeResult) {
@@ -223,40 +222,32 @@ func runJoin(ctx context.Context, args []string, stdout io.Writer) error {
 	r := nodeResult{}
 	tl := startTimeline(n)
 	start := time.Now()
+	// state: the checkpointed, paged backfill (sync-setup --action join);
+	// snapshot: a consistent copy of database.db, then catch-up (DESIGN §6).
+	// READY ends either.
+	var h *actors.Library
+	first := "setup"
 	switch o.mode {
 	case "state":
-		err = joinState(ctx, n, server, libID)
+		h, err = n.SyncSetup(ctx, server, libID, actors.ActionJoin)
 	case "snapshot":
-		err = joinSnapshot(ctx, n, server, libID)
+		h, err = n.JoinBySnapshot(ctx, server, libID)
+		first = "download"
 	default:
 		err = fmt.Errorf("--mode %q: want state or snapshot", o.mode)
 	}
-	r.WallSecs = time.Since(start).Seconds()
-	first := "setup"
-	if o.mode == "snapshot" {
-		first = "download"
+	if err == nil {
+		err = h.WaitReady(ctx)
 	}
+	r.WallSecs = time.Since(start).Seconds()
 	r.Phases = tl.stop(start, first)
-	switch {
-	case errors.Is(err, errNotImplemented):
-		r.NotImpl, r.Error = true, err.Error()
-	case err != nil:
+	if err != nil {
 		r.Error = err.Error()
 	}
 	r.Records = n.Metrics().Value("lsync_backfill_records_total", map[string]string{"library": libID.String()})
 	fillTraffic(n, &r)
 	r.PeakRSSMB = peakRSSMB()
 	return emit(stdout, "RESULT", r)
-}
-
-// joinState is the checkpointed, paged backfill (DESIGN §6): sync-setup
-// with --action join, then wait for READY.
-func joinState(ctx context.Context, n *actors.Node, server messages.DeviceID, lib messages.LibraryID) error {
-	h, err := n.SyncSetup(ctx, server, lib, actors.ActionJoin)
-	if err != nil {
-		return err
-	}
-	return h.WaitReady(ctx)
 }
 
 // timeline records when the joining library changes phase, and when the

@@ -215,10 +215,6 @@ func runBench(ctx context.Context, o *options, logw io.Writer) (*report, error) 
 		run, err := runScenario(ctx, sc, o, runDir)
 		res := result(sc, run, rep.Raw, rep.Copy)
 		switch {
-		case errors.Is(err, errNotImplemented):
-			res = result(sc, nil, nil, nil)
-			res.Status = "not implemented yet"
-			logf("scenario %s: not implemented yet", name)
 		case err != nil:
 			res = result(sc, nil, nil, nil)
 			res.Status = "failed: " + firstLineOf(err.Error())

@@ -43,7 +43,7 @@ type scenarioResult struct {
 	PageSize      int                `json:"page_size"`
 	LibEntries    int                `json:"library_entries"`
 	Scale         float64            `json:"extrapolated_x,omitempty"`
-	Status        string             `json:"status"` // ok, not implemented yet, failed: ...
+	Status        string             `json:"status"` // ok, failed: ...
 	WallSecs      float64            `json:"wall_secs"`
 	Records       float64            `json:"records"`         // rows of the library
 	Applied       float64            `json:"records_applied"` // rows the join applied one by one (lsync_backfill_records_total)

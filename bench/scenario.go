@@ -219,9 +219,6 @@ func runScenario(ctx context.Context, sc scenario, o *options, runDir string) (*
 	if run.Server, err = srv.wait(); err != nil {
 		return nil, err
 	}
-	if run.Join.NotImpl {
-		return run, errNotImplemented
-	}
 	if run.Join.Error != "" {
 		return run, errors.New("join: " + run.Join.Error)
 	}

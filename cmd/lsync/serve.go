@@ -340,10 +340,13 @@ func (s *server) handle(c stdnet.Conn) {
 		_ = lw.write(response{Done: true, Error: oneLine(err.Error()), Code: code})
 		return
 	}
-	b, err := marshalCompact(res)
-	if err != nil {
-		_ = lw.write(response{Done: true, Error: "encode result: " + err.Error()})
-		return
+	b, isRaw := res.(json.RawMessage) // query rows come encoded already
+	if !isRaw {
+		var err error
+		if b, err = marshalCompact(res); err != nil {
+			_ = lw.write(response{Done: true, Error: "encode result: " + err.Error()})
+			return
+		}
 	}
 	_ = lw.write(response{Done: true, Result: b})
 }
