@@ -201,14 +201,11 @@ func (tx *txn) entryWritten(m *modelInfo, id int64, ex *stateRow, vals []any) er
 	oldLoc, _ := ex.vals[m.locationCol].(int64)
 	oldName, _ := ex.vals[m.nameCol].(string)
 	oldKind, _ := ex.vals[m.kindCol].(int64)
-	switch {
-	case kind != oldKind && (kind == EntryDirectory || oldKind == EntryDirectory):
-		// A file became a directory or the reverse: its chain and those of
-		// the directories under it change shape; rebuild them.
-		if err := tx.recomputeClosure(id); err != nil {
-			return err
-		}
-	case parent != oldParent && kind == EntryDirectory:
+	// A file that became a directory or the reverse changes the shape of
+	// its chain and those of the directories under it: the subtree's
+	// closure rows are rebuilt with its paths below.
+	reshaped := kind != oldKind && (kind == EntryDirectory || oldKind == EntryDirectory)
+	if !reshaped && parent != oldParent && kind == EntryDirectory {
 		tx.ancs = nil
 		if err := tx.flushClosure(); err != nil {
 			return err
@@ -221,41 +218,7 @@ func (tx *txn) entryWritten(m *modelInfo, id int64, ex *stateRow, vals []any) er
 		}
 	}
 	if parent != oldParent || name != oldName || kind != oldKind || parent == 0 && loc != oldLoc {
-		return tx.recomputePaths(id)
-	}
-	return nil
-}
-
-// recomputeClosure rebuilds the closure rows of every directory in the
-// subtree of root (root included) from the parent chain.
-func (tx *txn) recomputeClosure(root int64) error {
-	tx.ancs = nil
-	if err := tx.flushClosure(); err != nil {
-		return err
-	}
-	type node struct{ id, parent, kind int64 }
-	var nodes []node
-	err := tx.c.query(subtreeSQL, []any{root}, func(s *sqlite3.Stmt) error {
-		nodes = append(nodes, node{id: s.ColumnInt64(0), parent: s.ColumnInt64(1), kind: s.ColumnInt64(4)})
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, n := range nodes {
-		if err := tx.c.exec(`DELETE FROM entry_closure WHERE descendant_id = ?`, n.id); err != nil {
-			return err
-		}
-	}
-	// Parents come before children (depth order), so each directory's
-	// parent rows are already rebuilt when it is reached.
-	for _, n := range nodes {
-		if err := tx.closureAdd(n.id, n.parent, n.kind == EntryDirectory); err != nil {
-			return err
-		}
-		if err := tx.flushClosure(); err != nil {
-			return err
-		}
+		return tx.recomputeSubtree(id, reshaped)
 	}
 	return nil
 }
@@ -304,7 +267,7 @@ func (tx *txn) locationWritten(m *modelInfo, id int64, ex *stateRow, vals []any)
 		return err
 	}
 	for _, top := range tops {
-		if err := tx.recomputePaths(top); err != nil {
+		if err := tx.recomputeSubtree(top, false); err != nil {
 			return err
 		}
 	}
@@ -388,9 +351,11 @@ func (tx *txn) cachePath(id int64, p string) {
 	tx.paths[id] = p
 }
 
-// recomputePaths rewrites the directory paths of an entry's subtree after
-// a move, rename, kind change or location path change.
-func (tx *txn) recomputePaths(root int64) error {
+// recomputeSubtree rewrites the directory paths of an entry's subtree
+// (the entry included) after a move, rename, kind change or location path
+// change, and with closure also the closure rows of its directories, from
+// the parent chain (after a kind change, or to rebuild the caches).
+func (tx *txn) recomputeSubtree(root int64, closure bool) error {
 	type node struct {
 		id, parent, loc, kind int64
 		name                  string
@@ -403,6 +368,25 @@ func (tx *txn) recomputePaths(root int64) error {
 	})
 	if err != nil {
 		return err
+	}
+	if closure {
+		tx.ancs = nil
+		if err := tx.flushClosure(); err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			if err := tx.c.exec(`DELETE FROM entry_closure WHERE descendant_id = ?`, n.id); err != nil {
+				return err
+			}
+		}
+		// Parents come before children (depth order), so each directory's
+		// parent rows are in the ancestor cache (or flushed and read back)
+		// when it is reached.
+		for _, n := range nodes {
+			if err := tx.closureAdd(n.id, n.parent, n.kind == EntryDirectory); err != nil {
+				return err
+			}
+		}
 	}
 	paths := make(map[int64]string, len(nodes))
 	for i, n := range nodes {
@@ -877,11 +861,8 @@ func (l *Library) RebuildDerived() (DerivedRebuild, error) {
 				return err
 			}
 			for _, r := range roots {
-				if err := tx.recomputeClosure(r); err != nil {
-					return fmt.Errorf("closure under entry %d: %w", r, err)
-				}
-				if err := tx.recomputePaths(r); err != nil {
-					return fmt.Errorf("paths under entry %d: %w", r, err)
+				if err := tx.recomputeSubtree(r, true); err != nil {
+					return fmt.Errorf("caches under entry %d: %w", r, err)
 				}
 			}
 		}
