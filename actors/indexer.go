@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/google/uuid"
 	"github.com/zeebo/blake3"
 
 	"github.com/lsync/lsync/messages"
@@ -104,8 +103,7 @@ func (l *Library) IndexLocation(ctx context.Context, location messages.UUID, roo
 			prog.Skipped++
 			return nil
 		}
-		u, _ := uuid.NewV7()
-		e := EntryInput{UUID: messages.UUID(u), Parent: dirs[filepath.Dir(path)], Name: d.Name(),
+		e := EntryInput{UUID: persistence.NewUUID(), Parent: dirs[filepath.Dir(path)], Name: d.Name(),
 			Size: info.Size(), MTime: info.ModTime().UnixMilli()}
 		prog.Current = path
 		switch {

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/google/uuid"
 
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
@@ -227,11 +226,7 @@ func (n *Node) CreateLibrary(ctx context.Context, name string) (*Library, error)
 	if name == "" {
 		return nil, errors.New("create library: a name is required")
 	}
-	u, err := uuid.NewV7()
-	if err != nil {
-		return nil, err
-	}
-	return n.createLibrary(ctx, persistence.Meta{ID: messages.LibraryID(u), Name: name, CreatedAt: time.Now().UTC(), CreatedBy: n.core.self})
+	return n.createLibrary(ctx, persistence.Meta{ID: messages.LibraryID(persistence.NewUUID()), Name: name, CreatedAt: time.Now().UTC(), CreatedBy: n.core.self})
 }
 
 func (n *Node) createLibrary(ctx context.Context, meta persistence.Meta) (*Library, error) {
@@ -258,7 +253,7 @@ func (n *Node) OpenLibrary(ctx context.Context, id messages.LibraryID) (*Library
 			return h, nil
 		}
 		dir := libraryDir(n.core.cfg.Home, id)
-		if _, err := os.Stat(filepath.Join(dir, "library.json")); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, persistence.MetaFile)); err != nil {
 			return nil, fmt.Errorf("open library %s: %w", id, persistence.ErrNotFound)
 		}
 		lib, err := persistence.Open(dir, n.persistenceOptions())
@@ -346,7 +341,7 @@ func (n *Node) Libraries(ctx context.Context) ([]LibraryInfo, error) {
 
 func readMeta(dir string) (persistence.Meta, error) {
 	var m persistence.Meta
-	b, err := os.ReadFile(filepath.Join(dir, "library.json"))
+	b, err := os.ReadFile(filepath.Join(dir, persistence.MetaFile))
 	if err != nil {
 		return m, err
 	}

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -108,17 +109,7 @@ func (p *peerActor) preferred(outbound bool) bool {
 	return outbound == selfSmaller
 }
 
-func compareIDs(a, b messages.DeviceID) int {
-	for i := range a {
-		if a[i] != b[i] {
-			if a[i] < b[i] {
-				return -1
-			}
-			return 1
-		}
-	}
-	return 0
-}
+func compareIDs(a, b messages.DeviceID) int { return bytes.Compare(a[:], b[:]) }
 
 func (p *peerActor) alive(c net.Conn) bool {
 	select {

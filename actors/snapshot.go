@@ -195,7 +195,7 @@ var ErrBadChunk = errors.New("snapshot chunk failed its checksum")
 // staging folder. It runs on the caller's goroutine (the snapshot job
 // actor). progress is called after every chunk.
 func (n *Node) downloadSnapshot(ctx context.Context, p *snapshotProgress, dir string, progress func(*snapshotProgress)) error {
-	file := filepath.Join(dir, "database.db")
+	file := filepath.Join(dir, persistence.DatabaseFile)
 	fh, err := os.OpenFile(file, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return err
@@ -259,7 +259,7 @@ func (n *Node) snapshotChunkFrom(ctx context.Context, dev messages.DeviceID, lib
 // returns once the library is installed and open; WaitReady waits for the
 // catch-up. An interrupted download resumes by chunk on the next start.
 func (n *Node) JoinBySnapshot(ctx context.Context, dev messages.DeviceID, lib messages.LibraryID) (*Library, error) {
-	if _, err := os.Stat(filepath.Join(libraryDir(n.core.cfg.Home, lib), "library.json")); err == nil {
+	if _, err := os.Stat(filepath.Join(libraryDir(n.core.cfg.Home, lib), persistence.MetaFile)); err == nil {
 		return nil, fmt.Errorf("join by snapshot: library %s already exists here (use sync-setup --action join to catch it up)", lib)
 	}
 	m, err := n.request(ctx, dev, &messages.SyncSetupRequest{Library: lib, Device: n.core.self, DeviceName: n.core.name, Action: ActionJoin})
@@ -300,7 +300,7 @@ func (n *Node) finishSnapshotJoin(ctx context.Context, p *snapshotProgress, sour
 	}
 	meta := persistence.Meta{ID: p.Library, Name: p.Name, CreatedAt: time.Now().UTC(), CreatedBy: p.Source}
 	v, err := n.callNode(ctx, func(na *nodeActor, c actor.Context) (any, error) {
-		store, err := persistence.InstallSnapshot(filepath.Join(dir, "database.db"), libraryDir(n.core.cfg.Home, p.Library), meta, p.Source, n.persistenceOptions())
+		store, err := persistence.InstallSnapshot(filepath.Join(dir, persistence.DatabaseFile), libraryDir(n.core.cfg.Home, p.Library), meta, p.Source, n.persistenceOptions())
 		if err != nil {
 			return nil, err
 		}
