@@ -73,6 +73,7 @@ func TestUsageErrors(t *testing.T) {
 		{"meta", "set", "lib", "--content", "0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192", "favorite=maybe"},
 		{"meta", "set", "lib", "--content", "0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192", "colour=red"},
 		{"network", "sync-setup", "--remote-device", "x", "--remote-library", "y", "--action", "steal"},
+		{"network", "sync-setup", "--remote-device", "x", "--remote-library", "y", "--action", "register-only", "--snapshot"},
 		{"network", "pair", "join", "ABCD-1234"},
 		{"serve", "--log-level", "loud"},
 	} {

@@ -406,6 +406,9 @@ lacks it, and syncing starts at once.
 			if action != actors.ActionRegisterOnly && action != actors.ActionJoin {
 				return usageErrorf("--action %q: want register-only or join", action)
 			}
+			if snapshot && action != actors.ActionJoin {
+				return usageErrorf("--snapshot needs --action join")
+			}
 			pr := newJoinProgress(g)
 			res, err := g.call(cmd.Context(), opSyncSetup, syncSetupArgs{Device: remoteDev, Library: remoteLib, Action: action, ConnectTimeout: setupWait, Snapshot: snapshot}, pr.update)
 			pr.finish(err == nil)

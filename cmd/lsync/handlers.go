@@ -375,6 +375,9 @@ func hSyncSetup(ctx context.Context, s *server, raw json.RawMessage, progress fu
 	if a.Action != actors.ActionRegisterOnly && a.Action != actors.ActionJoin {
 		return nil, usageErrorf("--action %q: want %s or %s", a.Action, actors.ActionRegisterOnly, actors.ActionJoin)
 	}
+	if a.Snapshot && a.Action != actors.ActionJoin {
+		return nil, usageErrorf("--snapshot needs --action join")
+	}
 	dev, name, err := s.device(a.Device)
 	if err != nil {
 		return nil, err
@@ -403,13 +406,14 @@ func hSyncSetup(ctx context.Context, s *server, raw json.RawMessage, progress fu
 		libID = found[0]
 	}
 	// Listen before setting up, so the join's first phase change is heard.
-	events, stopEvents := s.node.Events()
-	defer stopEvents()
+	var events <-chan actors.Event
+	if a.Action == actors.ActionJoin {
+		var stopEvents func()
+		events, stopEvents = s.node.Events()
+		defer stopEvents()
+	}
 	var lib *actors.Library
 	if a.Snapshot {
-		if a.Action != actors.ActionJoin {
-			return nil, usageErrorf("--snapshot needs --action join")
-		}
 		lib, err = s.node.JoinBySnapshot(ctx, dev, libID)
 	} else {
 		lib, err = s.node.SyncSetup(ctx, dev, libID, a.Action)
