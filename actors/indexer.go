@@ -29,14 +29,13 @@ type IndexOptions struct {
 
 // IndexProgress reports an indexing run.
 type IndexProgress struct {
-	Entries   int    `json:"entries"`
-	Files     int    `json:"files"`
-	Dirs      int    `json:"dirs"`
-	Bytes     int64  `json:"bytes"`
-	Contents  int    `json:"content_identities"`
-	Skipped   int    `json:"skipped"`
-	Current   string `json:"-"`
-	TotalSeen int    `json:"-"`
+	Entries  int    `json:"entries"`
+	Files    int    `json:"files"`
+	Dirs     int    `json:"dirs"`
+	Bytes    int64  `json:"bytes"`
+	Contents int    `json:"content_identities"`
+	Skipped  int    `json:"skipped"`
+	Current  string `json:"-"`
 }
 
 // IndexLocation walks root (the location's path on this device) into

@@ -510,7 +510,7 @@ files), showing a progress bar on a terminal. Every partner receives them.`,
 				return err
 			}
 			pr := newIndexProgress(g, index)
-			res, err := g.call(cmd.Context(), opLocationAdd, locationAddArgs{Lib: a[0], Path: path, Name: name, Index: index, SkipHidden: skipHidden}, pr.update)
+			res, err := g.call(cmd.Context(), opLocationAdd, locationAddArgs{Lib: a[0], Path: path, Name: name, Index: index, SkipHidden: skipHidden, Progress: index && !g.json}, pr.update)
 			pr.finish(err == nil)
 			if err != nil {
 				return err

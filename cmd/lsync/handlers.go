@@ -507,17 +507,18 @@ func hLocationAdd(ctx context.Context, s *server, lib *actors.Library, a locatio
 	if !a.Index {
 		return res, nil
 	}
-	// Count first, so the progress bar has a total.
 	start := time.Now()
-	progress(indexProgress{Phase: "counting"})
-	total := countEntries(ctx, path, a.SkipHidden)
-	progress(indexProgress{Phase: "indexing", Total: total})
-	p, err := lib.IndexLocation(ctx, loc, path, actors.IndexOptions{
-		SkipHidden: a.SkipHidden, Batch: 500,
-		Progress: func(p actors.IndexProgress) {
+	opt := actors.IndexOptions{SkipHidden: a.SkipHidden, Batch: 500}
+	if a.Progress {
+		// Count first (a second walk of the folder), so the bar has a total.
+		progress(indexProgress{Phase: "counting"})
+		total := countEntries(ctx, path, a.SkipHidden)
+		progress(indexProgress{Phase: "indexing", Total: total})
+		opt.Progress = func(p actors.IndexProgress) {
 			progress(indexProgress{Phase: "indexing", Total: max(total, p.Entries), Entries: p.Entries, Files: p.Files, Dirs: p.Dirs, Bytes: p.Bytes})
-		},
-	})
+		}
+	}
+	p, err := lib.IndexLocation(ctx, loc, path, opt)
 	if err != nil {
 		return nil, fmt.Errorf("location %s added (%s), but indexing failed after %d entries: %w", name, loc, p.Entries, err)
 	}

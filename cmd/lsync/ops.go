@@ -143,6 +143,7 @@ type locationAddArgs struct {
 	Name       string `json:"name"`
 	Index      bool   `json:"index"`
 	SkipHidden bool   `json:"skip_hidden"`
+	Progress   bool   `json:"progress"` // the client shows progress: count first, for a total
 }
 
 // indexProgress is streamed while a location is indexed.
