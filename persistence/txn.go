@@ -232,51 +232,44 @@ func (tx *txn) delTomb(m *modelInfo, u messages.UUID) error {
 // ---- watermarks ----
 
 func (tx *txn) sharedWatermark(origin messages.DeviceID) messages.HLC {
-	if h, ok := tx.sharedWM[origin]; ok {
-		return h
-	}
-	tx.l.pub.RLock()
-	defer tx.l.pub.RUnlock()
-	return tx.l.pub.sharedWM[origin]
+	return tx.watermark(tx.sharedWM, tx.l.pub.sharedWM, origin)
 }
 
 // setSharedWatermark raises origin's shared watermark to h (never lowers).
 func (tx *txn) setSharedWatermark(origin messages.DeviceID, h messages.HLC) error {
-	if h.Compare(tx.sharedWatermark(origin)) <= 0 {
-		return nil
-	}
-	if err := tx.c.exec(`INSERT INTO peer_sync_state (device, shared_watermark, updated_at) VALUES (?, ?, ?)
-		ON CONFLICT (device) DO UPDATE SET shared_watermark = excluded.shared_watermark, updated_at = excluded.updated_at`,
-		origin, h, tx.l.nowMS()); err != nil {
-		return err
-	}
-	if tx.sharedWM == nil {
-		tx.sharedWM = map[messages.DeviceID]messages.HLC{}
-	}
-	tx.sharedWM[origin] = h
-	tx.note(h)
-	return nil
+	return tx.raiseWatermark("shared_watermark", &tx.sharedWM, tx.l.pub.sharedWM, origin, h)
 }
 
 func (tx *txn) raiseStateWatermark(owner messages.DeviceID, h messages.HLC) error {
-	tx.l.pub.RLock()
-	cur := tx.l.pub.stateWM[owner]
-	tx.l.pub.RUnlock()
-	if c, ok := tx.stateWM[owner]; ok {
-		cur = c
+	return tx.raiseWatermark("state_watermark", &tx.stateWM, tx.l.pub.stateWM, owner, h)
+}
+
+// watermark is dev's watermark as this transaction sees it: its own
+// raise (mine), else the published one.
+func (tx *txn) watermark(mine, published map[messages.DeviceID]messages.HLC, dev messages.DeviceID) messages.HLC {
+	if h, ok := mine[dev]; ok {
+		return h
 	}
-	if h.Compare(cur) <= 0 {
+	tx.l.pub.RLock()
+	defer tx.l.pub.RUnlock()
+	return published[dev]
+}
+
+// raiseWatermark raises dev's watermark in column col of peer_sync_state
+// to h (never lowers), noting it in *mine for publish at commit.
+func (tx *txn) raiseWatermark(col string, mine *map[messages.DeviceID]messages.HLC, published map[messages.DeviceID]messages.HLC, dev messages.DeviceID, h messages.HLC) error {
+	if h.Compare(tx.watermark(*mine, published, dev)) <= 0 {
 		return nil
 	}
-	if err := tx.c.exec(`INSERT INTO peer_sync_state (device, state_watermark, updated_at) VALUES (?, ?, ?)
-		ON CONFLICT (device) DO UPDATE SET state_watermark = excluded.state_watermark, updated_at = excluded.updated_at`,
-		owner, h, tx.l.nowMS()); err != nil {
+	if err := tx.c.exec(`INSERT INTO peer_sync_state (device, `+col+`, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (device) DO UPDATE SET `+col+` = excluded.`+col+`, updated_at = excluded.updated_at`,
+		dev, h, tx.l.nowMS()); err != nil {
 		return err
 	}
-	if tx.stateWM == nil {
-		tx.stateWM = map[messages.DeviceID]messages.HLC{}
+	if *mine == nil {
+		*mine = map[messages.DeviceID]messages.HLC{}
 	}
-	tx.stateWM[owner] = h
+	(*mine)[dev] = h
 	tx.note(h)
 	return nil
 }
