@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"slices"
 	"time"
@@ -116,11 +117,7 @@ func (a *libraryActor) Receive(ctx actor.Context) {
 	case *ackFlush:
 		a.flushAcks(ctx)
 	case *catchupTick:
-		for dev := range a.peers {
-			if a.partners[dev] {
-				a.startCatchUp(ctx, dev, false)
-			}
-		}
+		a.catchUpAll(ctx)
 	case *aeTick:
 		a.startAntiEntropy(ctx)
 	case *aeDone:
@@ -225,10 +222,8 @@ func (a *libraryActor) spawnBackfill(ctx actor.Context) {
 		return
 	}
 	conns := map[messages.DeviceID]net.Conn{}
-	for dev, link := range a.peers {
-		if a.partners[dev] {
-			conns[dev] = link.conn
-		}
+	for dev, link := range a.connectedPartners() {
+		conns[dev] = link.conn
 	}
 	if len(conns) == 0 {
 		a.bf.st.LastError = "waiting for a sync partner to come online"
@@ -279,11 +274,7 @@ func (a *libraryActor) onBackfillDone(ctx actor.Context, m *jobDone) {
 		a.n.log.Info("buffered updates dropped during backfill; the final pass fetches them", "library", a.id, "dropped", a.dropped)
 		a.dropped = 0
 	}
-	for dev := range a.peers {
-		if a.partners[dev] {
-			a.startCatchUp(ctx, dev, false)
-		}
-	}
+	a.catchUpAll(ctx)
 	if len(a.jobs) == 0 {
 		a.setPhase(PhaseReady)
 	}
@@ -393,8 +384,8 @@ func (a *libraryActor) reportWatermarks(ctx actor.Context) {
 		return
 	}
 	digest := fmt.Sprint(st, sh)
-	for dev := range a.peers {
-		if !a.partners[dev] || a.reported[dev] == digest {
+	for dev := range a.connectedPartners() {
+		if a.reported[dev] == digest {
 			continue
 		}
 		if a.sendTo(ctx, dev, &messages.WatermarkReport{State: st, Shared: sh}) {
@@ -423,13 +414,29 @@ func (a *libraryActor) addPartner(ctx actor.Context, dev messages.DeviceID, name
 	return nil
 }
 
+// connectedPartners yields the sync partners that are connected now.
+func (a *libraryActor) connectedPartners() iter.Seq2[messages.DeviceID, *peerLink] {
+	return func(yield func(messages.DeviceID, *peerLink) bool) {
+		for dev, link := range a.peers {
+			if a.partners[dev] && !yield(dev, link) {
+				return
+			}
+		}
+	}
+}
+
+// catchUpAll starts a catch-up with every connected partner.
+func (a *libraryActor) catchUpAll(ctx actor.Context) {
+	for dev := range a.connectedPartners() {
+		a.startCatchUp(ctx, dev, false)
+	}
+}
+
 // broadcast sends a live message to every connected partner. A partner that
 // is away misses it and catches up on reconnect.
 func (a *libraryActor) broadcast(ctx actor.Context, msg messages.Message) {
-	for dev, link := range a.peers {
-		if a.partners[dev] {
-			ctx.Send(link.pid, &outboundMsg{lib: a.id, msg: msg})
-		}
+	for _, link := range a.connectedPartners() {
+		ctx.Send(link.pid, &outboundMsg{lib: a.id, msg: msg})
 	}
 }
 
@@ -766,10 +773,8 @@ func (a *libraryActor) startAntiEntropy(ctx actor.Context) {
 		return
 	}
 	var devs []messages.DeviceID
-	for dev := range a.peers {
-		if a.partners[dev] {
-			devs = append(devs, dev)
-		}
+	for dev := range a.connectedPartners() {
+		devs = append(devs, dev)
 	}
 	if len(devs) == 0 {
 		return
