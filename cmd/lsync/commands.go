@@ -15,7 +15,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/lsync/lsync/actors"
@@ -607,10 +606,8 @@ bytes on every device.`,
 }
 
 func checkUUID(what, s string) error {
-	if _, err := uuid.Parse(s); err != nil {
-		return usageErrorf("%s %q is not a uuid", what, s)
-	}
-	return nil
+	_, err := parseUUIDArg(what, s)
+	return err
 }
 
 // ---- albums ----
