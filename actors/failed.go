@@ -47,25 +47,17 @@ type RepairReport struct {
 
 // FailedRecords lists the records that could not be applied, oldest first.
 func (l *Library) FailedRecords(ctx context.Context) ([]FailedRecord, error) {
-	rows, err := l.store.Failures()
+	fs, err := l.store.Failures()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]FailedRecord, 0, len(rows))
-	for _, r := range rows {
-		f := FailedRecord{Model: fmt.Sprint(r["model"]), Reason: fmt.Sprint(r["reason"])}
-		f.UUID = rowUUID(r)
-		if ms, ok := r["at"].(int64); ok {
-			f.At = time.UnixMilli(ms).UTC()
+	out := make([]FailedRecord, 0, len(fs))
+	for _, f := range fs {
+		r := FailedRecord{Model: f.Model, UUID: f.UUID, Reason: f.Reason, At: f.At, Attempts: f.Attempts, Kind: "unreadable"}
+		if m, err := decodePayload(f.Payload); err == nil {
+			r.Kind = kindOf(m)
 		}
-		if n, ok := r["attempts"].(int64); ok {
-			f.Attempts = int(n)
-		}
-		f.Kind = "unreadable"
-		if m, err := decodePayload(r["payload"]); err == nil {
-			f.Kind = kindOf(m)
-		}
-		out = append(out, f)
+		out = append(out, r)
 	}
 	return out, ctx.Err()
 }
@@ -102,17 +94,7 @@ func (l *Library) Repair(ctx context.Context) (RepairReport, error) {
 	return rep, err
 }
 
-// rowUUID is the uuid of a failed_records row (zero when it has none).
-func rowUUID(r persistence.Row) messages.UUID {
-	var u messages.UUID
-	if s, ok := r["uuid"].(string); ok {
-		_ = u.UnmarshalText([]byte(s))
-	}
-	return u
-}
-
-func decodePayload(v any) (messages.Message, error) {
-	b, _ := v.([]byte)
+func decodePayload(b []byte) (messages.Message, error) {
 	if len(b) == 0 {
 		return nil, errors.New("no message kept")
 	}
@@ -135,18 +117,17 @@ func kindOf(m messages.Message) string {
 // retryFailed is RetryFailed; the maintenance actor runs it on a timer.
 func (n *nodeCore) retryFailed(ctx context.Context, lib *persistence.Library, id messages.LibraryID) (RetryReport, error) {
 	var rep RetryReport
-	rows, err := lib.Failures()
+	fs, err := lib.Failures()
 	if err != nil {
 		return rep, err
 	}
-	for _, r := range rows {
+	for _, f := range fs {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		model := fmt.Sprint(r["model"])
-		u := rowUUID(r)
+		model, u := f.Model, f.UUID
 		rep.Retried++
-		m, err := decodePayload(r["payload"])
+		m, err := decodePayload(f.Payload)
 		if err != nil {
 			rep.Failing++ // nothing to apply: it stays listed for a person to look at
 			n.metrics.retries.WithLabelValues("unreadable").Inc()
@@ -180,7 +161,7 @@ func (n *nodeCore) retryFailed(ctx context.Context, lib *persistence.Library, id
 		if failure != nil {
 			rep.Failing++
 			n.metrics.retries.WithLabelValues("failed").Inc()
-			if err := lib.RecordFailure(model, u, fmt.Sprint(failure), r["payload"].([]byte)); err != nil {
+			if err := lib.RecordFailure(model, u, fmt.Sprint(failure), f.Payload); err != nil {
 				return rep, err
 			}
 			continue

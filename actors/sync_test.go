@@ -290,7 +290,7 @@ func TestPoisonMessageRestartsApplier(t *testing.T) {
 	})
 	f, _ := c.libs[1].Store().Failures()
 	for _, row := range f {
-		if row["uuid"] != bad.String() || !strings.Contains(fmt.Sprint(row["reason"]), "poison") {
+		if row.UUID != bad || !strings.Contains(row.Reason, "poison") {
 			t.Fatalf("failed record for the wrong row or without the reason: %v", row)
 		}
 	}
@@ -406,6 +406,6 @@ func TestPoisonInCatchUpPage(t *testing.T) {
 	eventually(t, 10*time.Second, "the good locations on B", func() bool { return len(c.rows(1, "location")) == 5 })
 	eventually(t, 5*time.Second, "a failed_records row", func() bool {
 		f, _ := c.libs[1].Store().Failures()
-		return len(f) == 1 && f[0]["uuid"] == bad.String()
+		return len(f) == 1 && f[0].UUID == bad
 	})
 }

@@ -195,7 +195,7 @@ func TestPartnersCheckpointsFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs, err := l.Failures()
-	if err != nil || len(fs) != 1 || fs[0]["uuid"] != uid(5).String() || fs[0]["reason"] != "constraint" {
+	if err != nil || len(fs) != 1 || fs[0].UUID != uid(5) || fs[0].Reason != "constraint" {
 		t.Fatalf("failures %v %v", fs, err)
 	}
 	owners, _ := l.Owners()

@@ -215,18 +215,27 @@ func (l *Library) FailureCount() (int, error) {
 	return int(n), err
 }
 
-// Failures lists recorded failures, oldest first: model, uuid (or null),
-// reason, payload (bytes), at (ms of the latest), attempts.
-func (l *Library) Failures() ([]Row, error) {
-	out := []Row{}
+// Failure is one row of failed_records: a record that could not be applied.
+type Failure struct {
+	Model    string
+	UUID     messages.UUID // zero when the record had none
+	Reason   string        // of the latest attempt
+	Payload  []byte        // what was kept to retry it
+	At       time.Time     // of the latest attempt
+	Attempts int
+}
+
+// Failures lists the recorded failures, oldest first.
+func (l *Library) Failures() ([]Failure, error) {
+	out := []Failure{}
 	err := l.withReader(func(c *conn) error {
 		return c.query(`SELECT model, uuid, reason, payload, at, attempts FROM failed_records ORDER BY id`, nil, func(s *sqlite3.Stmt) error {
-			var u any
+			f := Failure{Model: s.ColumnText(0), Reason: s.ColumnText(2), Payload: s.ColumnBlob(3, nil),
+				At: time.UnixMilli(s.ColumnInt64(4)).UTC(), Attempts: s.ColumnInt(5)}
 			if s.ColumnType(1) != sqlite3.NULL {
-				u = columnUUID(s, 1).String()
+				f.UUID = columnUUID(s, 1)
 			}
-			out = append(out, Row{"model": s.ColumnText(0), "uuid": u, "reason": s.ColumnText(2),
-				"payload": s.ColumnBlob(3, nil), "at": s.ColumnInt64(4), "attempts": s.ColumnInt64(5)})
+			out = append(out, f)
 			return nil
 		})
 	})
