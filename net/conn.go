@@ -246,7 +246,7 @@ func (c *quicConn) RequestEnvelope(ctx context.Context, lib messages.LibraryID, 
 	case err == io.EOF:
 		return nil, none, fmt.Errorf("request %s: %w: the peer ended the stream without a response", f.t, ErrBadRequest)
 	case isBadInput(err):
-		c.refuse(s.CancelRead, s.StreamID(), reasonFor(err), err)
+		c.refuse(s.CancelRead, s.StreamID(), RejectReason(err), err)
 		s.CancelWrite(streamBadInput)
 		return nil, none, fmt.Errorf("request %s: response: %w", f.t, err)
 	}
@@ -325,7 +325,7 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 		return
 	}
 	if streamKind(kind[0]) != kindLive {
-		c.refuse(s.CancelRead, s.StreamID(), reasonUnknownStream, fmt.Errorf("unidirectional stream of kind %q", kind[0]))
+		c.refuse(s.CancelRead, s.StreamID(), ReasonUnknownStream, fmt.Errorf("unidirectional stream of kind %q", kind[0]))
 		return
 	}
 	var lib messages.LibraryID
@@ -336,24 +336,24 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 		}
 		if err != nil {
 			if isBadInput(err) {
-				c.refuse(s.CancelRead, s.StreamID(), reasonFor(err), err)
+				c.refuse(s.CancelRead, s.StreamID(), RejectReason(err), err)
 			}
 			return
 		}
 		m, err := env.Decode()
 		if err != nil {
-			c.refuse(s.CancelRead, s.StreamID(), reasonFor(err), err)
+			c.refuse(s.CancelRead, s.StreamID(), RejectReason(err), err)
 			return
 		}
 		if isControlType(env.Type) {
-			c.refuse(s.CancelRead, s.StreamID(), reasonUnexpected, fmt.Errorf("%s on a live stream", env.Type))
+			c.refuse(s.CancelRead, s.StreamID(), ReasonUnexpected, fmt.Errorf("%s on a live stream", env.Type))
 			return
 		}
 		// One live stream carries one library.
 		if first {
 			lib = env.Library
 		} else if env.Library != lib {
-			c.refuse(s.CancelRead, s.StreamID(), reasonMalformed, fmt.Errorf("live stream of library %s carried a frame of %s", lib, env.Library))
+			c.refuse(s.CancelRead, s.StreamID(), ReasonMalformed, fmt.Errorf("live stream of library %s carried a frame of %s", lib, env.Library))
 			return
 		}
 		c.t.received(c.peer, env, n)
@@ -391,7 +391,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 		return
 	}
 	if streamKind(kind[0]) != kindRequest {
-		refuse(reasonUnknownStream, fmt.Errorf("bidirectional stream of kind %q", kind[0]))
+		refuse(ReasonUnknownStream, fmt.Errorf("bidirectional stream of kind %q", kind[0]))
 		return
 	}
 	env, n, err := readFrame(s, c.t.maxFrame, c.t.version)
@@ -400,7 +400,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 	}
 	if err != nil {
 		if isBadInput(err) {
-			refuse(reasonFor(err), err)
+			refuse(RejectReason(err), err)
 		} else {
 			s.CancelWrite(streamCanceled)
 		}
@@ -409,9 +409,9 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 	// A frame that parses but does not decode (unknown type, invalid
 	// message) is answered with bad_request, then the stream ends.
 	m, err := env.Decode()
-	reason := reasonFor(err)
+	reason := RejectReason(err)
 	if err == nil && isControlType(env.Type) {
-		err, reason = fmt.Errorf("%w: %s as a request", messages.ErrMalformed, env.Type), reasonUnexpected
+		err, reason = fmt.Errorf("%w: %s as a request", messages.ErrMalformed, env.Type), ReasonUnexpected
 	}
 	if err != nil {
 		c.refuse(s.CancelRead, s.StreamID(), reason, err)
@@ -468,13 +468,13 @@ func (c *quicConn) controlReadLoop() {
 		env, n, err := readFrame(c.control, c.t.maxFrame, c.t.version)
 		if err != nil {
 			if isBadInput(err) {
-				refuse(reasonFor(err), err)
+				refuse(RejectReason(err), err)
 			}
 			return
 		}
 		m, err := env.Decode()
 		if err != nil {
-			refuse(reasonFor(err), err)
+			refuse(RejectReason(err), err)
 			return
 		}
 		c.t.received(c.peer, env, n)
@@ -488,7 +488,7 @@ func (c *quicConn) controlReadLoop() {
 		case *messages.Error:
 			c.t.log.Warn("peer reported an error", "peer", c.peer, "err", m)
 		default:
-			refuse(reasonUnexpected, fmt.Errorf("%s on the control stream", env.Type))
+			refuse(ReasonUnexpected, fmt.Errorf("%s on the control stream", env.Type))
 			return
 		}
 	}

@@ -181,32 +181,32 @@ func encodeFrame(lib messages.LibraryID, m messages.Message, version uint16, max
 
 // Rejection reasons, the label values of Observer.Rejected.
 const (
-	reasonFrameTooLarge  = "frame_too_large"
-	reasonMalformed      = "malformed"
-	reasonTruncated      = "truncated"
-	reasonUnknownType    = "unknown_type"
-	reasonSchemaMismatch = "schema_mismatch"
-	reasonUnexpected     = "unexpected_message"
-	reasonUnknownStream  = "unknown_stream"
-	reasonUnpaired       = "unpaired"
-	reasonWrongPeer      = "wrong_peer"
-	reasonPairingFailed  = "pairing_failed"
-	reasonHandshake      = "handshake"
+	ReasonFrameTooLarge  = "frame_too_large"
+	ReasonMalformed      = "malformed"
+	ReasonTruncated      = "truncated"
+	ReasonUnknownType    = "unknown_type"
+	ReasonSchemaMismatch = "schema_mismatch"
+	ReasonUnexpected     = "unexpected_message"
+	ReasonUnknownStream  = "unknown_stream"
+	ReasonUnpaired       = "unpaired"
+	ReasonWrongPeer      = "wrong_peer"
+	ReasonPairingFailed  = "pairing_failed"
+	ReasonHandshake      = "handshake"
 )
 
-// reasonFor classifies a refused frame.
-func reasonFor(err error) string {
+// RejectReason classifies a refused frame (both transports use it).
+func RejectReason(err error) string {
 	switch {
 	case errors.Is(err, messages.ErrFrameTooLarge):
-		return reasonFrameTooLarge
+		return ReasonFrameTooLarge
 	case errors.Is(err, messages.ErrSchemaVersion):
-		return reasonSchemaMismatch
+		return ReasonSchemaMismatch
 	case errors.Is(err, messages.ErrUnknownType):
-		return reasonUnknownType
+		return ReasonUnknownType
 	case errors.Is(err, messages.ErrTruncated):
-		return reasonTruncated
+		return ReasonTruncated
 	}
-	return reasonMalformed
+	return ReasonMalformed
 }
 
 // isBadInput reports whether err from readFrame or Decode is the peer's

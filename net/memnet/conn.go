@@ -322,16 +322,7 @@ func (e *endpoint) reply(c *call, lib messages.LibraryID, m messages.Message) er
 
 // rejected counts a frame from the peer that did not decode.
 func (e *endpoint) rejected(err error) {
-	reason := "malformed"
-	switch {
-	case errors.Is(err, messages.ErrFrameTooLarge):
-		reason = "frame_too_large"
-	case errors.Is(err, messages.ErrSchemaVersion):
-		reason = "schema_mismatch"
-	case errors.Is(err, messages.ErrUnknownType):
-		reason = "unknown_type"
-	}
-	e.t.obs.Rejected(reason)
+	e.t.obs.Rejected(net.RejectReason(err))
 	n := e.t.n
 	n.mu.Lock()
 	e.peer.link.stats.Rejected++

@@ -85,9 +85,9 @@ func (t *Transport) Dial(ctx context.Context, peer messages.DeviceID, addr strin
 	if err != nil {
 		switch {
 		case errors.Is(err, net.ErrNotPaired):
-			t.obs.Rejected("unpaired")
+			t.obs.Rejected(net.ReasonUnpaired)
 		case errors.Is(err, net.ErrWrongPeer):
-			t.obs.Rejected("wrong_peer")
+			t.obs.Rejected(net.ReasonWrongPeer)
 		}
 		return nil, fmt.Errorf("memnet: dial %s at %s: %w", peer, addr, err)
 	}
