@@ -231,7 +231,7 @@ func (n *nodeCore) recordPoison(lib *persistence.Library, id messages.LibraryID,
 	if err := lib.RecordFailure(it.model, it.uuid(), why, it.payload()); err != nil {
 		n.log.Error("record failed record", "library", id, "model", it.model, "uuid", it.uuid(), "err", err)
 	}
-	n.reject("poison_record", "library", id, "model", it.model, "uuid", it.uuid(), "reason", why)
+	n.reject(messages.ReasonPoisonRecord, "library", id, "model", it.model, "uuid", it.uuid(), "reason", why)
 	n.events.emit(Event{Type: EventRecordFailed, Library: id, Model: it.model, UUID: it.uuid(), Detail: why})
 }
 

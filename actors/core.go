@@ -63,7 +63,7 @@ func (c *apiCall) answer(v any, err error) {
 }
 
 // reject counts and logs refused input.
-func (n *nodeCore) reject(reason string, attrs ...any) {
+func (n *nodeCore) reject(reason messages.Reason, attrs ...any) {
 	n.metrics.Rejected(reason)
 	n.log.Warn("rejected input", append([]any{"reason", reason}, attrs...)...)
 }

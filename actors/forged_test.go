@@ -31,7 +31,7 @@ func TestForgedStateChangeRefused(t *testing.T) {
 	}
 	h := messages.HLC{Timestamp: uint64(time.Now().UnixMilli()), Device: c.devs[2].UUID()}
 	metrics := c.nodes[0].Metrics()
-	before := metrics.RejectedCount(persistence.ReasonForgedOwner)
+	before := metrics.RejectedCount(messages.ReasonForgedOwner)
 
 	// 1. Claims to be device 1's write (sender is not the owner).
 	forged := persistence.NewUUID()
@@ -44,7 +44,7 @@ func TestForgedStateChangeRefused(t *testing.T) {
 	send(t, conn, lib, &messages.StateDelete{Model: "location", Owner: c.devs[1], UUID: loc, HLC: h})
 
 	eventually(t, 5*time.Second, "three forged_owner rejections", func() bool {
-		return metrics.RejectedCount(persistence.ReasonForgedOwner)-before >= 3
+		return metrics.RejectedCount(messages.ReasonForgedOwner)-before >= 3
 	})
 	rows := c.rows(0, "location")
 	if len(rows) != 1 || rows[0]["uuid"] != loc.String() || rows[0]["path"] != "/b/photos" || rows[0]["device_uuid"] != c.devs[1].String() {

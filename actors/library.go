@@ -453,7 +453,7 @@ func (a *libraryActor) sendTo(ctx actor.Context, dev messages.DeviceID, msg mess
 
 func (a *libraryActor) onInbound(ctx actor.Context, m *inboundMsg) {
 	if !a.partners[m.from] {
-		a.n.reject("unauthorized", "library", a.id, "from", m.from, "type", m.msg.MessageType())
+		a.n.reject(messages.ReasonUnauthorized, "library", a.id, "from", m.from, "type", m.msg.MessageType())
 		if m.reply != nil {
 			_ = m.reply(&messages.Error{Code: messages.CodeUnauthorized,
 				Message: fmt.Sprintf("device %s is not a sync partner of library %s", m.from, a.id)})
@@ -471,7 +471,7 @@ func (a *libraryActor) onInbound(ctx actor.Context, m *inboundMsg) {
 		case *messages.StateChange, *messages.StateBatch, *messages.StateDelete, *messages.SharedChange, *messages.SharedChangeBatch:
 			if len(a.buffer) >= maxBuffered {
 				a.dropped++
-				a.n.metrics.Rejected("backfill_buffer_full")
+				a.n.metrics.Rejected(messages.ReasonBackfillBufferFull)
 				return
 			}
 			a.buffer = append(a.buffer, m)
@@ -496,7 +496,7 @@ func (a *libraryActor) onInbound(ctx actor.Context, m *inboundMsg) {
 			a.n.log.Warn("record a partner's watermarks", "library", a.id, "from", m.from, "err", err)
 		}
 	default:
-		a.n.reject("unexpected_message", "library", a.id, "from", m.from, "type", m.msg.MessageType())
+		a.n.reject(messages.ReasonUnexpected, "library", a.id, "from", m.from, "type", m.msg.MessageType())
 	}
 }
 
@@ -509,7 +509,7 @@ func (a *libraryActor) admitHLC(from messages.DeviceID, h messages.HLC) bool {
 // by the library's clock, or refused and counted.
 func (n *nodeCore) admitHLC(lib *persistence.Library, id messages.LibraryID, from messages.DeviceID, h messages.HLC) bool {
 	if err := lib.Clock().Observe(h); err != nil {
-		n.reject("clock_skew", "library", id, "from", from, "err", err)
+		n.reject(messages.ReasonClockSkew, "library", id, "from", from, "err", err)
 		return false
 	}
 	return true
@@ -519,13 +519,13 @@ func (a *libraryActor) onState(ctx actor.Context, from, owner messages.DeviceID,
 	// Live device-owned state is sent only by its owner.
 	if from != owner {
 		for _, r := range recs {
-			a.n.reject("forged_owner", "library", a.id, "from", from, "claimed_owner", owner, "model", model, "uuid", r.UUID)
+			a.n.reject(messages.ReasonForgedOwner, "library", a.id, "from", from, "claimed_owner", owner, "model", model, "uuid", r.UUID)
 		}
 		return
 	}
 	pid, ok := a.appliers[model]
 	if !ok || model == sharedApplier {
-		a.n.reject("unknown_model", "library", a.id, "from", from, "model", model)
+		a.n.reject(messages.ReasonUnknownModel, "library", a.id, "from", from, "model", model)
 		return
 	}
 	items := make([]applyItem, 0, len(recs))
@@ -542,12 +542,12 @@ func (a *libraryActor) onState(ctx actor.Context, from, owner messages.DeviceID,
 
 func (a *libraryActor) onStateDelete(ctx actor.Context, from messages.DeviceID, d *messages.StateDelete) {
 	if from != d.Owner {
-		a.n.reject("forged_owner", "library", a.id, "from", from, "claimed_owner", d.Owner, "model", d.Model, "uuid", d.UUID)
+		a.n.reject(messages.ReasonForgedOwner, "library", a.id, "from", from, "claimed_owner", d.Owner, "model", d.Model, "uuid", d.UUID)
 		return
 	}
 	pid, ok := a.appliers[d.Model]
 	if !ok || d.Model == sharedApplier {
-		a.n.reject("unknown_model", "library", a.id, "from", from, "model", d.Model)
+		a.n.reject(messages.ReasonUnknownModel, "library", a.id, "from", from, "model", d.Model)
 		return
 	}
 	if !a.admitHLC(from, d.HLC) {
@@ -563,11 +563,11 @@ func (a *libraryActor) onShared(ctx actor.Context, from messages.DeviceID, chang
 		// Live shared changes come from their origin: only the origin holds
 		// its log, and the prev-HLC chain is per origin.
 		if c.Origin() != from {
-			a.n.reject("forged_origin", "library", a.id, "from", from, "origin", c.Origin(), "hlc", c.HLC)
+			a.n.reject(messages.ReasonForgedOrigin, "library", a.id, "from", from, "origin", c.Origin(), "hlc", c.HLC)
 			continue
 		}
 		if k, ok := a.lib.Registry().Kind(c.Model); !ok || k != persistence.Shared {
-			a.n.reject("unknown_model", "library", a.id, "from", from, "model", c.Model)
+			a.n.reject(messages.ReasonUnknownModel, "library", a.id, "from", from, "model", c.Model)
 			continue
 		}
 		if !a.admitHLC(from, c.HLC) {
@@ -582,7 +582,7 @@ func (a *libraryActor) onShared(ctx actor.Context, from messages.DeviceID, chang
 
 func (a *libraryActor) onAck(ctx actor.Context, from messages.DeviceID, m *messages.AckSharedChanges) {
 	if m.From != from || m.Origin != a.n.self {
-		a.n.reject("bad_ack", "library", a.id, "from", from, "ack_from", m.From, "origin", m.Origin)
+		a.n.reject(messages.ReasonBadAck, "library", a.id, "from", from, "ack_from", m.From, "origin", m.Origin)
 		return
 	}
 	if err := a.lib.RecordAck(from, m.UpTo); err != nil {

@@ -104,6 +104,10 @@ func newMetrics() *Metrics {
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Every registered reason has its series from the start, at zero.
+	for _, r := range messages.Reasons() {
+		m.rejected.WithLabelValues(string(r))
+	}
 	return m
 }
 
@@ -130,7 +134,7 @@ func (m *Metrics) MessageOut(_ messages.DeviceID, t messages.Type, n int) {
 }
 
 // Rejected implements net.Observer.
-func (m *Metrics) Rejected(reason string) { m.rejected.WithLabelValues(reason).Inc() }
+func (m *Metrics) Rejected(reason messages.Reason) { m.rejected.WithLabelValues(string(reason)).Inc() }
 
 // RTT implements net.Observer.
 func (m *Metrics) RTT(peer messages.DeviceID, d time.Duration) {
@@ -138,8 +142,8 @@ func (m *Metrics) RTT(peer messages.DeviceID, d time.Duration) {
 }
 
 // RejectedCount returns lsync_rejected_total for reason (tests, status).
-func (m *Metrics) RejectedCount(reason string) float64 {
-	return m.Value("lsync_rejected_total", map[string]string{"reason": reason})
+func (m *Metrics) RejectedCount(reason messages.Reason) float64 {
+	return m.Value("lsync_rejected_total", map[string]string{"reason": string(reason)})
 }
 
 // Value sums the samples of the named series whose labels include the

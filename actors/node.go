@@ -658,7 +658,7 @@ func (na *nodeActor) onRequest(ctx actor.Context, m *inboundMsg) {
 		_ = m.reply(resp)
 	case *messages.SyncSetupRequest:
 		if req.Device != m.from {
-			na.n.reject("forged_setup", "from", m.from, "claimed", req.Device)
+			na.n.reject(messages.ReasonForgedSetup, "from", m.from, "claimed", req.Device)
 			_ = m.reply(&messages.Error{Code: messages.CodeUnauthorized, Message: "sync-setup must come from the device it registers"})
 			return
 		}

@@ -192,7 +192,7 @@ func (p *peerActor) route(ctx actor.Context, m *inboundMsg) {
 		case *messages.LibraryListRequest, *messages.SyncSetupRequest:
 			ctx.Send(p.node, m)
 		default:
-			p.n.reject("unexpected_message", "from", p.dev, "type", m.msg.MessageType())
+			p.n.reject(messages.ReasonUnexpected, "from", p.dev, "type", m.msg.MessageType())
 			if m.reply != nil {
 				_ = m.reply(&messages.Error{Code: messages.CodeBadRequest, Message: fmt.Sprintf("unexpected %s", m.msg.MessageType())})
 			}
@@ -203,7 +203,7 @@ func (p *peerActor) route(ctx actor.Context, m *inboundMsg) {
 		ctx.Send(pid, m)
 		return
 	}
-	p.n.reject("unknown_library", "from", p.dev, "library", m.lib)
+	p.n.reject(messages.ReasonUnknownLibrary, "from", p.dev, "library", m.lib)
 	if m.reply != nil {
 		_ = m.reply(&messages.Error{Code: messages.CodeNotFound, Message: fmt.Sprintf("library %s is not open on %s", m.lib, p.n.self)})
 	}

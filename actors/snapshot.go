@@ -220,7 +220,7 @@ func (n *Node) downloadSnapshot(ctx context.Context, p *snapshotProgress, dir st
 		sum := sha256.Sum256(raw)
 		if err != nil || !bytes.Equal(sum[:], ch.Checksum) {
 			p.Refetched++
-			n.core.metrics.Rejected("snapshot_chunk_checksum")
+			n.core.metrics.Rejected(messages.ReasonSnapshotChunkChecksum)
 			n.core.log.Warn("snapshot chunk failed its checksum; fetching it again", "library", p.Library, "chunk", ch.Index, "err", err)
 			if p.Refetched > 3*int(max(p.Total, 1)) {
 				return fmt.Errorf("%w: chunk %d, %d refetches", ErrBadChunk, ch.Index, p.Refetched)

@@ -246,7 +246,7 @@ func (c *quicConn) RequestEnvelope(ctx context.Context, lib messages.LibraryID, 
 	case err == io.EOF:
 		return nil, none, fmt.Errorf("request %s: %w: the peer ended the stream without a response", f.t, ErrBadRequest)
 	case isBadInput(err):
-		c.refuse(s.CancelRead, s.StreamID(), RejectReason(err), err)
+		c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
 		s.CancelWrite(streamBadInput)
 		return nil, none, fmt.Errorf("request %s: response: %w", f.t, err)
 	}
@@ -325,7 +325,7 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 		return
 	}
 	if streamKind(kind[0]) != kindLive {
-		c.refuse(s.CancelRead, s.StreamID(), ReasonUnknownStream, fmt.Errorf("unidirectional stream of kind %q", kind[0]))
+		c.refuse(s.CancelRead, s.StreamID(), messages.ReasonUnknownStream, fmt.Errorf("unidirectional stream of kind %q", kind[0]))
 		return
 	}
 	var lib messages.LibraryID
@@ -336,24 +336,24 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 		}
 		if err != nil {
 			if isBadInput(err) {
-				c.refuse(s.CancelRead, s.StreamID(), RejectReason(err), err)
+				c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
 			}
 			return
 		}
 		m, err := env.Decode()
 		if err != nil {
-			c.refuse(s.CancelRead, s.StreamID(), RejectReason(err), err)
+			c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
 			return
 		}
 		if isControlType(env.Type) {
-			c.refuse(s.CancelRead, s.StreamID(), ReasonUnexpected, fmt.Errorf("%s on a live stream", env.Type))
+			c.refuse(s.CancelRead, s.StreamID(), messages.ReasonUnexpected, fmt.Errorf("%s on a live stream", env.Type))
 			return
 		}
 		// One live stream carries one library.
 		if first {
 			lib = env.Library
 		} else if env.Library != lib {
-			c.refuse(s.CancelRead, s.StreamID(), ReasonMalformed, fmt.Errorf("live stream of library %s carried a frame of %s", lib, env.Library))
+			c.refuse(s.CancelRead, s.StreamID(), messages.ReasonMalformed, fmt.Errorf("live stream of library %s carried a frame of %s", lib, env.Library))
 			return
 		}
 		c.t.received(c.peer, env, n)
@@ -381,7 +381,7 @@ func (c *quicConn) acceptBulkLoop() {
 // serveRequest reads the one request frame of a request stream and hands
 // it to Recv with a Reply that writes the response and closes the stream.
 func (c *quicConn) serveRequest(s *quic.Stream) {
-	refuse := func(reason string, err error) {
+	refuse := func(reason messages.Reason, err error) {
 		c.refuse(s.CancelRead, s.StreamID(), reason, err)
 		s.CancelWrite(streamBadInput)
 	}
@@ -391,7 +391,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 		return
 	}
 	if streamKind(kind[0]) != kindRequest {
-		refuse(ReasonUnknownStream, fmt.Errorf("bidirectional stream of kind %q", kind[0]))
+		refuse(messages.ReasonUnknownStream, fmt.Errorf("bidirectional stream of kind %q", kind[0]))
 		return
 	}
 	env, n, err := readFrame(s, c.t.maxFrame, c.t.version)
@@ -400,7 +400,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 	}
 	if err != nil {
 		if isBadInput(err) {
-			refuse(RejectReason(err), err)
+			refuse(messages.ReasonOf(err), err)
 		} else {
 			s.CancelWrite(streamCanceled)
 		}
@@ -409,9 +409,9 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 	// A frame that parses but does not decode (unknown type, invalid
 	// message) is answered with bad_request, then the stream ends.
 	m, err := env.Decode()
-	reason := RejectReason(err)
+	reason := messages.ReasonOf(err)
 	if err == nil && isControlType(env.Type) {
-		err, reason = fmt.Errorf("%w: %s as a request", messages.ErrMalformed, env.Type), ReasonUnexpected
+		err, reason = fmt.Errorf("%w: %s as a request", messages.ErrMalformed, env.Type), messages.ReasonUnexpected
 	}
 	if err != nil {
 		c.refuse(s.CancelRead, s.StreamID(), reason, err)
@@ -460,7 +460,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 // Pong → RTT. Anything else is refused, which closes the control stream
 // only (RTT then falls back to QUIC's estimate).
 func (c *quicConn) controlReadLoop() {
-	refuse := func(reason string, err error) {
+	refuse := func(reason messages.Reason, err error) {
 		c.refuse(c.control.CancelRead, c.control.StreamID(), reason, err)
 		c.control.CancelWrite(streamBadInput)
 	}
@@ -468,13 +468,13 @@ func (c *quicConn) controlReadLoop() {
 		env, n, err := readFrame(c.control, c.t.maxFrame, c.t.version)
 		if err != nil {
 			if isBadInput(err) {
-				refuse(RejectReason(err), err)
+				refuse(messages.ReasonOf(err), err)
 			}
 			return
 		}
 		m, err := env.Decode()
 		if err != nil {
-			refuse(RejectReason(err), err)
+			refuse(messages.ReasonOf(err), err)
 			return
 		}
 		c.t.received(c.peer, env, n)
@@ -488,7 +488,7 @@ func (c *quicConn) controlReadLoop() {
 		case *messages.Error:
 			c.t.log.Warn("peer reported an error", "peer", c.peer, "err", m)
 		default:
-			refuse(ReasonUnexpected, fmt.Errorf("%s on the control stream", env.Type))
+			refuse(messages.ReasonUnexpected, fmt.Errorf("%s on the control stream", env.Type))
 			return
 		}
 	}
@@ -552,7 +552,7 @@ func (c *quicConn) writeControl(m messages.Message) error {
 
 // refuse counts and logs bad input and cancels the stream with
 // streamBadInput. The connection and its other streams go on.
-func (c *quicConn) refuse(cancel func(quic.StreamErrorCode), id quic.StreamID, reason string, err error) {
+func (c *quicConn) refuse(cancel func(quic.StreamErrorCode), id quic.StreamID, reason messages.Reason, err error) {
 	c.t.obs.Rejected(reason)
 	c.t.log.Warn("refused stream", "peer", c.peer, "stream", int64(id), "reason", reason, "err", err)
 	cancel(streamBadInput)

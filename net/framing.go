@@ -179,36 +179,6 @@ func encodeFrame(lib messages.LibraryID, m messages.Message, version uint16, max
 	return outFrame{b: b, t: env.Type, raw: env.PayloadSize()}, nil
 }
 
-// Rejection reasons, the label values of Observer.Rejected.
-const (
-	ReasonFrameTooLarge  = "frame_too_large"
-	ReasonMalformed      = "malformed"
-	ReasonTruncated      = "truncated"
-	ReasonUnknownType    = "unknown_type"
-	ReasonSchemaMismatch = "schema_mismatch"
-	ReasonUnexpected     = "unexpected_message"
-	ReasonUnknownStream  = "unknown_stream"
-	ReasonUnpaired       = "unpaired"
-	ReasonWrongPeer      = "wrong_peer"
-	ReasonPairingFailed  = "pairing_failed"
-	ReasonHandshake      = "handshake"
-)
-
-// RejectReason classifies a refused frame (both transports use it).
-func RejectReason(err error) string {
-	switch {
-	case errors.Is(err, messages.ErrFrameTooLarge):
-		return ReasonFrameTooLarge
-	case errors.Is(err, messages.ErrSchemaVersion):
-		return ReasonSchemaMismatch
-	case errors.Is(err, messages.ErrUnknownType):
-		return ReasonUnknownType
-	case errors.Is(err, messages.ErrTruncated):
-		return ReasonTruncated
-	}
-	return ReasonMalformed
-}
-
 // isBadInput reports whether err from readFrame or Decode is the peer's
 // fault (bad bytes), as opposed to a stream or connection that ended.
 func isBadInput(err error) bool {

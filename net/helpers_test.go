@@ -26,12 +26,12 @@ type recorder struct {
 	in, out  map[messages.Type]int
 	bytesIn  map[messages.Type]int
 	payload  [2]int // uncompressed bytes in, out (PayloadObserver)
-	rejected map[string]int
+	rejected map[messages.Reason]int
 	rtt      []time.Duration
 }
 
 func newRecorder() *recorder {
-	return &recorder{in: map[messages.Type]int{}, out: map[messages.Type]int{}, bytesIn: map[messages.Type]int{}, rejected: map[string]int{}}
+	return &recorder{in: map[messages.Type]int{}, out: map[messages.Type]int{}, bytesIn: map[messages.Type]int{}, rejected: map[messages.Reason]int{}}
 }
 
 func (r *recorder) MessageIn(_ messages.DeviceID, t messages.Type, n int) {
@@ -59,7 +59,7 @@ func (r *recorder) PayloadOut(_ messages.DeviceID, n int) {
 	r.payload[1] += n
 }
 
-func (r *recorder) Rejected(reason string) {
+func (r *recorder) Rejected(reason messages.Reason) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rejected[reason]++
@@ -71,14 +71,14 @@ func (r *recorder) RTT(_ messages.DeviceID, d time.Duration) {
 	r.rtt = append(r.rtt, d)
 }
 
-func (r *recorder) rejects(reason string) int {
+func (r *recorder) rejects(reason messages.Reason) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.rejected[reason]
 }
 
 // waitRejected waits until reason was counted at least n times.
-func (r *recorder) waitRejected(t *testing.T, reason string, n int) {
+func (r *recorder) waitRejected(t *testing.T, reason messages.Reason, n int) {
 	t.Helper()
 	eventually(t, 5*time.Second, func() bool { return r.rejects(reason) >= n }, "rejected[%q] >= %d", reason, n)
 }

@@ -13,10 +13,8 @@ type Observer interface {
 	// MessageIn/MessageOut count one frame of type t of the given size.
 	MessageIn(peer messages.DeviceID, t messages.Type, bytes int)
 	MessageOut(peer messages.DeviceID, t messages.Type, bytes int)
-	// Rejected counts refused input: "frame_too_large", "malformed",
-	// "unknown_type", "schema_mismatch", "unpaired", "wrong_peer",
-	// "pairing_failed", ...
-	Rejected(reason string)
+	// Rejected counts refused input, by one of the registered reasons.
+	Rejected(reason messages.Reason)
 	// RTT reports a new round-trip measurement to peer.
 	RTT(peer messages.DeviceID, d time.Duration)
 }
@@ -26,7 +24,7 @@ type NopObserver struct{}
 
 func (NopObserver) MessageIn(messages.DeviceID, messages.Type, int)  {}
 func (NopObserver) MessageOut(messages.DeviceID, messages.Type, int) {}
-func (NopObserver) Rejected(string)                                  {}
+func (NopObserver) Rejected(messages.Reason)                         {}
 func (NopObserver) RTT(messages.DeviceID, time.Duration)             {}
 
 // PayloadObserver is an optional extension of Observer: it is also told

@@ -380,12 +380,12 @@ func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn) erro
 		return err
 	}
 	if streamKind(kind[0]) != kindPair {
-		t.obs.Rejected(ReasonUnknownStream)
+		t.obs.Rejected(messages.ReasonUnknownStream)
 		return fmt.Errorf("stream of kind %q on a pairing connection", kind[0])
 	}
 	x, err := t.pairContext(qc, false)
 	if err != nil {
-		t.obs.Rejected(ReasonPairingFailed)
+		t.obs.Rejected(messages.ReasonPairingFailed)
 		return err
 	}
 	// 1. The joiner's share.
@@ -410,7 +410,7 @@ func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn) erro
 		}
 		shares[i] = sec.share
 		if isks[i], err = sec.key(x, ya, ya, sec.share); err != nil {
-			t.obs.Rejected(ReasonPairingFailed)
+			t.obs.Rejected(messages.ReasonPairingFailed)
 			_ = writePairMsg(s, pairReject, []byte{rejectFailed})
 			return fmt.Errorf("joiner share: %w", err)
 		}
@@ -425,7 +425,7 @@ func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn) erro
 		return err
 	}
 	if len(body) != len(cands)*cpaceMACSize {
-		t.obs.Rejected(ReasonPairingFailed)
+		t.obs.Rejected(messages.ReasonPairingFailed)
 		return fmt.Errorf("confirmation of %d bytes for %d candidates", len(body), len(cands))
 	}
 	match := -1
@@ -438,18 +438,18 @@ func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn) erro
 	outcome, pc := t.settleAttempt(cands, match)
 	switch outcome {
 	case attemptExpired:
-		t.obs.Rejected(ReasonPairingFailed)
+		t.obs.Rejected(messages.ReasonPairingFailed)
 		_ = writePairMsg(s, pairReject, []byte{rejectExpired})
 		return ErrPairingExpired
 	case attemptFailed:
-		t.obs.Rejected(ReasonPairingFailed)
+		t.obs.Rejected(messages.ReasonPairingFailed)
 		_ = writePairMsg(s, pairReject, []byte{rejectFailed})
 		return ErrPairingFailed
 	}
 	// From here the code is consumed: report how the pairing ended.
 	peer, err := t.creatorFinish(s, qc, x, isks[match], ya, shares[match])
 	if err != nil {
-		t.obs.Rejected(ReasonPairingFailed)
+		t.obs.Rejected(messages.ReasonPairingFailed)
 		t.finishCode(pc, PairResult{Err: fmt.Errorf("pairing aborted: %w", err)})
 		return err
 	}
@@ -521,7 +521,7 @@ func (t *QUICTransport) JoinPairing(ctx context.Context, code, addr string) (Pee
 	peer, err := t.joinerExchange(ctx, qc, norm, addr)
 	if err != nil {
 		if errors.Is(err, ErrPairingFailed) || errors.Is(err, ErrPairingExpired) {
-			t.obs.Rejected(ReasonPairingFailed)
+			t.obs.Rejected(messages.ReasonPairingFailed)
 			return PeerInfo{}, err
 		}
 		if ctx.Err() != nil {

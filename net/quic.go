@@ -421,7 +421,7 @@ func (t *QUICTransport) handshake(ctx context.Context, qc *quic.Conn, dialer boo
 			return nil, t.peerRefusal(err, "read control stream")
 		}
 		if streamKind(kind[0]) != kindControl {
-			t.obs.Rejected(ReasonHandshake)
+			t.obs.Rejected(messages.ReasonHandshake)
 			return nil, fmt.Errorf("%w: first stream is %q, want the control stream", messages.ErrMalformed, kind[0])
 		}
 	}
@@ -448,7 +448,7 @@ func (t *QUICTransport) handshake(ctx context.Context, qc *quic.Conn, dialer boo
 	case errors.As(err, &verr):
 		return nil, t.refuseVersion(ctx, qc, s, dialer, peer, verr.Remote)
 	case err != nil && isBadInput(err):
-		t.obs.Rejected(ReasonHandshake)
+		t.obs.Rejected(messages.ReasonHandshake)
 		return nil, fmt.Errorf("read hello: %w", err)
 	case err == io.EOF:
 		return nil, fmt.Errorf("read hello: %w: peer closed the control stream", ErrClosed)
@@ -457,7 +457,7 @@ func (t *QUICTransport) handshake(ctx context.Context, qc *quic.Conn, dialer boo
 	}
 	m, err := env.Decode()
 	if err != nil {
-		t.obs.Rejected(RejectReason(err))
+		t.obs.Rejected(messages.ReasonOf(err))
 		return nil, fmt.Errorf("read hello: %w", err)
 	}
 	t.received(peer, env, n)
@@ -471,7 +471,7 @@ func (t *QUICTransport) handshake(ctx context.Context, qc *quic.Conn, dialer boo
 		}
 		return nil, fmt.Errorf("peer refused: %w", m)
 	default:
-		t.obs.Rejected(ReasonUnexpected)
+		t.obs.Rejected(messages.ReasonUnexpected)
 		return nil, fmt.Errorf("%w: %s before hello", messages.ErrMalformed, env.Type)
 	}
 	if h.SchemaVersion != t.version {
@@ -479,7 +479,7 @@ func (t *QUICTransport) handshake(ctx context.Context, qc *quic.Conn, dialer boo
 	}
 	// The certificate decides who the peer is; its Hello must agree.
 	if h.Device != peer {
-		t.obs.Rejected(ReasonWrongPeer)
+		t.obs.Rejected(messages.ReasonWrongPeer)
 		qc.CloseWithError(connWrongPeer, "hello names another device than the certificate")
 		return nil, fmt.Errorf("%w: certificate of %s, hello of %s", ErrWrongPeer, peer, h.Device)
 	}
@@ -498,7 +498,7 @@ func (t *QUICTransport) handshake(ctx context.Context, qc *quic.Conn, dialer boo
 func (t *QUICTransport) refuseVersion(ctx context.Context, qc *quic.Conn, s *quic.Stream, dialer bool, peer messages.DeviceID, remote uint16) error {
 	ours := &messages.VersionError{Local: t.version, Remote: remote}
 	theirs := (&messages.VersionError{Local: remote, Remote: t.version}).Error()
-	t.obs.Rejected(ReasonSchemaMismatch)
+	t.obs.Rejected(messages.ReasonSchemaMismatch)
 	t.log.Warn("refused peer on another schema version", "peer", peer, "local", t.version, "remote", remote, "err", ours)
 	if f, err := encodeFrame(messages.LibraryID{}, &messages.Error{Code: messages.CodeSchemaMismatch, Message: theirs}, t.version, t.maxFrame); err == nil {
 		if _, err := s.Write(f.b); err == nil {
@@ -623,26 +623,26 @@ func (t *QUICTransport) verifyPinned(expect *messages.DeviceID) func([][]byte, [
 // derived from its key, and (when dialing) that id is the one expected.
 func (t *QUICTransport) checkPinned(raw [][]byte, expect *messages.DeviceID) error {
 	if len(raw) == 0 {
-		t.obs.Rejected(ReasonUnpaired)
+		t.obs.Rejected(messages.ReasonUnpaired)
 		return fmt.Errorf("%w: no certificate", ErrNotPaired)
 	}
 	id, err := DeviceIDFromCert(raw[0])
 	if err != nil {
-		t.obs.Rejected(ReasonUnpaired)
+		t.obs.Rejected(messages.ReasonUnpaired)
 		return fmt.Errorf("%w: %v", ErrNotPaired, err)
 	}
 	if expect != nil && id != *expect {
-		t.obs.Rejected(ReasonWrongPeer)
+		t.obs.Rejected(messages.ReasonWrongPeer)
 		return fmt.Errorf("%w: dialed %s, reached %s", ErrWrongPeer, *expect, id)
 	}
 	p, ok := t.peers.Get(id)
 	if !ok {
-		t.obs.Rejected(ReasonUnpaired)
+		t.obs.Rejected(messages.ReasonUnpaired)
 		t.log.Warn("refused unpaired device", "peer", id)
 		return fmt.Errorf("%w: %s", ErrNotPaired, id)
 	}
 	if p.Fingerprint != FingerprintOf(raw[0]) {
-		t.obs.Rejected(ReasonUnpaired)
+		t.obs.Rejected(messages.ReasonUnpaired)
 		t.log.Warn("refused device with an unpinned certificate", "peer", id)
 		return fmt.Errorf("%w: %s presented a certificate other than the pinned one", ErrNotPaired, id)
 	}

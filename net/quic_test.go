@@ -182,7 +182,7 @@ func TestUnpairedRefusedBothWays(t *testing.T) {
 	if _, err := a.t.Dial(ctx, b.id.DeviceID, b.t.Addr()); !errors.Is(err, ErrNotPaired) {
 		t.Fatalf("a→b: %v, want ErrNotPaired", err)
 	}
-	b.obs.waitRejected(t, ReasonUnpaired, 1)
+	b.obs.waitRejected(t, messages.ReasonUnpaired, 1)
 
 	// b → a: b has no pin for a at all.
 	if _, err := b.t.Dial(ctx, a.id.DeviceID, a.t.Addr()); !errors.Is(err, ErrNotPaired) {
@@ -194,7 +194,7 @@ func TestUnpairedRefusedBothWays(t *testing.T) {
 	if _, err := b.t.Dial(ctx, a.id.DeviceID, a.t.Addr()); !errors.Is(err, ErrNotPaired) {
 		t.Fatalf("b→a after a unpinned b: %v, want ErrNotPaired", err)
 	}
-	a.obs.waitRejected(t, ReasonUnpaired, 1)
+	a.obs.waitRejected(t, messages.ReasonUnpaired, 1)
 
 	// A certificate other than the pinned one, under the right id, is
 	// refused too: b pins a fingerprint a does not have.
@@ -202,11 +202,11 @@ func TestUnpairedRefusedBothWays(t *testing.T) {
 	p.Fingerprint[0] ^= 1
 	b.t.Peers().Add(p)
 	pin(t, a, b)
-	before := b.obs.rejects(ReasonUnpaired)
+	before := b.obs.rejects(messages.ReasonUnpaired)
 	if _, err := b.t.Dial(ctx, a.id.DeviceID, a.t.Addr()); !errors.Is(err, ErrNotPaired) {
 		t.Fatalf("b→a with a wrong fingerprint pinned: %v, want ErrNotPaired", err)
 	}
-	if b.obs.rejects(ReasonUnpaired) != before+1 {
+	if b.obs.rejects(messages.ReasonUnpaired) != before+1 {
 		t.Fatal("b did not count the certificate it refused")
 	}
 	// Nothing reached Accept.
@@ -227,8 +227,8 @@ func TestWrongPeerRefused(t *testing.T) {
 	if _, err := a.t.Dial(ctx, b.id.DeviceID, c.t.Addr()); !errors.Is(err, ErrWrongPeer) {
 		t.Fatalf("dial: %v, want ErrWrongPeer", err)
 	}
-	if a.obs.rejects(ReasonWrongPeer) != 1 {
-		t.Fatalf("wrong_peer counted %d times", a.obs.rejects(ReasonWrongPeer))
+	if a.obs.rejects(messages.ReasonWrongPeer) != 1 {
+		t.Fatalf("wrong_peer counted %d times", a.obs.rejects(messages.ReasonWrongPeer))
 	}
 	// The right one still works.
 	ab, _ := connect(t, a, b)
@@ -247,16 +247,16 @@ func TestSchemaMismatchRefusedBothSides(t *testing.T) {
 	if !errors.Is(err, messages.ErrSchemaVersion) || !strings.Contains(err.Error(), "upgrade this device") {
 		t.Fatalf("old→newer: %v", err)
 	}
-	newer.obs.waitRejected(t, ReasonSchemaMismatch, 1)
-	old.obs.waitRejected(t, ReasonSchemaMismatch, 1)
+	newer.obs.waitRejected(t, messages.ReasonSchemaMismatch, 1)
+	old.obs.waitRejected(t, messages.ReasonSchemaMismatch, 1)
 
 	// The newer device dials the old one: the peer must upgrade.
 	_, err = newer.t.Dial(ctx, old.id.DeviceID, old.t.Addr())
 	if !errors.Is(err, messages.ErrSchemaVersion) || !strings.Contains(err.Error(), "the peer must upgrade") {
 		t.Fatalf("newer→old: %v", err)
 	}
-	old.obs.waitRejected(t, ReasonSchemaMismatch, 2)
-	newer.obs.waitRejected(t, ReasonSchemaMismatch, 2)
+	old.obs.waitRejected(t, messages.ReasonSchemaMismatch, 2)
+	newer.obs.waitRejected(t, messages.ReasonSchemaMismatch, 2)
 	t.Logf("dial error: %v", err)
 }
 
@@ -308,7 +308,7 @@ func TestHugeFrameRefusedWithoutAllocating(t *testing.T) {
 	if _, err := s.Write(append(hdr, make([]byte, 1024)...)); err != nil {
 		t.Fatal(err)
 	}
-	b.obs.waitRejected(t, ReasonFrameTooLarge, 1)
+	b.obs.waitRejected(t, messages.ReasonFrameTooLarge, 1)
 	waitStreamRefused(t, s)
 	runtime.ReadMemStats(&after)
 	if grown := after.TotalAlloc - before.TotalAlloc; grown > 256<<20 {
@@ -347,13 +347,13 @@ func TestGarbageClosesOnlyThatStream(t *testing.T) {
 	// Garbage on a live stream.
 	s := rawUni(t, ab)
 	s.Write(append([]byte{byte(kindLive)}, garbage...))
-	b.obs.waitRejected(t, ReasonMalformed, 1)
+	b.obs.waitRejected(t, messages.ReasonMalformed, 1)
 	waitStreamRefused(t, s)
 
 	// An unknown stream kind.
 	s = rawUni(t, ab)
 	s.Write([]byte("Zzzz"))
-	b.obs.waitRejected(t, ReasonUnknownStream, 1)
+	b.obs.waitRejected(t, messages.ReasonUnknownStream, 1)
 	waitStreamRefused(t, s)
 
 	// A valid frame of an unknown type on a live stream.
@@ -362,14 +362,14 @@ func TestGarbageClosesOnlyThatStream(t *testing.T) {
 	frame, _ := messages.AppendFrame(nil, env)
 	s = rawUni(t, ab)
 	s.Write(append([]byte{byte(kindLive)}, frame...))
-	b.obs.waitRejected(t, ReasonUnknownType, 1)
+	b.obs.waitRejected(t, messages.ReasonUnknownType, 1)
 	waitStreamRefused(t, s)
 
 	// A Hello after the handshake, on a live stream.
 	hello, _ := messages.EncodeFrame(messages.LibraryID{}, &messages.Hello{Device: a.id.DeviceID, SchemaVersion: messages.SchemaVersion})
 	s = rawUni(t, ab)
 	s.Write(append([]byte{byte(kindLive)}, hello...))
-	b.obs.waitRejected(t, ReasonUnexpected, 1)
+	b.obs.waitRejected(t, messages.ReasonUnexpected, 1)
 	waitStreamRefused(t, s)
 
 	// Garbage as a request: the requester sees the stream refused.
@@ -382,7 +382,7 @@ func TestGarbageClosesOnlyThatStream(t *testing.T) {
 	if _, err := io.ReadAll(rs); err == nil {
 		t.Fatal("garbage request got a response")
 	}
-	b.obs.waitRejected(t, ReasonMalformed, 2)
+	b.obs.waitRejected(t, messages.ReasonMalformed, 2)
 
 	// An invalid request that parses is answered with bad_request.
 	bad, _ := messages.EncodeFrame(libX, &messages.StateRequest{}) // no owner

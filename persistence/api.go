@@ -84,7 +84,7 @@ type ApplyOptions struct {
 type Rejection struct {
 	Model  string
 	UUID   messages.UUID
-	Reason string // short, e.g. "forged_owner", "unknown_model", "bad_value", "cycle"
+	Reason messages.Reason
 	Err    error
 }
 

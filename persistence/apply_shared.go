@@ -137,11 +137,11 @@ func sharedColumns(mi *modelInfo, op messages.ChangeOp, fields map[string]any) (
 func (tx *txn) applyShared(mi *modelInfo, c *messages.SharedChange, remote bool) (outcome, error) {
 	set, err := sharedInput(mi, c)
 	if err != nil {
-		return tx.reject(mi.Name, c.Record, ReasonBadValue, err), nil
+		return tx.reject(mi.Name, c.Record, messages.ReasonBadValue, err), nil
 	}
 	if remote {
 		if err := tx.observe(c.HLC); err != nil {
-			return tx.reject(mi.Name, c.Record, ReasonClockSkew, err), nil
+			return tx.reject(mi.Name, c.Record, messages.ReasonClockSkew, err), nil
 		}
 	}
 	// Bulk fast path (a shared-state backfill into a library without
@@ -256,10 +256,10 @@ func (tx *txn) sharedModel(c *messages.SharedChange) *modelInfo {
 	mi, ok := tx.l.reg.models[c.Model]
 	switch {
 	case !ok:
-		tx.reject(c.Model, c.Record, ReasonUnknownModel, fmt.Errorf("%w: %q", ErrUnknownModel, c.Model))
+		tx.reject(c.Model, c.Record, messages.ReasonUnknownModel, fmt.Errorf("%w: %q", ErrUnknownModel, c.Model))
 		return nil
 	case mi.Kind != Shared:
-		tx.reject(c.Model, c.Record, ReasonWrongKind, fmt.Errorf("%w: %q is not a shared model", ErrUnknownModel, c.Model))
+		tx.reject(c.Model, c.Record, messages.ReasonWrongKind, fmt.Errorf("%w: %q is not a shared model", ErrUnknownModel, c.Model))
 		return nil
 	}
 	return mi
@@ -312,7 +312,7 @@ func (l *Library) ApplyShared(changes []messages.SharedChange, opts ApplyOptions
 				if err != nil {
 					return fmt.Errorf("apply %s %s: %w", c.Model, c.Record, err)
 				}
-				if out == outRejected && res.Rejected[n].Reason == ReasonClockSkew {
+				if out == outRejected && res.Rejected[n].Reason == messages.ReasonClockSkew {
 					continue
 				}
 				tx.count(out)

@@ -34,22 +34,22 @@ type applyMode struct {
 func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord, mode applyMode) (outcome, error) {
 	h, u := rec.HLC, rec.UUID
 	if u.IsZero() || h.IsZero() {
-		return tx.reject(m.Name, u, ReasonBadValue, fmt.Errorf("%w: %s record without uuid or hlc", ErrBadValue, m.Name)), nil
+		return tx.reject(m.Name, u, messages.ReasonBadValue, fmt.Errorf("%w: %s record without uuid or hlc", ErrBadValue, m.Name)), nil
 	}
 	if rec.Deleted {
 		return tx.deleteState(m, own, u, h, mode)
 	}
 	vals, err := m.normalizeValues(rec.Values)
 	if err != nil {
-		return tx.reject(m.Name, u, ReasonBadValue, err), nil
+		return tx.reject(m.Name, u, messages.ReasonBadValue, err), nil
 	}
 	if m.Name == deviceModel && messages.DeviceID(u) != own.dev {
-		return tx.reject(m.Name, u, ReasonForgedOwner,
+		return tx.reject(m.Name, u, messages.ReasonForgedOwner,
 			fmt.Errorf("%w: device row %s sent as owned by %s", ErrForgedOwner, u, own.dev)), nil
 	}
 	if !mode.local && !mode.releasing {
 		if err := tx.observe(h); err != nil {
-			return tx.reject(m.Name, u, ReasonClockSkew, err), nil
+			return tx.reject(m.Name, u, messages.ReasonClockSkew, err), nil
 		}
 	}
 
@@ -71,7 +71,7 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 		}
 		if found {
 			if info.ownerID != own.id {
-				return tx.reject(m.Name, u, ReasonForgedOwner, fmt.Errorf("%w: %s %s of %s refers to %s %s of another device",
+				return tx.reject(m.Name, u, messages.ReasonForgedOwner, fmt.Errorf("%w: %s %s of %s refers to %s %s of another device",
 					ErrForgedOwner, m.Name, u, own.dev, target.Name, ref)), nil
 			}
 			sqlVals[i] = info.id
@@ -84,7 +84,7 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 		}
 		if tb != nil {
 			if tb.ownerID != own.id {
-				return tx.reject(m.Name, u, ReasonForgedOwner, fmt.Errorf("%w: %s %s refers to deleted %s %s of another device",
+				return tx.reject(m.Name, u, messages.ReasonForgedOwner, fmt.Errorf("%w: %s %s refers to deleted %s %s of another device",
 					ErrForgedOwner, m.Name, u, target.Name, ref)), nil
 			}
 			if tb.hlc.Compare(h) >= 0 {
@@ -125,7 +125,7 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 	}
 	if ex != nil {
 		if ex.ownerID != own.id {
-			return tx.reject(m.Name, u, ReasonForgedOwner,
+			return tx.reject(m.Name, u, messages.ReasonForgedOwner,
 				fmt.Errorf("%w: %s %s is owned by another device than %s", ErrForgedOwner, m.Name, u, own.dev)), nil
 		}
 		if h.Compare(ex.hlc) <= 0 {
@@ -138,7 +138,7 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 	}
 	if tb != nil {
 		if tb.ownerID != own.id {
-			return tx.reject(m.Name, u, ReasonForgedOwner,
+			return tx.reject(m.Name, u, messages.ReasonForgedOwner,
 				fmt.Errorf("%w: deleted %s %s was owned by another device than %s", ErrForgedOwner, m.Name, u, own.dev)), nil
 		}
 		if c := h.Compare(tb.floor); c < 0 || c == 0 && !mode.held {
@@ -489,12 +489,12 @@ func (tx *txn) uncacheRef(m *modelInfo, u messages.UUID) {
 // deleteState applies a delete of (m, u) at h by own, with its cascade.
 func (tx *txn) deleteState(m *modelInfo, own ownerRef, u messages.UUID, h messages.HLC, mode applyMode) (outcome, error) {
 	if m.Name == deviceModel && messages.DeviceID(u) != own.dev {
-		return tx.reject(m.Name, u, ReasonForgedOwner,
+		return tx.reject(m.Name, u, messages.ReasonForgedOwner,
 			fmt.Errorf("%w: delete of device row %s by %s", ErrForgedOwner, u, own.dev)), nil
 	}
 	if !mode.local && !mode.releasing {
 		if err := tx.observe(h); err != nil {
-			return tx.reject(m.Name, u, ReasonClockSkew, err), nil
+			return tx.reject(m.Name, u, messages.ReasonClockSkew, err), nil
 		}
 	}
 	if err := tx.flushBulk(); err != nil {
@@ -505,7 +505,7 @@ func (tx *txn) deleteState(m *modelInfo, own ownerRef, u messages.UUID, h messag
 		return 0, err
 	}
 	if ex != nil && ex.ownerID != own.id {
-		return tx.reject(m.Name, u, ReasonForgedOwner,
+		return tx.reject(m.Name, u, messages.ReasonForgedOwner,
 			fmt.Errorf("%w: delete of %s %s owned by another device than %s", ErrForgedOwner, m.Name, u, own.dev)), nil
 	}
 	tb, err := tx.getTomb(m, u)
@@ -513,7 +513,7 @@ func (tx *txn) deleteState(m *modelInfo, own ownerRef, u messages.UUID, h messag
 		return 0, err
 	}
 	if tb != nil && tb.ownerID != own.id {
-		return tx.reject(m.Name, u, ReasonForgedOwner,
+		return tx.reject(m.Name, u, messages.ReasonForgedOwner,
 			fmt.Errorf("%w: delete of %s %s deleted by another device than %s", ErrForgedOwner, m.Name, u, own.dev)), nil
 	}
 	if ex != nil && ex.hlc.IsZero() {
@@ -981,9 +981,9 @@ func (l *Library) ApplyState(owner messages.DeviceID, model string, recs []messa
 	}
 	mi, ok := l.reg.models[model]
 	if !ok || mi.Kind != DeviceOwned {
-		reason, sentinel := ReasonUnknownModel, ErrUnknownModel
+		reason, sentinel := messages.ReasonUnknownModel, ErrUnknownModel
 		if ok {
-			reason = ReasonWrongKind
+			reason = messages.ReasonWrongKind
 		}
 		for _, r := range recs {
 			res.Rejected = append(res.Rejected, Rejection{Model: model, UUID: r.UUID, Reason: reason,
@@ -1030,9 +1030,9 @@ func (l *Library) ApplyStateDelete(d messages.StateDelete) (ApplyResult, error) 
 	var res ApplyResult
 	mi, ok := l.reg.models[d.Model]
 	if !ok || mi.Kind != DeviceOwned {
-		reason, sentinel := ReasonUnknownModel, ErrUnknownModel
+		reason, sentinel := messages.ReasonUnknownModel, ErrUnknownModel
 		if ok {
-			reason = ReasonWrongKind
+			reason = messages.ReasonWrongKind
 		}
 		res.Rejected = append(res.Rejected, Rejection{Model: d.Model, UUID: d.UUID, Reason: reason,
 			Err: fmt.Errorf("%w: %q is not a device-owned model", sentinel, d.Model)})

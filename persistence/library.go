@@ -29,7 +29,7 @@ const (
 	defaultMaxSkew   = 5 * time.Minute
 	defaultCacheMiB  = 64
 	maxReaders       = 4
-	deviceModel      = "device"
+	deviceModel      = ModelDevice
 	maxChangesListed = 10_000
 )
 

@@ -134,7 +134,7 @@ func TestClockSkewRejectsRecord(t *testing.T) {
 	future := recordFor(t, "location", uid(1), messages.HLC{Timestamp: baseTS + uint64(time.Hour.Milliseconds()), Device: devA.UUID()},
 		map[string]any{"path": "/future"})
 	res, err := l.ApplyState(devA, "location", []messages.StateRecord{future}, ApplyOptions{})
-	if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Reason != ReasonClockSkew || !messages.IsClockSkew(res.Rejected[0].Err) {
+	if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonClockSkew || !messages.IsClockSkew(res.Rejected[0].Err) {
 		t.Fatalf("result %+v %v", res, err)
 	}
 	if h := l.Clock().Now(); h.Timestamp > baseTS+1000 {

@@ -2,6 +2,27 @@ package persistence
 
 import "sync"
 
+// Model names: the names on the wire (StateChange.Model, SharedChange.Model)
+// and of the tables. Use these, never the literals.
+const (
+	// Device-owned.
+	ModelDevice        = "device"
+	ModelVolume        = "volume"
+	ModelLocation      = "location"
+	ModelEntry         = "entry"
+	ModelAuditLog      = "audit_log"
+	ModelEntryMetadata = "entry_metadata"
+
+	// Shared.
+	ModelContentIdentity = "content_identity"
+	ModelTag             = "tag"
+	ModelTagRelationship = "tag_relationship"
+	ModelAlbum           = "album"
+	ModelAlbumEntry      = "album_entry"
+	ModelUserMetadata    = "user_metadata"
+	ModelUserMetadataTag = "user_metadata_tag"
+)
+
 // Entry kinds (entry.kind).
 const (
 	EntryFile      = 0
@@ -22,59 +43,59 @@ func DefaultModels() []Model {
 
 	return []Model{
 		// Device-owned.
-		{Name: "device", Kind: DeviceOwned, Columns: []Column{
+		{Name: ModelDevice, Kind: DeviceOwned, Columns: []Column{
 			text("name"), text("platform"), integer("created_at"),
 		}},
-		{Name: "volume", Kind: DeviceOwned, DependsOn: []string{"device"}, Columns: []Column{
+		{Name: ModelVolume, Kind: DeviceOwned, DependsOn: []string{ModelDevice}, Columns: []Column{
 			text("name"), text("mount_point"), integer("capacity"), text("fs_type"), integer("created_at"),
 		}},
-		{Name: "location", Kind: DeviceOwned, DependsOn: []string{"device", "volume"}, derived: derivedLocation, Columns: []Column{
-			ref("volume_uuid", "volume"), required(text("path")), text("name"), integer("created_at"),
+		{Name: ModelLocation, Kind: DeviceOwned, DependsOn: []string{ModelDevice, ModelVolume}, derived: derivedLocation, Columns: []Column{
+			ref("volume_uuid", ModelVolume), required(text("path")), text("name"), integer("created_at"),
 		}},
-		{Name: "entry", Kind: DeviceOwned, DependsOn: []string{"location"}, derived: derivedEntry, Columns: []Column{
-			required(ref("location_uuid", "location")), ref("parent_uuid", "entry"), required(text("name")),
+		{Name: ModelEntry, Kind: DeviceOwned, DependsOn: []string{ModelLocation}, derived: derivedEntry, Columns: []Column{
+			required(ref("location_uuid", ModelLocation)), ref("parent_uuid", ModelEntry), required(text("name")),
 			integer("kind"), text("extension"), integer("size"), integer("mtime"),
-			uref("content_uuid", "content_identity"),
+			uref("content_uuid", ModelContentIdentity),
 		}},
-		{Name: "audit_log", Kind: DeviceOwned, DependsOn: []string{"device"}, Columns: []Column{
+		{Name: ModelAuditLog, Kind: DeviceOwned, DependsOn: []string{ModelDevice}, Columns: []Column{
 			text("action"), text("target_model"), Column{Name: "target_uuid", Type: TypeUUID}, text("detail"), integer("created_at"),
 		}},
-		{Name: "entry_metadata", Kind: DeviceOwned, DependsOn: []string{"entry"}, DeterministicFrom: []string{"entry_uuid"}, Columns: []Column{
-			required(ref("entry_uuid", "entry")), boolean("favorite"), boolean("hidden"), text("note"),
+		{Name: ModelEntryMetadata, Kind: DeviceOwned, DependsOn: []string{ModelEntry}, DeterministicFrom: []string{"entry_uuid"}, Columns: []Column{
+			required(ref("entry_uuid", ModelEntry)), boolean("favorite"), boolean("hidden"), text("note"),
 		}},
 
 		// Shared.
-		{Name: "content_identity", Kind: Shared, DeterministicFrom: []string{"content_hash"}, Columns: []Column{
+		{Name: ModelContentIdentity, Kind: Shared, DeterministicFrom: []string{"content_hash"}, Columns: []Column{
 			required(text("content_hash")), integer("size"), text("kind"), integer("created_at"),
 		}},
-		{Name: "tag", Kind: Shared, Columns: []Column{
+		{Name: ModelTag, Kind: Shared, Columns: []Column{
 			text("canonical_name"), text("namespace"), text("display_name"), text("formal_name"),
 			text("abbreviation"), {Name: "aliases", Type: TypeJSON}, text("color"), text("icon"),
-			text("tag_type"), text("privacy_level"), integer("created_at"), uref("created_by_device", "device"),
+			text("tag_type"), text("privacy_level"), integer("created_at"), uref("created_by_device", ModelDevice),
 		}},
-		{Name: "tag_relationship", Kind: Shared, DependsOn: []string{"tag"}, derived: derivedTagEdge,
+		{Name: ModelTagRelationship, Kind: Shared, DependsOn: []string{ModelTag}, derived: derivedTagEdge,
 			DeterministicFrom: []string{"parent_tag_uuid", "child_tag_uuid"}, Columns: []Column{
-				required(uref("parent_tag_uuid", "tag")), required(uref("child_tag_uuid", "tag")),
+				required(uref("parent_tag_uuid", ModelTag)), required(uref("child_tag_uuid", ModelTag)),
 				text("relationship_type"), real("strength"), integer("created_at"),
 			}},
-		{Name: "album", Kind: Shared, Columns: []Column{
-			text("name"), text("description"), integer("created_at"), uref("created_by_device", "device"),
+		{Name: ModelAlbum, Kind: Shared, Columns: []Column{
+			text("name"), text("description"), integer("created_at"), uref("created_by_device", ModelDevice),
 		}},
-		{Name: "album_entry", Kind: Shared, DependsOn: []string{"album", "entry"},
+		{Name: ModelAlbumEntry, Kind: Shared, DependsOn: []string{ModelAlbum, ModelEntry},
 			DeterministicFrom: []string{"album_uuid", "entry_uuid"}, Columns: []Column{
-				required(uref("album_uuid", "album")), required(uref("entry_uuid", "entry")),
-				integer("added_at"), uref("added_by_device", "device"),
+				required(uref("album_uuid", ModelAlbum)), required(uref("entry_uuid", ModelEntry)),
+				integer("added_at"), uref("added_by_device", ModelDevice),
 			}},
-		{Name: "user_metadata", Kind: Shared, DependsOn: []string{"content_identity"},
+		{Name: ModelUserMetadata, Kind: Shared, DependsOn: []string{ModelContentIdentity},
 			DeterministicFrom: []string{"content_uuid"}, Columns: []Column{
-				required(uref("content_uuid", "content_identity")), boolean("favorite"), boolean("hidden"),
+				required(uref("content_uuid", ModelContentIdentity)), boolean("favorite"), boolean("hidden"),
 				text("note"), integer("rating"),
 			}},
-		{Name: "user_metadata_tag", Kind: Shared, DependsOn: []string{"user_metadata", "tag"},
+		{Name: ModelUserMetadataTag, Kind: Shared, DependsOn: []string{ModelUserMetadata, ModelTag},
 			DeterministicFrom: []string{"user_metadata_uuid", "tag_uuid"}, Columns: []Column{
-				required(uref("user_metadata_uuid", "user_metadata")), required(uref("tag_uuid", "tag")),
+				required(uref("user_metadata_uuid", ModelUserMetadata)), required(uref("tag_uuid", ModelTag)),
 				text("applied_context"), real("confidence"), text("source"), integer("created_at"),
-				uref("device_uuid", "device"),
+				uref("device_uuid", ModelDevice),
 			}},
 	}
 }

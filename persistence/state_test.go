@@ -293,7 +293,7 @@ func TestForgedOwnershipRejected(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(res.Rejected) != 1 || res.Rejected[0].Reason != ReasonForgedOwner || !errors.Is(res.Rejected[0].Err, ErrForgedOwner) {
+			if len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonForgedOwner || !errors.Is(res.Rejected[0].Err, ErrForgedOwner) {
 				t.Fatalf("result %+v", res)
 			}
 			if tc.model == "location" && res.Applied != 1 {
@@ -306,14 +306,14 @@ func TestForgedOwnershipRejected(t *testing.T) {
 		mustApply(t, l, devB, "location", locB)
 		bad := recordFor(t, "entry", uid(61), hlcAt(21, 0, devB), map[string]any{"location_uuid": uid(60), "parent_uuid": uid(2), "name": "x"})
 		res, _ := l.ApplyState(devB, "entry", []messages.StateRecord{bad}, ApplyOptions{})
-		if len(res.Rejected) != 1 || res.Rejected[0].Reason != ReasonForgedOwner {
+		if len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonForgedOwner {
 			t.Fatalf("result %+v", res)
 		}
 	})
 	t.Run("entry_metadata of another device's entry", func(t *testing.T) {
 		bad := recordFor(t, "entry_metadata", uid(62), hlcAt(22, 0, devB), map[string]any{"entry_uuid": uid(2), "favorite": true})
 		res, _ := l.ApplyState(devB, "entry_metadata", []messages.StateRecord{bad}, ApplyOptions{})
-		if len(res.Rejected) != 1 || res.Rejected[0].Reason != ReasonForgedOwner {
+		if len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonForgedOwner {
 			t.Fatalf("result %+v", res)
 		}
 	})
@@ -338,16 +338,16 @@ func TestUnknownAndWrongModel(t *testing.T) {
 	l := newLib(t, devR)
 	rec := messages.StateRecord{UUID: uid(1), HLC: hlcAt(1, 0, devA)}
 	res, err := l.ApplyState(devA, "nope", []messages.StateRecord{rec}, ApplyOptions{})
-	if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Reason != ReasonUnknownModel || !errors.Is(res.Rejected[0].Err, ErrUnknownModel) {
+	if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonUnknownModel || !errors.Is(res.Rejected[0].Err, ErrUnknownModel) {
 		t.Fatalf("unknown: %+v %v", res, err)
 	}
 	res, err = l.ApplyState(devA, "tag", []messages.StateRecord{rec}, ApplyOptions{})
-	if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Reason != ReasonWrongKind {
+	if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonWrongKind {
 		t.Fatalf("shared via ApplyState: %+v %v", res, err)
 	}
 	bad := messages.StateRecord{UUID: uid(2), HLC: hlcAt(1, 0, devA), Values: []any{"too", "few"}}
 	res, err = l.ApplyState(devA, "location", []messages.StateRecord{bad}, ApplyOptions{})
-	if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Reason != ReasonBadValue {
+	if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonBadValue {
 		t.Fatalf("bad values: %+v %v", res, err)
 	}
 }

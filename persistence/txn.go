@@ -8,15 +8,6 @@ import (
 	"github.com/lsync/lsync/messages"
 )
 
-// Rejection reasons.
-const (
-	ReasonForgedOwner  = "forged_owner"
-	ReasonUnknownModel = "unknown_model"
-	ReasonWrongKind    = "wrong_kind"
-	ReasonBadValue     = "bad_value"
-	ReasonClockSkew    = "clock_skew"
-)
-
 // txn is one write transaction on the writer: the batch caches, the
 // result being built, and what to publish after commit.
 type txn struct {
@@ -87,7 +78,7 @@ func newTxn(l *Library, res *ApplyResult) *txn {
 	}
 }
 
-func (tx *txn) reject(model string, u messages.UUID, reason string, err error) outcome {
+func (tx *txn) reject(model string, u messages.UUID, reason messages.Reason, err error) outcome {
 	tx.res.Rejected = append(tx.res.Rejected, Rejection{Model: model, UUID: u, Reason: reason, Err: err})
 	return outRejected
 }

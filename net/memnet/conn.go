@@ -322,7 +322,7 @@ func (e *endpoint) reply(c *call, lib messages.LibraryID, m messages.Message) er
 
 // rejected counts a frame from the peer that did not decode.
 func (e *endpoint) rejected(err error) {
-	e.t.obs.Rejected(net.RejectReason(err))
+	e.t.obs.Rejected(messages.ReasonOf(err))
 	n := e.t.n
 	n.mu.Lock()
 	e.peer.link.stats.Rejected++

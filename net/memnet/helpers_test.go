@@ -36,12 +36,12 @@ type recorder struct {
 	in, out  map[messages.Type]int
 	bytesIn  int
 	bytesOut int
-	rejected map[string]int
+	rejected map[messages.Reason]int
 	rtt      []time.Duration
 }
 
 func newRecorder() *recorder {
-	return &recorder{in: map[messages.Type]int{}, out: map[messages.Type]int{}, rejected: map[string]int{}}
+	return &recorder{in: map[messages.Type]int{}, out: map[messages.Type]int{}, rejected: map[messages.Reason]int{}}
 }
 
 func (r *recorder) MessageIn(_ messages.DeviceID, t messages.Type, n int) {
@@ -58,7 +58,7 @@ func (r *recorder) MessageOut(_ messages.DeviceID, t messages.Type, n int) {
 	r.bytesOut += n
 }
 
-func (r *recorder) Rejected(reason string) {
+func (r *recorder) Rejected(reason messages.Reason) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rejected[reason]++
@@ -70,10 +70,10 @@ func (r *recorder) RTT(_ messages.DeviceID, d time.Duration) {
 	r.rtt = append(r.rtt, d)
 }
 
-func (r *recorder) snapshot() (in, out map[messages.Type]int, rejected map[string]int, rtt []time.Duration) {
+func (r *recorder) snapshot() (in, out map[messages.Type]int, rejected map[messages.Reason]int, rtt []time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	in, out, rejected = map[messages.Type]int{}, map[messages.Type]int{}, map[string]int{}
+	in, out, rejected = map[messages.Type]int{}, map[messages.Type]int{}, map[messages.Reason]int{}
 	for k, v := range r.in {
 		in[k] = v
 	}

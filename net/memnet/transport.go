@@ -85,9 +85,9 @@ func (t *Transport) Dial(ctx context.Context, peer messages.DeviceID, addr strin
 	if err != nil {
 		switch {
 		case errors.Is(err, net.ErrNotPaired):
-			t.obs.Rejected(net.ReasonUnpaired)
+			t.obs.Rejected(messages.ReasonUnpaired)
 		case errors.Is(err, net.ErrWrongPeer):
-			t.obs.Rejected(net.ReasonWrongPeer)
+			t.obs.Rejected(messages.ReasonWrongPeer)
 		}
 		return nil, fmt.Errorf("memnet: dial %s at %s: %w", peer, addr, err)
 	}
