@@ -1,9 +1,12 @@
 package actors
 
 import (
-	"context"
 	"fmt"
+	"maps"
 	"math/big"
+	"slices"
+
+	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
@@ -101,13 +104,38 @@ func splitRange(lo, hi messages.UUID) [][2]messages.UUID {
 	return out
 }
 
-// antiEntropyJob reconciles every model with one partner, then stops.
-type antiEntropyJob struct {
-	n     *nodeCore
-	lib   *persistence.Library
-	libID messages.LibraryID
-	peer  messages.DeviceID
-	conn  net.Conn
+// antiEntropyActor reconciles every model with one partner, then reports
+// to the library and stops. Per (model, owner) it compares fingerprints
+// level by level (decideRange), fetching the partner's newer rows and
+// applying the deletes it proves as it goes. Requests run off its
+// Receive; summaries, pages and deletes are read and applied in it.
+type antiEntropyActor struct {
+	n      *nodeCore
+	lib    *persistence.Library
+	libID  messages.LibraryID
+	parent *actor.PID
+	peer   messages.DeviceID
+	conn   net.Conn
+
+	fetch *fetcher
+	done  *aeDone
+	work  []aeWork // (model, owner) pairs still to reconcile, the current first
+	// The current pair's round.
+	round   int
+	ranges  [][2]messages.UUID          // compared this round
+	mine    []messages.FingerprintRange // our summaries of them
+	next    [][2]messages.UUID          // to compare next round
+	fetches [][]messages.UUID           // batches of rows still to fetch this round
+	deletes []messages.FingerprintItem  // rows to delete once fetched
+	wm      messages.HLC                // the partner's watermark for the owner
+}
+
+// aeWork is one (model, owner) to reconcile; owner is zero for a shared
+// model.
+type aeWork struct {
+	model       string
+	owner       messages.DeviceID
+	deviceOwned bool
 }
 
 type aeDone struct {
@@ -118,136 +146,218 @@ type aeDone struct {
 	requests int
 }
 
-func (j *antiEntropyJob) run() *aeDone {
-	done := &aeDone{peer: j.peer}
-	ctx, cancel := connContext(j.conn)
-	defer cancel()
-	reg := j.lib.Registry()
-	// Owners known to either side.
+func newAntiEntropyActor(n *nodeCore, lib *persistence.Library, id messages.LibraryID, parent *actor.PID,
+	peer messages.DeviceID, conn net.Conn) actor.Producer {
+	return func() actor.Actor {
+		return &antiEntropyActor{n: n, lib: lib, libID: id, parent: parent, peer: peer, conn: conn}
+	}
+}
+
+func (j *antiEntropyActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		j.done = &aeDone{peer: j.peer}
+		j.fetch = j.n.newFetcher(ctx, j.libID, nil)
+		j.ask(&messages.StateOwnersRequest{})
+	case *actor.Stopping:
+		j.fetch.stop()
+	case *answered:
+		if !j.fetch.mine(m) {
+			return
+		}
+		if err := j.answered(m); err != nil {
+			j.finish(ctx, err)
+			return
+		}
+		if len(j.work) == 0 {
+			j.finish(ctx, nil)
+		}
+	}
+}
+
+func (j *antiEntropyActor) ask(req messages.Message) {
+	j.done.requests++
+	j.fetch.ask(j.conn, req, nil)
+}
+
+func (j *antiEntropyActor) answered(a *answered) error {
+	switch a.req.(type) {
+	case *messages.StateOwnersRequest:
+		resp, err := expect[*messages.StateOwnersResponse](a)
+		if err != nil {
+			return err
+		}
+		j.plan(resp.Owners)
+	case *messages.FingerprintRequest:
+		resp, err := expect[*messages.FingerprintResponse](a)
+		if err == nil && len(resp.Ranges) != len(j.ranges) {
+			err = fmt.Errorf("%d ranges for %d asked", len(resp.Ranges), len(j.ranges))
+		}
+		if err != nil {
+			return fmt.Errorf("fingerprints of %s from %s: %w", j.work[0].model, j.peer, err)
+		}
+		j.compared(resp)
+	default:
+		if err := j.fetched(a); err != nil {
+			return err
+		}
+	}
+	return j.step()
+}
+
+// plan lists every (model, owner) to reconcile: shared models once,
+// device-owned models per owner known to either side, except this device
+// (nobody knows its rows better).
+func (j *antiEntropyActor) plan(theirs []messages.OriginWatermark) {
 	owners := map[messages.DeviceID]bool{}
 	if mine, err := j.lib.Owners(); err == nil {
 		for _, o := range mine {
 			owners[o] = true
 		}
 	}
-	resp, err := ask[*messages.StateOwnersResponse](ctx, j.rq(done), &messages.StateOwnersRequest{})
-	if err != nil {
-		done.err = err
-		return done
-	}
-	for _, o := range resp.Owners {
+	for _, o := range theirs {
 		owners[o.Origin] = true
 	}
+	sorted := slices.SortedFunc(maps.Keys(owners), compareIDs)
+	reg := j.lib.Registry()
 	for _, model := range reg.Order() {
-		kind, _ := reg.Kind(model)
-		if kind == persistence.Shared {
-			if err := j.reconcile(ctx, done, model, messages.DeviceID{}, false); err != nil {
-				done.err = err
-				return done
-			}
+		if kind, _ := reg.Kind(model); kind == persistence.Shared {
+			j.work = append(j.work, aeWork{model: model})
 			continue
 		}
-		for owner := range owners {
-			if owner == j.n.self {
-				continue // nobody knows our own rows better than we do
-			}
-			if err := j.reconcile(ctx, done, model, owner, true); err != nil {
-				done.err = err
-				return done
+		for _, owner := range sorted {
+			if owner != j.n.self {
+				j.work = append(j.work, aeWork{model: model, owner: owner, deviceOwned: true})
 			}
 		}
 	}
-	return done
+	j.startWork()
 }
 
-func (j *antiEntropyJob) rq(done *aeDone) requester {
-	r := j.n.requester(j.conn, j.libID)
-	r.sent = &done.requests
-	return r
+// startWork begins the current pair at the whole uuid space.
+func (j *antiEntropyActor) startWork() {
+	j.round = 0
+	j.next = [][2]messages.UUID{{}}
 }
 
-// reconcile compares one (model, owner) with the partner, level by level.
-func (j *antiEntropyJob) reconcile(ctx context.Context, done *aeDone, model string, owner messages.DeviceID, deviceOwned bool) error {
-	ranges := [][2]messages.UUID{{}}
-	for round := 0; len(ranges) > 0 && round < aeMaxRounds; round++ {
-		req := &messages.FingerprintRequest{Model: model, Owner: owner}
-		mine := make([]messages.FingerprintRange, len(ranges))
-		for i, r := range ranges {
-			fr, err := j.lib.RangeSummary(model, owner, r[0], r[1], fingerprintLeaf)
-			if err != nil {
-				return err
-			}
-			mine[i] = fr
-			req.Ranges = append(req.Ranges, messages.FingerprintRange{Lo: r[0], Hi: r[1], Count: fr.Count, Fingerprint: fr.Fingerprint})
+// compared decides each range against the partner's summary.
+func (j *antiEntropyActor) compared(resp *messages.FingerprintResponse) {
+	w := j.work[0]
+	// A row the partner lacks was deleted there if the partner is its
+	// owner or has seen every write of the owner up to the row's HLC.
+	proof := func(it messages.FingerprintItem) bool {
+		return w.deviceOwned && (w.owner == j.peer || resp.Watermark.Compare(it.HLC) >= 0) && !resp.Watermark.IsZero()
+	}
+	var fetch []messages.UUID
+	j.next, j.deletes, j.wm = nil, nil, resp.Watermark
+	for i := range j.ranges {
+		d := decideRange(j.mine[i], resp.Ranges[i], proof)
+		if d.split {
+			j.next = append(j.next, splitRange(j.ranges[i][0], j.ranges[i][1])...)
 		}
-		resp, err := ask[*messages.FingerprintResponse](ctx, j.rq(done), req)
-		if err == nil && len(resp.Ranges) != len(ranges) {
-			err = fmt.Errorf("%d ranges for %d asked", len(resp.Ranges), len(ranges))
-		}
+		fetch = append(fetch, d.fetch...)
+		j.deletes = append(j.deletes, d.deletes...)
+	}
+	j.fetches = slices.Collect(slices.Chunk(fetch, 1000))
+	j.round++
+}
+
+// fetched applies a batch of the partner's newer rows.
+func (j *antiEntropyActor) fetched(a *answered) error {
+	w := j.work[0]
+	if w.deviceOwned {
+		resp, err := expect[*messages.StateResponse](a)
 		if err != nil {
-			return fmt.Errorf("fingerprints of %s from %s: %w", model, j.peer, err)
+			return fmt.Errorf("rows of %s: %w", w.model, err)
 		}
-		// A row the partner lacks was deleted there if the partner is its
-		// owner or has seen every write of the owner up to the row's HLC.
-		proof := func(it messages.FingerprintItem) bool {
-			return deviceOwned && (owner == j.peer || resp.Watermark.Compare(it.HLC) >= 0) && !resp.Watermark.IsZero()
-		}
-		var next [][2]messages.UUID
-		var fetch []messages.UUID
-		var deletes []messages.FingerprintItem
-		for i := range ranges {
-			d := decideRange(mine[i], resp.Ranges[i], proof)
-			if d.split {
-				next = append(next, splitRange(ranges[i][0], ranges[i][1])...)
-			}
-			fetch = append(fetch, d.fetch...)
-			deletes = append(deletes, d.deletes...)
-		}
-		if err := j.repair(ctx, done, model, owner, deviceOwned, fetch, deletes, resp.Watermark); err != nil {
+		recs := admitAll(j.n, j.lib, j.libID, j.peer, resp.Records)
+		if _, err := j.n.guardedApplyState(j.lib, j.libID, w.owner, w.model, recs, persistence.ApplyOptions{}); err != nil {
 			return err
 		}
-		ranges = next
-	}
-	return nil
-}
-
-// repair pulls the partner's newer rows and applies the inferred deletes.
-func (j *antiEntropyJob) repair(ctx context.Context, done *aeDone, model string, owner messages.DeviceID, deviceOwned bool, fetch []messages.UUID, deletes []messages.FingerprintItem, wm messages.HLC) error {
-	for len(fetch) > 0 {
-		n := min(len(fetch), 1000)
-		batch := fetch[:n]
-		fetch = fetch[n:]
-		if deviceOwned {
-			resp, err := ask[*messages.StateResponse](ctx, j.rq(done), &messages.StateRequest{Owner: owner, Model: model, UUIDs: batch})
-			if err != nil {
-				return fmt.Errorf("rows of %s: %w", model, err)
-			}
-			recs := admitAll(j.n, j.lib, j.libID, j.peer, resp.Records)
-			if _, err := j.n.guardedApplyState(j.lib, j.libID, owner, model, recs, persistence.ApplyOptions{}); err != nil {
-				return err
-			}
-			done.fetched += len(batch)
-			continue
-		}
-		resp, err := ask[*messages.SharedStateResponse](ctx, j.rq(done), &messages.SharedStateRequest{Model: model, UUIDs: batch})
+	} else {
+		resp, err := expect[*messages.SharedStateResponse](a)
 		if err != nil {
-			return fmt.Errorf("rows of %s: %w", model, err)
+			return fmt.Errorf("rows of %s: %w", w.model, err)
 		}
 		if _, err := j.lib.ApplySharedState(resp.Entries, nil, persistence.ApplyOptions{}); err != nil {
 			return err
 		}
-		done.fetched += len(batch)
 	}
-	for _, it := range deletes {
-		if wm.Compare(it.HLC) <= 0 {
-			continue // cannot tell the delete's HLC apart from the row's
+	j.done.fetched += len(j.fetches[0])
+	j.fetches = j.fetches[1:]
+	return nil
+}
+
+// step asks for what the current pair needs next: a batch of rows, or,
+// once this round's rows are in and its deletes applied, the next round's
+// fingerprints; a pair with nothing left to compare gives way to the next.
+func (j *antiEntropyActor) step() error {
+	for len(j.work) > 0 {
+		w := j.work[0]
+		if len(j.fetches) > 0 {
+			if w.deviceOwned {
+				j.ask(&messages.StateRequest{Owner: w.owner, Model: w.model, UUIDs: j.fetches[0]})
+			} else {
+				j.ask(&messages.SharedStateRequest{Model: w.model, UUIDs: j.fetches[0]})
+			}
+			return nil
 		}
-		res, err := j.lib.ApplyStateDelete(messages.StateDelete{Model: model, Owner: owner, UUID: it.UUID, HLC: wm})
+		if err := j.applyDeletes(); err != nil {
+			return err
+		}
+		if len(j.next) > 0 && j.round < aeMaxRounds {
+			return j.compare()
+		}
+		j.work = j.work[1:]
+		j.startWork()
+	}
+	return nil
+}
+
+// compare summarises this round's ranges and asks the partner for its own.
+func (j *antiEntropyActor) compare() error {
+	w := j.work[0]
+	j.ranges, j.next = j.next, nil
+	req := &messages.FingerprintRequest{Model: w.model, Owner: w.owner}
+	j.mine = make([]messages.FingerprintRange, len(j.ranges))
+	for i, r := range j.ranges {
+		fr, err := j.lib.RangeSummary(w.model, w.owner, r[0], r[1], fingerprintLeaf)
 		if err != nil {
 			return err
 		}
-		done.deleted += res.Applied
+		j.mine[i] = fr
+		req.Ranges = append(req.Ranges, messages.FingerprintRange{Lo: r[0], Hi: r[1], Count: fr.Count, Fingerprint: fr.Fingerprint})
+	}
+	j.ask(req)
+	return nil
+}
+
+// applyDeletes applies the deletes this round proved.
+func (j *antiEntropyActor) applyDeletes() error {
+	w := j.work[0]
+	deletes := j.deletes
+	j.deletes = nil
+	for _, it := range deletes {
+		if j.wm.Compare(it.HLC) <= 0 {
+			continue // cannot tell the delete's HLC apart from the row's
+		}
+		res, err := j.lib.ApplyStateDelete(messages.StateDelete{Model: w.model, Owner: w.owner, UUID: it.UUID, HLC: j.wm})
+		if err != nil {
+			return err
+		}
+		j.done.deleted += res.Applied
 		j.n.countRejections(res, j.peer)
 	}
 	return nil
+}
+
+func (j *antiEntropyActor) finish(ctx actor.Context, err error) {
+	if persistence.IsStorageFailure(err) {
+		panic(err) // the supervisor stops the library with this reason
+	}
+	j.done.err = err
+	ctx.Send(j.parent, j.done)
+	j.fetch.stop()
+	j.work = nil
+	ctx.Stop(ctx.Self())
 }

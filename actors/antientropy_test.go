@@ -8,6 +8,7 @@ import (
 
 	"github.com/ncruces/go-sqlite3"
 
+	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
 )
@@ -112,7 +113,7 @@ func TestAntiEntropyRepairsDeleteWithoutTombstone(t *testing.T) {
 	if n := len(c.rows(1, "entry")); n != 29 {
 		t.Fatalf("B has %d entries, want 29", n)
 	}
-	eventually(t, 5*time.Second, "the repair counted", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the repair counted", func() bool {
 		return c.nodes[1].Metrics().Value("lsync_antientropy_repairs_total", map[string]string{"kind": "deleted"}) >= 1
 	})
 }
@@ -159,13 +160,13 @@ func TestTombstonesWaitForAwayPartner(t *testing.T) {
 		}
 		return len(recs) == 1 && recs[0].Deleted, len(sh) > 0 && sh[0].Op == messages.OpDelete
 	}
-	eventually(t, 5*time.Second, "B to get both deletes", func() bool {
+	testutil.Eventually(t, 5*time.Second, "B to get both deletes", func() bool {
 		e, g := held(1)
 		return e && g
 	})
-	// Many prune rounds (200 ms each) past the 1 ms retention: A and B
-	// keep both tombstones for the away device.
-	time.Sleep(1500 * time.Millisecond)
+	// Several prune rounds past the 1 ms retention: A and B keep both
+	// tombstones for the away device.
+	c.waitPrunes(t, 5, 0, 1)
 	for i := range 2 {
 		if e, g := held(i); !e || !g {
 			t.Fatalf("device %d pruned a tombstone its away partner lacks (entry held %v, tag held %v)", i, e, g)
@@ -176,7 +177,7 @@ func TestTombstonesWaitForAwayPartner(t *testing.T) {
 	if n := len(c.rows(2, "entry")); n != 9 {
 		t.Fatalf("the returning device has %d entries, want 9", n)
 	}
-	eventually(t, 10*time.Second, "the tombstones pruned once every partner holds them", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the tombstones pruned once every partner holds them", func() bool {
 		for i := range 3 {
 			if e, g := held(i); e || g {
 				return false
@@ -239,7 +240,7 @@ func TestAntiEntropyRestoresLostRows(t *testing.T) {
 	// The shared row has no other way back (its log entry was pruned and
 	// acknowledged); the location may also return through a catch-up that
 	// raced the first restart's watermark rise.
-	eventually(t, 5*time.Second, "the repairs counted", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the repairs counted", func() bool {
 		return c.nodes[1].Metrics().Value("lsync_antientropy_repairs_total", map[string]string{"kind": "fetched"}) >= 1
 	})
 }
@@ -268,7 +269,7 @@ func TestRemovePartnerReleasesTombstones(t *testing.T) {
 		recs, err := c.libs[0].Store().StateRecords(c.devs[0], "entry", []messages.UUID{es[0]})
 		return err == nil && len(recs) == 1
 	}
-	time.Sleep(600 * time.Millisecond) // three prune rounds
+	c.waitPrunes(t, 3, 0)
 	if !tomb() {
 		t.Fatal("tombstone pruned while a partner was away")
 	}
@@ -280,13 +281,13 @@ func TestRemovePartnerReleasesTombstones(t *testing.T) {
 	}
 	// A now waits for B alone, which reports holding the delete after its
 	// next catch-up scan.
-	eventually(t, 10*time.Second, "the tombstone released", func() bool { return !tomb() })
+	testutil.Eventually(t, 10*time.Second, "the tombstone released", func() bool { return !tomb() })
 	c.net.HealAll()
-	before := c.nodes[0].Metrics().Value("lsync_rejected_total", map[string]string{"reason": "unauthorized"})
+	before := c.nodes[0].Metrics().RejectedCount(messages.ReasonUnauthorized)
 	if _, err := c.libs[2].CreateTag(ctx, TagInput{Name: "from the lost device"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "A to refuse the removed device", func() bool {
-		return c.nodes[0].Metrics().Value("lsync_rejected_total", map[string]string{"reason": "unauthorized"}) > before
+	testutil.Eventually(t, 10*time.Second, "A to refuse the removed device", func() bool {
+		return c.nodes[0].Metrics().RejectedCount(messages.ReasonUnauthorized) > before
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -13,11 +12,11 @@ import (
 	"github.com/lsync/lsync/persistence"
 )
 
-// Library is the handle of an open library. Every method is a request to
-// the library's actor; reads return rows without local ids.
+// Library is the handle of an open library. Every write is a typed
+// request to the library's actor; reads go straight to the store's read
+// connections and return rows without local ids.
 type Library struct {
 	node  *nodeCore
-	sys   *actor.ActorSystem
 	pid   *actor.PID
 	id    messages.LibraryID
 	name  string
@@ -29,12 +28,6 @@ func (l *Library) ID() messages.LibraryID { return l.id }
 
 // Name is the library's name.
 func (l *Library) Name() string { return l.name }
-
-func (l *Library) call(ctx context.Context, fn func(a *libraryActor, c actor.Context) (any, error)) (any, error) {
-	return call(ctx, l.sys, l.pid, func(c actor.Context) (any, error) {
-		return fn(c.Actor().(*libraryActor), c)
-	})
-}
 
 func ub(u messages.UUID) []byte {
 	if u.IsZero() {
@@ -50,76 +43,25 @@ func nowMS() int64 { return time.Now().UnixMilli() }
 // WriteState writes a device-owned row this device owns (uuid zero: a new
 // row) and broadcasts it. Fields are merged into the stored row.
 func (l *Library) WriteState(ctx context.Context, model string, uuid messages.UUID, fields map[string]any) (messages.UUID, error) {
-	v, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
-		rec, _, err := a.lib.WriteState(model, uuid, fields)
-		if err != nil {
-			return nil, fmt.Errorf("write %s: %w", model, err)
-		}
-		a.broadcast(c, &messages.StateChange{Model: model, Owner: a.n.self, Record: rec})
-		a.n.events.emit(Event{Type: EventResourceChanged, Library: a.id, Model: model, UUID: rec.UUID, Count: 1})
-		return rec.UUID, nil
-	})
-	if err != nil {
-		return messages.UUID{}, err
-	}
-	return v.(messages.UUID), nil
+	return ask[messages.UUID](ctx, l.node, l.pid, &writeState{model: model, uuid: uuid, fields: fields})
 }
 
 // WriteStateBatch writes many new device-owned rows in one transaction and
 // broadcasts them in batches.
 func (l *Library) WriteStateBatch(ctx context.Context, model string, rows []map[string]any) ([]messages.UUID, error) {
-	v, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
-		recs, _, err := a.lib.WriteStateBatch(model, rows)
-		if err != nil {
-			return nil, fmt.Errorf("write %d %s rows: %w", len(rows), model, err)
-		}
-		for chunk := range slices.Chunk(recs, 1000) {
-			a.broadcast(c, &messages.StateBatch{Model: model, Owner: a.n.self, Records: chunk})
-		}
-		a.n.events.emit(Event{Type: EventResourceChanged, Library: a.id, Model: model, Count: len(recs)})
-		out := make([]messages.UUID, len(recs))
-		for i, r := range recs {
-			out[i] = r.UUID
-		}
-		return out, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return v.([]messages.UUID), nil
+	return ask[[]messages.UUID](ctx, l.node, l.pid, &writeStateBatch{model: model, rows: rows})
 }
 
 // DeleteState deletes a device-owned row this device owns (with its
 // dependents) and broadcasts the delete.
 func (l *Library) DeleteState(ctx context.Context, model string, uuid messages.UUID) error {
-	_, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
-		d, _, err := a.lib.DeleteState(model, uuid)
-		if err != nil {
-			return nil, fmt.Errorf("delete %s %s: %w", model, uuid, err)
-		}
-		a.broadcast(c, &d)
-		a.n.events.emit(Event{Type: EventResourceChanged, Library: a.id, Model: model, UUID: uuid, Deleted: true, Count: 1})
-		return nil, nil
-	})
+	_, err := ask[any](ctx, l.node, l.pid, &deleteState{model: model, uuid: uuid})
 	return err
 }
 
 // Commit writes a shared change (log first), applies it and broadcasts it.
 func (l *Library) Commit(ctx context.Context, model string, uuid messages.UUID, op messages.ChangeOp, fields map[string]any) (messages.UUID, error) {
-	v, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
-		ch, _, err := a.lib.CommitShared(model, uuid, op, fields)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", op, model, err)
-		}
-		a.n.traceShared("commit", []messages.SharedChange{ch})
-		a.broadcast(c, &ch)
-		a.n.events.emit(Event{Type: EventResourceChanged, Library: a.id, Model: model, UUID: ch.Record, Deleted: op == messages.OpDelete, Count: 1})
-		return ch.Record, nil
-	})
-	if err != nil {
-		return messages.UUID{}, err
-	}
-	return v.(messages.UUID), nil
+	return ask[messages.UUID](ctx, l.node, l.pid, &commitShared{model: model, uuid: uuid, op: op, fields: fields})
 }
 
 // CommitBatch writes many shared changes at once (one log transaction, one
@@ -128,26 +70,7 @@ func (l *Library) CommitBatch(ctx context.Context, writes []persistence.SharedWr
 	if len(writes) == 0 {
 		return nil, nil
 	}
-	v, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
-		cs, _, err := a.lib.CommitSharedBatch(writes)
-		if err != nil {
-			return nil, err
-		}
-		a.n.traceShared("commit", cs)
-		for chunk := range slices.Chunk(cs, 1000) {
-			a.broadcast(c, &messages.SharedChangeBatch{Entries: chunk})
-		}
-		a.n.events.emit(Event{Type: EventResourceChanged, Library: a.id, Model: cs[0].Model, Count: len(cs)})
-		out := make([]messages.UUID, len(cs))
-		for i := range cs {
-			out[i] = cs[i].Record
-		}
-		return out, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return v.([]messages.UUID), nil
+	return ask[[]messages.UUID](ctx, l.node, l.pid, &commitBatch{writes: writes})
 }
 
 // ---- typed writes ----
@@ -213,18 +136,7 @@ func (l *Library) AddEntries(ctx context.Context, location messages.UUID, entrie
 // UpdateEntry merges fields into an existing entry of this device (rename,
 // move...).
 func (l *Library) UpdateEntry(ctx context.Context, entry messages.UUID, fields map[string]any) error {
-	_, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
-		if _, err := a.lib.Get("entry", entry); err != nil {
-			return nil, fmt.Errorf("update entry %s: %w", entry, err)
-		}
-		rec, _, err := a.lib.WriteState("entry", entry, fields)
-		if err != nil {
-			return nil, fmt.Errorf("update entry %s: %w", entry, err)
-		}
-		a.broadcast(c, &messages.StateChange{Model: "entry", Owner: a.n.self, Record: rec})
-		a.n.events.emit(Event{Type: EventResourceChanged, Library: a.id, Model: "entry", UUID: entry, Count: 1})
-		return nil, nil
-	})
+	_, err := ask[any](ctx, l.node, l.pid, &updateEntry{entry: entry, fields: fields})
 	return err
 }
 
@@ -424,9 +336,7 @@ func (l *Library) Events() (<-chan Event, func()) {
 }
 
 func (l *Library) addPartner(ctx context.Context, dev messages.DeviceID, name string, join bool) error {
-	_, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
-		return nil, a.addPartner(c, dev, name, join)
-	})
+	_, err := ask[any](ctx, l.node, l.pid, &addPartner{dev: dev, name: name, join: join})
 	return err
 }
 
@@ -441,17 +351,7 @@ func (l *Library) AddPartner(ctx context.Context, dev messages.DeviceID, name st
 // is released: its log entries no longer wait for dev's ACK, nor its
 // tombstones for dev's report. Messages from dev are refused from now on.
 func (l *Library) RemovePartner(ctx context.Context, dev messages.DeviceID) error {
-	_, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
-		if err := a.lib.RemovePartner(dev); err != nil {
-			return nil, err
-		}
-		delete(a.partners, dev)
-		delete(a.reported, dev)
-		return nil, nil
-	})
-	if err == nil {
-		_, err = l.store.Prune()
-	}
+	_, err := ask[any](ctx, l.node, l.pid, &removePartner{dev: dev})
 	return err
 }
 
@@ -459,40 +359,30 @@ func (l *Library) RemovePartner(ctx context.Context, dev messages.DeviceID) erro
 // --action join does; it returns once the job is started. Progress is in
 // Status().Backfill and EventBackfillProgress; WaitReady waits for the end.
 func (l *Library) Join(ctx context.Context, source messages.DeviceID) error {
-	_, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
-		if !a.partners[source] {
-			return nil, fmt.Errorf("join: device %s is not a sync partner of this library", source)
-		}
-		return nil, a.startJoin(c, source)
-	})
+	_, err := ask[any](ctx, l.node, l.pid, &startJoin{source: source})
 	return err
 }
 
 // WaitReady waits until the library is READY: no join, no catch-up running
 // (what Status shows as phase ready with no jobs).
 func (l *Library) WaitReady(ctx context.Context) error {
-	type readiness struct {
-		phase Phase
-		ready bool
-	}
-	for {
-		// Polled often: read the actor's state only, not Status's queries.
-		v, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
-			return readiness{a.phase, a.phase == PhaseReady && a.bf == nil && len(a.jobs) == 0 && len(a.retryAt) == 0}, nil
-		})
+	id := l.id
+	evs, cancel := l.node.events.subscribeFiltered(16, func(e Event) bool { return e.Type == EventPhaseChanged && e.Library == id })
+	defer cancel()
+	var last readiness
+	return waitFor(ctx, evs, func() (bool, error) {
+		r, err := ask[readiness](ctx, l.node, l.pid, &getReadiness{})
 		if err != nil {
-			return err
+			return false, err
 		}
-		r := v.(readiness)
-		if r.ready {
-			return nil
+		if r.err != "" {
+			return false, fmt.Errorf("%w: %s", ErrLibraryStopped, r.err)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s to be ready (phase %s): %w", l.id, r.phase, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		last = r
+		return r.ready, nil
+	}, func(err error) error {
+		return fmt.Errorf("waiting for %s to be ready (phase %s): %w", l.id, last.phase, err)
+	})
 }
 
 // Store exposes the persistence layer for read-only inspection (tests,

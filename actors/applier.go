@@ -19,20 +19,43 @@ import (
 // Shared changes have one applier for all shared models, not one per
 // model: an origin's changes form a single prev-HLC chain across models,
 // and applying them on concurrent actors would break the chain into gaps.
+//
+// A batch that fails makes the applier panic with an *applyFailure, which
+// carries the batch; the library's supervisor decides from it (supervisor.go).
 type applierActor struct {
 	n      *nodeCore
 	lib    *persistence.Library
+	id     messages.LibraryID
 	model  string
 	shared bool
 	parent *actor.PID
 	// inbox outlives restarts on purpose: items queued behind a batch that
-	// panicked are mailbox, not state, and must not be lost with the actor.
+	// failed are mailbox, not state, and must not be lost with the actor.
 	inbox *applierInbox
 }
 
 type applierInbox struct {
 	queue     []applyItem
 	scheduled bool
+}
+
+// applyFailure is an applier's panic value: the batch that failed and why.
+type applyFailure struct {
+	batch *applyBatch
+	err   error
+}
+
+func (f *applyFailure) Error() string {
+	return fmt.Sprintf("apply %d %s items: %v", len(f.batch.items), f.model(), f.err)
+}
+
+func (f *applyFailure) Unwrap() error { return f.err }
+
+func (f *applyFailure) model() string {
+	if len(f.batch.items) == 0 {
+		return "unknown"
+	}
+	return f.batch.items[0].model
 }
 
 func (a *applierActor) Receive(ctx actor.Context) {
@@ -50,9 +73,9 @@ func (a *applierActor) Receive(ctx actor.Context) {
 			ctx.Send(ctx.Self(), &flush{})
 		}
 	case *flush:
-		// Everything that queued up behind the first item goes in one batch;
-		// the batch travels as its own message so that, if it panics, the
-		// supervisor sees exactly which items it held.
+		// Everything that queued up behind the first item goes in batches;
+		// each batch travels as its own message so that, if it fails, the
+		// failure names exactly the items it held.
 		in := a.inbox
 		in.scheduled = false
 		for len(in.queue) > 0 {
@@ -63,49 +86,58 @@ func (a *applierActor) Receive(ctx actor.Context) {
 		in.queue = nil
 	case *applyBatch:
 		a.apply(ctx, m)
+	case *poisoned:
+		a.n.recordPoison(a.lib, a.id, m.item, m.reason)
+		a.skipPoisonedChange(m.item)
 	}
 }
 
 func (a *applierActor) apply(ctx actor.Context, b *applyBatch) {
-	if a.n.applyHook != nil {
-		for _, it := range b.items {
-			a.n.applyHook(it.model, it.uuid())
-		}
-	}
 	start := time.Now()
 	from := map[messages.DeviceID]int{}
 	for _, it := range b.items {
 		from[it.from]++
 	}
-	var total persistence.ApplyResult
-	if a.shared {
-		changes := make([]messages.SharedChange, len(b.items))
-		for i, it := range b.items {
-			changes[i] = *it.change
+	res, err, failure := tryApply(func() (persistence.ApplyResult, error) {
+		if a.n.applyHook != nil {
+			for _, it := range b.items {
+				a.n.applyHook(it.model, it.uuid())
+			}
 		}
-		a.n.traceShared("live", changes)
-		res, err := a.lib.ApplyShared(changes, persistence.ApplyOptions{})
-		if err != nil {
-			panic(fmt.Errorf("apply %d shared changes: %w", len(changes), err))
+		if a.shared {
+			return a.applyShared(b.items)
 		}
-		total = res
-	} else {
-		total = a.applyState(b.items)
+		return a.applyState(b.items)
+	})
+	if failure != nil {
+		err = failureError(failure)
+	}
+	if err != nil {
+		panic(&applyFailure{batch: b, err: err})
 	}
 	a.n.metrics.applySeconds.WithLabelValues(a.model).Observe(time.Since(start).Seconds())
-	ctx.Send(a.parent, &applied{result: total, from: from, shared: a.shared})
+	ctx.Send(a.parent, &applied{result: res, from: from, shared: a.shared})
+}
+
+func (a *applierActor) applyShared(items []applyItem) (persistence.ApplyResult, error) {
+	changes := make([]messages.SharedChange, len(items))
+	for i, it := range items {
+		changes[i] = *it.change
+	}
+	a.n.traceShared("live", changes)
+	return a.lib.ApplyShared(changes, persistence.ApplyOptions{})
 }
 
 // applyState groups consecutive records by owner (one transaction each) and
 // applies deletes in their place in the order.
-func (a *applierActor) applyState(items []applyItem) persistence.ApplyResult {
+func (a *applierActor) applyState(items []applyItem) (persistence.ApplyResult, error) {
 	var total persistence.ApplyResult
 	for i := 0; i < len(items); {
 		it := items[i]
 		if it.del != nil {
 			res, err := a.lib.ApplyStateDelete(*it.del)
 			if err != nil {
-				panic(fmt.Errorf("apply delete %s %s: %w", it.model, it.del.UUID, err))
+				return total, fmt.Errorf("apply delete %s %s: %w", it.model, it.del.UUID, err)
 			}
 			merge(&total, res)
 			i++
@@ -119,12 +151,24 @@ func (a *applierActor) applyState(items []applyItem) persistence.ApplyResult {
 		}
 		res, err := a.lib.ApplyState(it.owner, a.model, recs, persistence.ApplyOptions{})
 		if err != nil {
-			panic(fmt.Errorf("apply %d %s records of %s: %w", len(recs), a.model, it.owner, err))
+			return total, fmt.Errorf("apply %d %s records of %s: %w", len(recs), a.model, it.owner, err)
 		}
 		merge(&total, res)
 		i = j
 	}
-	return total
+	return total, nil
+}
+
+// skipPoisonedChange steps the origin's chain over a poison shared change:
+// it must not stall the chain forever (the spec's "mark failed, continue").
+func (a *applierActor) skipPoisonedChange(it applyItem) {
+	c := it.change
+	if c == nil || a.lib.SharedWatermark(c.Origin()) != c.Prev {
+		return
+	}
+	if _, err := a.lib.ApplySharedState(nil, []messages.OriginWatermark{{Origin: c.Origin(), HLC: c.HLC}}, persistence.ApplyOptions{}); err != nil {
+		a.n.log.Error("skip poison change", "library", a.id, "hlc", c.HLC, "err", err)
+	}
 }
 
 func merge(dst *persistence.ApplyResult, r persistence.ApplyResult) {
@@ -169,65 +213,9 @@ func (it applyItem) payload() []byte {
 	return b
 }
 
-// librarySupervisor is the strategy a library actor applies to its
-// children. An applier that panics is restarted; the batch it was applying
-// is re-sent one item at a time, so the item that panics again fails alone:
-// it is written to failed_records with the panic as the reason, and the
-// stream of other changes goes on. Any other child is stopped; the library
-// actor watches its jobs and reports them as failed.
-type librarySupervisor struct {
-	n    *nodeCore
-	id   messages.LibraryID
-	lib  *persistence.Library
-	self *actor.PID // the library actor, set right after it is spawned
-}
-
-func (s *librarySupervisor) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, message any) {
-	b, isBatch := message.(*applyBatch)
-	if !isBatch {
-		if _, isApply := message.(*applyIn); !isApply {
-			if _, isFlush := message.(*flush); !isFlush {
-				s.n.log.Error("child actor failed; stopping it", "library", s.id, "child", child.Id, "reason", reason)
-				sys.EventStream.Publish(&actor.SupervisorEvent{Child: child, Reason: reason, Directive: actor.StopDirective})
-				sup.StopChildren(child)
-				if s.self != nil {
-					sys.Root.Send(s.self, &childFailed{child: child, reason: reason})
-				}
-				return
-			}
-		}
-	}
-	sys.EventStream.Publish(&actor.SupervisorEvent{Child: child, Reason: reason, Directive: actor.RestartDirective})
-	sup.RestartChildren(child)
-	if !isBatch {
-		return
-	}
-	model := "unknown"
-	if len(b.items) > 0 {
-		model = b.items[0].model
-	}
-	s.n.metrics.applierRestart.WithLabelValues(model).Inc()
-	if len(b.items) > 1 || !b.isolated {
-		for _, it := range b.items {
-			sys.Root.Send(child, &applyBatch{items: []applyItem{it}, isolated: true})
-		}
-		return
-	}
-	it := b.items[0]
-	s.n.recordPoison(s.lib, s.id, it, reason)
-	// A poison shared change must not stall its origin's chain forever:
-	// step the watermark over it, as the spec's "mark failed, continue".
-	if c := it.change; c != nil && s.lib.SharedWatermark(c.Origin()) == c.Prev {
-		if _, err := s.lib.ApplySharedState(nil, []messages.OriginWatermark{{Origin: c.Origin(), HLC: c.HLC}}, persistence.ApplyOptions{}); err != nil {
-			s.n.log.Error("skip poison change", "library", s.id, "hlc", c.HLC, "err", err)
-		}
-	}
-}
-
-// recordPoison writes a record that made an apply panic to failed_records,
-// with the panic as the reason, and counts and announces it.
-func (n *nodeCore) recordPoison(lib *persistence.Library, id messages.LibraryID, it applyItem, reason any) {
-	why := fmt.Sprint(reason)
+// recordPoison writes a record that failed alone to failed_records, with
+// the failure as the reason, and counts and announces it.
+func (n *nodeCore) recordPoison(lib *persistence.Library, id messages.LibraryID, it applyItem, why string) {
 	if err := lib.RecordFailure(it.model, it.uuid(), why, it.payload()); err != nil {
 		n.log.Error("record failed record", "library", id, "model", it.model, "uuid", it.uuid(), "err", err)
 	}
@@ -235,29 +223,27 @@ func (n *nodeCore) recordPoison(lib *persistence.Library, id messages.LibraryID,
 	n.events.emit(Event{Type: EventRecordFailed, Library: id, Model: it.model, UUID: it.uuid(), Detail: why})
 }
 
-// guardedApplyState applies a page of records outside an applier (catch-up
-// and backfill jobs). A panic, or a failed transaction, is handled like the
-// appliers' supervisor does: the page is retried one record at a time and
-// the record that still fails alone goes to failed_records with the reason
-// (the spec's "mark the record failed, continue"), so one poison row cannot
-// stall a job forever.
+// guardedApplyState applies a page of records outside an applier (catch-up,
+// join and anti-entropy jobs). A record that fails (a panic, or a failed
+// transaction) is handled as the appliers' supervisor does: the page is
+// retried one record at a time and the record that still fails alone goes
+// to failed_records with the reason (the spec's "mark the record failed,
+// continue"), so one poison row cannot stall a job forever. A storage
+// failure is returned: it is the store's fault, not the record's.
 func (n *nodeCore) guardedApplyState(lib *persistence.Library, id messages.LibraryID, owner messages.DeviceID, model string, recs []messages.StateRecord, opts persistence.ApplyOptions) (persistence.ApplyResult, error) {
-	res, err, failure := n.tryApplyState(lib, owner, model, recs, opts)
-	if failure == nil && (err == nil || errors.Is(err, persistence.ErrClosed)) {
+	res, err := n.tryApplyState(lib, owner, model, recs, opts)
+	if err == nil || isFatalApplyError(err) {
 		return res, err
 	}
 	var total persistence.ApplyResult
 	for i := range recs {
-		one, err, failure := n.tryApplyState(lib, owner, model, recs[i:i+1], persistence.ApplyOptions{})
-		if failure == nil && err != nil && !errors.Is(err, persistence.ErrClosed) {
-			failure = err
-		}
-		if failure != nil {
-			n.recordPoison(lib, id, applyItem{owner: owner, model: model, rec: &recs[i]}, failure)
-			continue
+		one, err := n.tryApplyState(lib, owner, model, recs[i:i+1], persistence.ApplyOptions{})
+		if isFatalApplyError(err) {
+			return total, err
 		}
 		if err != nil {
-			return total, err
+			n.recordPoison(lib, id, applyItem{owner: owner, model: model, rec: &recs[i]}, err.Error())
+			continue
 		}
 		merge(&total, one)
 	}
@@ -269,8 +255,15 @@ func (n *nodeCore) guardedApplyState(lib *persistence.Library, id messages.Libra
 	return total, nil
 }
 
-func (n *nodeCore) tryApplyState(lib *persistence.Library, owner messages.DeviceID, model string, recs []messages.StateRecord, opts persistence.ApplyOptions) (persistence.ApplyResult, error, any) {
-	return tryApply(func() (persistence.ApplyResult, error) {
+// isFatalApplyError: the library is closing or its store failed; no record
+// is to blame.
+func isFatalApplyError(err error) bool {
+	return err != nil && (errors.Is(err, persistence.ErrClosed) || persistence.IsStorageFailure(err))
+}
+
+// tryApplyState applies recs, a panic included in the error.
+func (n *nodeCore) tryApplyState(lib *persistence.Library, owner messages.DeviceID, model string, recs []messages.StateRecord, opts persistence.ApplyOptions) (persistence.ApplyResult, error) {
+	res, err, failure := tryApply(func() (persistence.ApplyResult, error) {
 		if n.applyHook != nil {
 			for _, r := range recs {
 				n.applyHook(model, r.UUID)
@@ -278,4 +271,17 @@ func (n *nodeCore) tryApplyState(lib *persistence.Library, owner messages.Device
 		}
 		return lib.ApplyState(owner, model, recs, opts)
 	})
+	if failure != nil {
+		return res, failureError(failure)
+	}
+	return res, err
+}
+
+// failureError turns a recovered panic value into an error (kept as is
+// when it is one, so errors.Is still classifies it).
+func failureError(failure any) error {
+	if err, ok := failure.(error); ok {
+		return fmt.Errorf("panic: %w", err)
+	}
+	return fmt.Errorf("panic: %v", failure)
 }

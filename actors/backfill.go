@@ -1,11 +1,8 @@
 package actors
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -15,332 +12,327 @@ import (
 	"github.com/lsync/lsync/persistence"
 )
 
-// backfillJobKey names the one backfill checkpoint a library keeps.
-const backfillJobKey = "backfill"
-
-// backfillState is the checkpoint of a join. It is saved in the same
-// transaction as every page it follows, so a restarted job resumes exactly
-// after the last applied page: at most the page in flight is fetched again.
-type backfillState struct {
-	Job      string            `json:"job"`
-	Source   messages.DeviceID `json:"source"`
-	PageSize int               `json:"page_size"`
-	Phase    Phase             `json:"phase"`
-
-	Planned bool                       `json:"planned"` // Owners holds the plan
-	Owners  []messages.OriginWatermark `json:"owners"`  // planned at the start, from the source
-	Owner   int                        `json:"owner"`   // index of the owner in progress
-	Model   string                     `json:"model"`
-	Cursor  messages.Cursor            `json:"cursor"`
-	ScanWM  messages.HLC               `json:"scan_wm"` // watermark the current owner's scan vouches for
-
-	SharedDone   bool                       `json:"shared_done"`
-	SharedModel  string                     `json:"shared_model"`
-	SharedCursor messages.Cursor            `json:"shared_cursor"`
-	SharedWMs    []messages.OriginWatermark `json:"shared_wms"`
-
-	Pages      int       `json:"pages"`
-	StatePages int       `json:"state_pages"` // of Pages, the device-owned ones
-	Records    int64     `json:"records"`
-	Expected   int64     `json:"expected"` // rows the source held when the join was planned (0: unknown)
-	Bytes      int64     `json:"bytes"`
-	StartedAt  time.Time `json:"started_at"`
-	Attempts   int       `json:"attempts"`
-	LastError  string    `json:"last_error,omitempty"`
-}
-
-func loadBackfill(lib *persistence.Library) (*backfillState, error) {
-	b, err := lib.LoadCheckpoint(backfillJobKey)
-	if err != nil || b == nil {
-		return nil, err
-	}
-	st := &backfillState{}
-	if err := json.Unmarshal(b, st); err != nil {
-		return nil, fmt.Errorf("backfill checkpoint: %w", err)
-	}
-	return st, nil
-}
-
-func (st *backfillState) checkpoint() *persistence.Checkpoint {
-	b, _ := json.Marshal(st)
-	return &persistence.Checkpoint{Job: backfillJobKey, Data: b}
-}
-
-// backfillProgress is sent to the library actor after every page.
-type backfillProgress struct{ st backfillState }
-
-// backfillJob joins a library: it copies every owner's device-owned rows
-// page by page from one partner (the lowest-RTT one that answers), then
-// the shared state and the partner's retained log. It is a child of the
-// library actor, which buffers live updates while it runs and restarts it
-// with back-off when it fails; a restarted job reloads its checkpoint.
+// backfillActor carries out a join: it runs the join state machine (join.go)
+// against the library's connected partners. It is a child of the library
+// actor, which buffers live updates while it runs. Its network requests run
+// off its Receive (fetcher); the pages they bring are applied in its
+// Receive, each with the join's checkpoint in one transaction.
 //
-//	SELECTING   ping the connected partners, pick the lowest RTT
-//	BACKFILLING for each owner, models in dependency order, pages of N rows
-//	            each applied with the checkpoint in one transaction
-//	            then shared state (snapshot with per-field HLCs) and the log
-//	done        the library actor drains its buffer (CATCHING_UP), runs a
-//	            final since-watermark pass, and is READY
-type backfillJob struct {
+// It is supervised: a crash (panic) restarts it, and a restarted actor
+// reloads the checkpoint from database.db and resumes after the last
+// applied page; pages that had arrived are read back from the page spool.
+// A source that fails is retried after a back-off, preferring another.
+type backfillActor struct {
 	n      *nodeCore
 	lib    *persistence.Library
 	libID  messages.LibraryID
-	parent *actor.PID                     // progress reports go here
-	peers  map[messages.DeviceID]net.Conn // connected partners at spawn time
-	avoid  messages.DeviceID              // a source that just failed
-	st     *backfillState
-	// bytesAt reads lsync_bytes_total{direction="in"}; the difference since
-	// the job started is what `sync status` reports as bytes.
-	bytesIn0 float64
+	parent *actor.PID
+
+	j      *join
+	peers  map[messages.DeviceID]net.Conn // connected partners (the library tells)
+	fetch  *fetcher
+	spool  *pageSpool
+	bo     *backoff
+	timer  *time.Timer
+	bytes0 float64 // lsync_bytes_total{direction="in"} when last counted
+	state  backfillRunState
 }
 
-// result runs the job and reports it to the library actor.
-func (j *backfillJob) result(ctx actor.Context) any {
-	j.bytesIn0 = j.n.metrics.bytesIn()
-	err := j.run(ctx)
-	return &jobDone{peer: j.st.Source, kind: "backfill", err: err}
+// backfillRunState is what the actor is waiting for.
+type backfillRunState int
+
+const (
+	bfWaitPeers  backfillRunState = iota // for the library's list of partners
+	bfNoPartner                          // for a partner to connect
+	bfSelecting                          // for the selection pings
+	bfAsking                             // for the new source's watermarks
+	bfRunning                            // for pages
+	bfBackingOff                         // for the retry timer
+)
+
+// joinPeersPlease: a (re)started backfill actor asks its library for the
+// partners connected now; the library answers with peerUp messages and a
+// joinPeersSent.
+type joinPeersPlease struct{}
+
+type joinPeersSent struct{}
+
+// joinProgress reports the join's state to the library after every step.
+type joinProgress struct{ st backfillState }
+
+// joinDone: the join completed (the checkpoint and spool are gone).
+type joinDone struct{ st backfillState }
+
+// joinRetry ends a back-off.
+type joinRetry struct{}
+
+// selected: the selection pings are back (tag of an answered).
+type selected struct{ cands []candidate }
+
+// sourceWatermarks: the new source's state watermarks (tag of an answered).
+type sourceWatermarks struct{ dev messages.DeviceID }
+
+func newBackfillActor(n *nodeCore, lib *persistence.Library, id messages.LibraryID, parent *actor.PID) actor.Producer {
+	return func() actor.Actor {
+		return &backfillActor{n: n, lib: lib, libID: id, parent: parent}
+	}
 }
 
-func (j *backfillJob) progress(ctx actor.Context) {
-	in := j.n.metrics.bytesIn()
-	j.st.Bytes += int64(in - j.bytesIn0)
-	j.bytesIn0 = in
-	ctx.Send(j.parent, &backfillProgress{st: *j.st})
+func (b *backfillActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		b.started(ctx)
+	case *actor.Stopping, *actor.Restarting:
+		if b.fetch != nil {
+			b.fetch.stop()
+		}
+		if b.timer != nil {
+			b.timer.Stop()
+		}
+	case *peerUp:
+		b.peers[m.dev] = m.conn
+		if b.state == bfNoPartner {
+			b.proceed(ctx)
+		}
+	case *peerDown:
+		if c, ok := b.peers[m.dev]; ok && (m.conn == nil || c == m.conn) {
+			delete(b.peers, m.dev)
+		}
+	case *joinPeersSent:
+		b.proceed(ctx)
+	case *joinRetry:
+		b.timer = nil
+		b.proceed(ctx)
+	case *answered:
+		if b.fetch.mine(m) {
+			b.answered(ctx, m)
+		}
+	}
 }
 
-func (j *backfillJob) run(actx actor.Context) error {
-	// Choose the source: keep a connected one from the checkpoint, else
-	// the lowest RTT among the partners that answer a ping.
-	conn, err := j.selectSource(context.Background(), actx)
+// started loads the checkpoint (a restart wiped memory) and asks the
+// library who is connected.
+func (b *backfillActor) started(ctx actor.Context) {
+	st, err := loadBackfill(b.lib)
 	if err != nil {
-		return err
+		panic(fmt.Errorf("load join checkpoint: %w", err))
 	}
-	ctx, cancel := connContext(conn)
-	defer cancel()
-	j.st.Phase = PhaseBackfilling
-	j.progress(actx)
-	if !j.st.Planned {
-		resp, err := ask[*messages.StateOwnersResponse](ctx, j.n.requester(conn, j.libID), &messages.StateOwnersRequest{})
+	if st == nil {
+		// The join finished (or was never saved): nothing to resume.
+		ctx.Stop(ctx.Self())
+		return
+	}
+	lib := b.libID.String()
+	b.spool = &pageSpool{dir: spoolDir(b.lib.Dir()), reused: func() { b.n.metrics.pagesReused.WithLabelValues(lib).Inc() }}
+	b.j = resumeJoin(*st, b.n.self, b.lib.Registry().DeviceOwned())
+	b.peers = map[messages.DeviceID]net.Conn{}
+	b.fetch = b.n.newFetcher(ctx, b.libID, b.spool)
+	b.bo = newBackoff(b.n.sync.ReconnectMin, 30*time.Second, b.n.sync.Seed^0x6a6f696e)
+	b.bytes0 = b.n.metrics.bytesIn()
+	b.state = bfWaitPeers
+	ctx.Send(b.parent, &joinPeersPlease{})
+}
+
+// proceed goes on from wherever the join stands: with its source, or by
+// selecting one.
+func (b *backfillActor) proceed(ctx actor.Context) {
+	b.fetch.stop() // whatever was on the wire belongs to the old plan
+	b.fetch = b.n.newFetcher(ctx, b.libID, b.spool)
+	if b.j.keepSource(func(d messages.DeviceID) bool { _, ok := b.peers[d]; return ok }) {
+		b.run(ctx, b.j.start())
+		return
+	}
+	if len(b.peers) == 0 {
+		b.j.waitForPartner()
+		b.state = bfNoPartner
+		b.report(ctx)
+		return
+	}
+	b.state = bfSelecting
+	b.report(ctx)
+	b.fetch.ping(b.peers, func(c []candidate) any { return &selected{cands: c} })
+}
+
+// answered handles one answer: a selection, the new source's watermarks,
+// or a page.
+func (b *backfillActor) answered(ctx actor.Context, a *answered) {
+	switch tag := a.tag.(type) {
+	case *selected:
+		b.selectedSource(ctx, tag.cands)
+	case *sourceWatermarks:
+		resp, err := expect[*messages.StateOwnersResponse](a)
 		if err != nil {
-			return fmt.Errorf("ask %s for owners: %w", j.st.Source, err)
+			b.failed(ctx, fmt.Errorf("ask %s for its watermarks: %w", tag.dev, err))
+			return
 		}
-		for _, o := range resp.Owners {
-			if o.Origin != j.n.self {
-				j.st.Owners = append(j.st.Owners, o)
-			}
+		b.switchTo(ctx, tag.dev, resp.Owners)
+	default:
+		b.page(ctx, a)
+	}
+}
+
+func (b *backfillActor) selectedSource(ctx actor.Context, cands []candidate) {
+	best, switching, err := b.j.choose(cands)
+	if err != nil {
+		b.failed(ctx, err)
+		return
+	}
+	if !switching {
+		b.switchTo(ctx, best, nil)
+		return
+	}
+	b.state = bfAsking
+	b.fetch.ask(b.peers[best], &messages.StateOwnersRequest{}, &sourceWatermarks{dev: best})
+}
+
+func (b *backfillActor) switchTo(ctx actor.Context, dev messages.DeviceID, theirs []messages.OriginWatermark) {
+	if _, ok := b.peers[dev]; !ok {
+		b.failed(ctx, fmt.Errorf("source %s went away", dev))
+		return
+	}
+	b.n.log.Info("backfill source selected", "library", b.libID, "peer", dev)
+	b.j.sourceChosen(dev, theirs)
+	b.run(ctx, b.j.start())
+}
+
+// page applies one answer of the source and takes the next step.
+func (b *backfillActor) page(ctx actor.Context, a *answered) {
+	if a.err != nil {
+		b.failed(ctx, fmt.Errorf("%s from %s: %w", a.req.MessageType(), b.j.st.Source, a.err))
+		return
+	}
+	step, err := b.j.received(a.req, a.resp)
+	if err != nil {
+		b.failed(ctx, fmt.Errorf("%s from %s: %w", a.req.MessageType(), b.j.st.Source, err))
+		return
+	}
+	b.run(ctx, step)
+}
+
+// run carries out a step, in the order the machine documents: ask (the
+// next page goes on the wire first), apply with the checkpoint, raise.
+func (b *backfillActor) run(ctx actor.Context, step joinStep) {
+	b.state = bfRunning
+	source := b.j.st.Source
+	conn, ok := b.peers[source]
+	if !ok && step.ask != nil {
+		b.failed(ctx, fmt.Errorf("source %s went away", source))
+		return
+	}
+	if step.ask != nil {
+		if step.spooled {
+			b.fetch.askSpooled(conn, source, step.ask, nil)
+		} else {
+			b.fetch.ask(conn, step.ask, nil)
 		}
-		j.st.Expected = int64(resp.Rows)
-		j.st.Planned = true
-		if err := j.lib.SaveCheckpoint(*j.st.checkpoint()); err != nil {
+	}
+	if p := step.apply; p != nil {
+		if err := b.apply(p); err != nil {
+			b.failed(ctx, err)
+			return
+		}
+		if p.req != nil {
+			b.spool.drop(source, p.req)
+		}
+	}
+	if r := step.raise; r != nil {
+		if err := b.lib.RaiseStateWatermark(r.Origin, r.HLC); err != nil {
+			b.failed(ctx, fmt.Errorf("raise the watermark of %s: %w", r.Origin, err))
+			return
+		}
+	}
+	if step.logFrom {
+		b.run(ctx, b.j.logRequest(b.lib.SharedWatermark(source)))
+		return
+	}
+	b.countBytes()
+	if step.done {
+		b.finish(ctx)
+		return
+	}
+	if step.apply != nil {
+		b.report(ctx)
+	}
+}
+
+// apply applies one page (with its checkpoint, in one transaction).
+func (b *backfillActor) apply(p *joinPage) error {
+	if b.n.pageHook != nil {
+		b.n.pageHook(b.libID, p)
+	}
+	n := len(p.records) + len(p.shared)
+	switch {
+	case len(p.records) > 0:
+		recs := admitAll(b.n, b.lib, b.libID, b.j.st.Source, p.records)
+		if _, err := b.n.guardedApplyState(b.lib, b.libID, p.owner, p.model, recs, persistence.ApplyOptions{Checkpoint: p.checkpoint}); err != nil {
+			return fmt.Errorf("apply a page of %s: %w", p.owner, err)
+		}
+	case p.log:
+		b.n.traceShared("backfill-log", p.shared)
+		if _, err := b.lib.ApplyShared(p.shared, persistence.ApplyOptions{}); err != nil {
+			return fmt.Errorf("apply the log of %s: %w", b.j.st.Source, err)
+		}
+	case p.shared != nil || p.wms != nil:
+		b.n.traceShared("backfill", p.shared)
+		if _, err := b.lib.ApplySharedState(p.shared, p.wms, persistence.ApplyOptions{Checkpoint: p.checkpoint}); err != nil {
+			return fmt.Errorf("apply shared state: %w", err)
+		}
+	case p.checkpoint != nil:
+		if err := b.lib.SaveCheckpoint(*p.checkpoint); err != nil {
 			return err
 		}
 	}
-	for j.st.Owner < len(j.st.Owners) {
-		if err := j.owner(ctx, actx, conn); err != nil {
-			return err
-		}
-	}
-	if !j.st.SharedDone {
-		if err := j.shared(ctx, actx, conn); err != nil {
-			return err
-		}
-	}
+	b.n.metrics.backfillRecs.WithLabelValues(b.libID.String()).Add(float64(n))
 	return nil
 }
 
-// selectSource implements SELECTING.
-func (j *backfillJob) selectSource(ctx context.Context, actx actor.Context) (net.Conn, error) {
-	if c, ok := j.peers[j.st.Source]; ok && j.st.Source != j.avoid {
-		return c, nil
+// failed handles a failed source (or page): back off, then select again.
+// A storage failure is not the source's: it stops the library.
+func (b *backfillActor) failed(ctx actor.Context, err error) {
+	if persistence.IsStorageFailure(err) {
+		panic(err) // the supervisor stops the library with this reason
 	}
-	j.st.Phase = PhaseSelecting
-	j.progress(actx)
-	type cand struct {
-		dev  messages.DeviceID
-		conn net.Conn
-		rtt  time.Duration
+	b.fetch.stop()
+	if errors.Is(err, errNoSource) && len(b.peers) == 0 {
+		b.j.waitForPartner()
+		b.state = bfNoPartner
+		b.report(ctx)
+		return
 	}
-	var cands []cand
-	for dev, c := range j.peers {
-		if dev == j.avoid && len(j.peers) > 1 {
-			continue
-		}
-		start := time.Now()
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := c.Request(pctx, messages.LibraryID{}, &messages.Ping{Nonce: 1, SentAt: start.UnixMilli()})
-		cancel()
-		if err != nil {
-			j.n.log.Info("backfill candidate did not answer", "library", j.libID, "peer", dev, "err", err)
-			continue
-		}
-		cands = append(cands, cand{dev, c, time.Since(start)})
-	}
-	if len(cands) == 0 {
-		return nil, errors.New("no sync partner is online to backfill from")
-	}
-	slices.SortFunc(cands, func(a, b cand) int { return int(a.rtt - b.rtt) })
-	best := cands[0]
-	if best.dev != j.st.Source && !j.st.Source.IsZero() && j.st.Owner < len(j.st.Owners) {
-		// Switching source mid-owner: the new source may hold less of that
-		// owner than the old one did, so the scan may only vouch for the
-		// smaller of the two watermarks.
-		if resp, err := ask[*messages.StateOwnersResponse](ctx, j.n.requester(best.conn, j.libID), &messages.StateOwnersRequest{}); err == nil {
-			owner := j.st.Owners[j.st.Owner].Origin
-			var wm messages.HLC
-			for _, o := range resp.Owners {
-				if o.Origin == owner {
-					wm = o.HLC
-				}
-			}
-			if wm.Compare(j.st.ScanWM) < 0 {
-				j.st.ScanWM = wm
-			}
-		}
-	}
-	j.n.log.Info("backfill source selected", "library", j.libID, "peer", best.dev, "rtt", best.rtt, "candidates", len(cands))
-	j.st.Source = best.dev
-	return best.conn, nil
+	b.j.failed(err)
+	wait := b.bo.next()
+	b.n.log.Warn("backfill failed; retrying", "library", b.libID, "source", b.j.st.Source,
+		"attempt", b.j.st.Attempts, "in", wait, "err", err)
+	b.state = bfBackingOff
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	b.timer = time.AfterFunc(wait, func() { root.Send(self, &joinRetry{}) })
+	b.report(ctx)
 }
 
-// spool is where this job keeps received pages until they are committed.
-func (j *backfillJob) spool() *pageSpool {
-	lib := j.libID.String()
-	return &pageSpool{dir: spoolDir(j.lib.Dir()), source: j.st.Source,
-		reused: func() { j.n.metrics.pagesReused.WithLabelValues(lib).Inc() }}
+// finish ends the join: the checkpoint and the spool go, the library
+// drains its buffer and runs the final catch-up pass.
+func (b *backfillActor) finish(ctx actor.Context) {
+	if err := b.lib.DeleteCheckpoint(backfillJobKey); err != nil {
+		panic(fmt.Errorf("delete the join checkpoint: %w", err))
+	}
+	if err := b.spool.removeAll(); err != nil {
+		b.n.log.Warn("remove backfill spool", "library", b.libID, "err", err)
+	}
+	b.n.log.Info("backfill complete", "library", b.libID, "source", b.j.st.Source, "pages", b.j.st.Pages, "records", b.j.st.Records)
+	ctx.Send(b.parent, &joinDone{st: b.j.state()})
+	b.fetch.stop()
+	ctx.Stop(ctx.Self())
 }
 
-func (j *backfillJob) spoolWarn(err error) {
-	j.n.log.Warn("backfill page not spooled; a crash now would fetch it again", "library", j.libID, "err", err)
+func (b *backfillActor) countBytes() {
+	in := b.n.metrics.bytesIn()
+	b.j.addBytes(int64(in - b.bytes0))
+	b.bytes0 = in
 }
 
-// owner copies one owner's rows, every device-owned model in order. The
-// next page is requested as soon as a page arrives, so the network and the
-// peer's read overlap with this device's apply (the SQLite transaction is
-// the cost that remains).
-func (j *backfillJob) owner(ctx context.Context, actx actor.Context, conn net.Conn) error {
-	owner := j.st.Owners[j.st.Owner].Origin
-	models := j.lib.Registry().DeviceOwned()
-	rq := j.n.requester(conn, j.libID)
-	spool := j.spool()
-	var req, nextReq messages.Message
-	fetch := func(model string, cursor messages.Cursor) <-chan answer[*messages.StateResponse] {
-		nextReq = &messages.StateRequest{Owner: owner, Models: models, Model: model, Cursor: cursor, Limit: uint32(j.st.PageSize)}
-		return spooledAsk[*messages.StateResponse](ctx, rq, spool, nextReq, j.spoolWarn)
-	}
-	next := fetch(j.st.Model, j.st.Cursor)
-	for {
-		p := <-next
-		req = nextReq
-		if p.err == nil && p.resp.Owner != owner {
-			p.err = fmt.Errorf("rows of %s in the answer", p.resp.Owner)
-		}
-		if p.err != nil {
-			return fmt.Errorf("page of %s from %s: %w", owner, j.st.Source, p.err)
-		}
-		resp := p.resp
-		if resp.HasMore {
-			next = fetch(resp.Model, resp.Cursor)
-		}
-		if j.st.Model == "" && j.st.Cursor.IsZero() {
-			j.st.ScanWM = resp.Watermark
-		}
-		j.st.Pages++
-		j.st.StatePages++
-		j.st.Records += int64(len(resp.Records))
-		j.st.Model, j.st.Cursor = resp.Model, resp.Cursor
-		done := !resp.HasMore
-		if done {
-			// The owner is complete: the next state moves to the next owner,
-			// saved with this page so the watermark rise below is the only
-			// step a crash can repeat (harmlessly).
-			j.st.Owner++
-			j.st.Model, j.st.Cursor = "", messages.Cursor{}
-		}
-		cp := j.st.checkpoint()
-		if len(resp.Records) > 0 {
-			recs := admitAll(j.n, j.lib, j.libID, j.st.Source, resp.Records)
-			if _, err := j.n.guardedApplyState(j.lib, j.libID, owner, resp.Model, recs, persistence.ApplyOptions{Checkpoint: cp}); err != nil {
-				return fmt.Errorf("apply page of %s: %w", owner, err)
-			}
-		} else if err := j.lib.SaveCheckpoint(*cp); err != nil {
-			return err
-		}
-		spool.drop(req)
-		j.n.metrics.backfillRecs.WithLabelValues(j.libID.String()).Add(float64(len(resp.Records)))
-		j.progress(actx)
-		if done {
-			if wm := j.st.ScanWM; !wm.IsZero() {
-				return j.lib.RaiseStateWatermark(owner, wm)
-			}
-			return nil
-		}
-	}
-}
-
-// shared copies the shared state (every row with its field HLCs, applied
-// through the LWW rules so it never overwrites a newer local edit), then
-// the source's own retained log after the snapshot's watermark for it.
-func (j *backfillJob) shared(ctx context.Context, actx actor.Context, conn net.Conn) error {
-	// As for state pages: page N+1 is requested while page N is applied.
-	rq := j.n.requester(conn, j.libID)
-	spool := j.spool()
-	var req, nextReq messages.Message
-	fetch := func(model string, cursor messages.Cursor) <-chan answer[*messages.SharedStateResponse] {
-		nextReq = &messages.SharedStateRequest{Model: model, Cursor: cursor, Limit: uint32(j.st.PageSize)}
-		return spooledAsk[*messages.SharedStateResponse](ctx, rq, spool, nextReq, j.spoolWarn)
-	}
-	next := fetch(j.st.SharedModel, j.st.SharedCursor)
-	for {
-		p := <-next
-		req = nextReq
-		if p.err != nil {
-			return fmt.Errorf("shared state from %s: %w", j.st.Source, p.err)
-		}
-		resp := p.resp
-		if resp.HasMore {
-			next = fetch(resp.Model, resp.Cursor)
-		}
-		if j.st.SharedModel == "" && j.st.SharedCursor.IsZero() {
-			j.st.SharedWMs = resp.Watermarks
-		}
-		j.st.Pages++
-		j.st.Records += int64(len(resp.Entries))
-		j.st.SharedModel, j.st.SharedCursor = resp.Model, resp.Cursor
-		var wms []messages.OriginWatermark
-		if !resp.HasMore {
-			wms = j.st.SharedWMs
-			j.st.SharedDone = true
-		}
-		j.n.traceShared("backfill", resp.Entries)
-		if _, err := j.lib.ApplySharedState(resp.Entries, wms, persistence.ApplyOptions{Checkpoint: j.st.checkpoint()}); err != nil {
-			return fmt.Errorf("apply shared state: %w", err)
-		}
-		spool.drop(req)
-		j.n.metrics.backfillRecs.WithLabelValues(j.libID.String()).Add(float64(len(resp.Entries)))
-		j.progress(actx)
-		if !resp.HasMore {
-			break
-		}
-	}
-	// The source's retained log after what the snapshot held of it.
-	since := j.lib.SharedWatermark(j.st.Source)
-	for {
-		resp, err := ask[*messages.SharedChangeResponse](ctx, rq, &messages.SharedChangeRequest{Origin: j.st.Source, Since: since, Limit: uint32(j.st.PageSize)})
-		if err != nil {
-			return fmt.Errorf("log of %s: %w", j.st.Source, err)
-		}
-		if resp.SnapshotRequired || len(resp.Entries) == 0 {
-			return nil // the final catch-up pass deals with whatever is left
-		}
-		j.n.traceShared("backfill-log", resp.Entries)
-		if _, err := j.lib.ApplyShared(resp.Entries, persistence.ApplyOptions{}); err != nil {
-			return fmt.Errorf("apply log of %s: %w", j.st.Source, err)
-		}
-		if !resp.HasMore {
-			return nil
-		}
-		since = resp.Entries[len(resp.Entries)-1].HLC
-	}
+func (b *backfillActor) report(ctx actor.Context) {
+	st := b.j.state()
+	ctx.Send(b.parent, &joinProgress{st: st})
 }
 
 // admitAll drops records whose HLC is too far ahead of our clock.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net/memnet"
 )
@@ -44,9 +45,12 @@ func seedLibrary(t *testing.T, c *cluster, owners, perOwner int) {
 
 // joinCluster has devices 0..n-2 sharing a seeded library and device n-1
 // paired with all but not yet in the library.
-func joinCluster(t *testing.T, n, perOwner int, page int) *cluster {
+func joinCluster(t *testing.T, n, perOwner int, page int, tune ...func(*cluster)) *cluster {
 	c := newCluster(t, n, 77)
 	c.sync.PageSize = page
+	for _, f := range tune {
+		f(c)
+	}
 	for i := range c.nodes {
 		c.stopNode(i)
 		c.start(i)
@@ -110,7 +114,7 @@ func (c *cluster) joinInBackground(t *testing.T, pages int) <-chan error {
 	ctx := ctxT(t)
 	done := make(chan error, 1)
 	go func() { done <- c.join(ctx) }()
-	eventually(t, 20*time.Second, fmt.Sprintf("%d backfill pages", pages), func() bool {
+	testutil.Eventually(t, 20*time.Second, fmt.Sprintf("%d backfill pages", pages), func() bool {
 		l := c.joinerLib()
 		if l == nil {
 			return false
@@ -178,7 +182,7 @@ func TestJoinBuffersLiveWrites(t *testing.T) {
 	// 0): the backfill cannot copy them, so if they show on the joiner
 	// before the join finishes they were applied early, from the stream.
 	c.net.Partition(c.devs[0], c.devs[1])
-	eventually(t, 10*time.Second, "device 1 a partner of the joiner", func() bool {
+	testutil.Eventually(t, 10*time.Second, "device 1 a partner of the joiner", func() bool {
 		st, err := c.joinerLib().Status(ctx)
 		if err != nil {
 			return false

@@ -1,52 +1,88 @@
 package actors
 
 import (
-	"context"
 	"errors"
 	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
 	"github.com/lsync/lsync/persistence"
 )
 
-// catchUpJob brings this device up to date with one connected partner:
+// catchUpActor brings this device up to date with one connected partner,
+// then reports to the library and stops:
 //
-//  1. device-owned state: for every owner we know of (and the peer), pages of
-//     rows and tombstones newer than our state watermark for that owner, in
-//     model dependency order; after a complete scan the watermark rises to
-//     the one the peer reported at the start of the scan;
+//  1. device-owned state: for every owner we know of (and the peer), pages
+//     of rows and tombstones newer than our state watermark for that owner,
+//     in model dependency order (a statePager, as the join uses); after a
+//     complete scan the watermark rises to the one the peer reported at the
+//     start of the scan;
 //  2. the peer's own shared log after our watermark for it, applied in HLC
 //     order through the chain check; if the peer pruned past our watermark,
-//     its shared state instead (a snapshot, applied through the LWW rules).
+//     its shared state instead (a sharedPager, applied through the LWW rules).
 //
-// It runs its requests on its own streams, so live traffic keeps flowing.
-type catchUpJob struct {
+// Its requests run off its Receive on their own streams, so live traffic
+// keeps flowing; each page is applied in its Receive when it arrives.
+type catchUpActor struct {
 	n          *nodeCore
 	lib        *persistence.Library
 	libID      messages.LibraryID
+	parent     *actor.PID
 	peer       messages.DeviceID
 	conn       net.Conn
 	sharedOnly bool
+
+	fetch   *fetcher
+	stage   catchUpStage
+	owners  []messages.DeviceID // still to scan after the current one
+	state   *statePager         // the owner being scanned (stage cuState)
+	log     *logPager
+	snap    *sharedPager
+	results []persistence.ApplyResult
 }
 
-func (j *catchUpJob) run() *jobDone {
-	done := &jobDone{peer: j.peer, kind: "catch-up"}
-	ctx, cancel := connContext(j.conn)
-	defer cancel()
-	if !j.sharedOnly {
-		if err := j.state(ctx, done); err != nil {
-			done.err = err
-			return done
-		}
+type catchUpStage int
+
+const (
+	cuState    catchUpStage = iota // owners' device-owned rows
+	cuLog                          // the peer's log
+	cuSnapshot                     // the peer's shared state, when its log was pruned past us
+	cuDone
+)
+
+func newCatchUpActor(n *nodeCore, lib *persistence.Library, id messages.LibraryID, parent *actor.PID,
+	peer messages.DeviceID, conn net.Conn, sharedOnly bool) actor.Producer {
+	return func() actor.Actor {
+		return &catchUpActor{n: n, lib: lib, libID: id, parent: parent, peer: peer, conn: conn, sharedOnly: sharedOnly}
 	}
-	done.err = j.shared(ctx, done)
-	return done
 }
 
-func (j *catchUpJob) rq() requester { return j.n.requester(j.conn, j.libID) }
+func (j *catchUpActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		j.fetch = j.n.newFetcher(ctx, j.libID, nil)
+		if !j.sharedOnly {
+			j.owners = j.ownersToScan()
+		}
+		j.next(ctx)
+	case *actor.Stopping:
+		j.fetch.stop()
+	case *answered:
+		if !j.fetch.mine(m) {
+			return
+		}
+		if err := j.answered(m); err != nil {
+			j.finish(ctx, err)
+			return
+		}
+		j.next(ctx)
+	}
+}
 
-func (j *catchUpJob) owners() []messages.DeviceID {
+// ownersToScan: the peer first, then every owner we know of, but us.
+func (j *catchUpActor) ownersToScan() []messages.DeviceID {
 	owners, err := j.lib.Owners()
 	if err != nil {
 		j.n.log.Warn("list owners", "err", err)
@@ -62,116 +98,145 @@ func (j *catchUpJob) owners() []messages.DeviceID {
 	return out
 }
 
-func (j *catchUpJob) state(ctx context.Context, done *jobDone) error {
-	models := j.lib.Registry().DeviceOwned()
-	for _, owner := range j.owners() {
-		req := &messages.StateRequest{Owner: owner, Models: models, Since: j.lib.StateWatermark(owner), Limit: uint32(j.n.sync.PageSize)}
-		var scanWM messages.HLC
-		for page := 0; ; page++ {
-			resp, err := ask[*messages.StateResponse](ctx, j.rq(), req)
-			if err == nil && resp.Owner != owner {
-				err = fmt.Errorf("rows of %s in the answer", resp.Owner)
-			}
-			if err != nil {
-				return fmt.Errorf("state of %s from %s: %w", owner, j.peer, err)
-			}
-			if page == 0 {
-				scanWM = resp.Watermark
-			}
-			if len(resp.Records) > 0 {
-				recs := admitAll(j.n, j.lib, j.libID, j.peer, resp.Records)
-				res, err := j.n.guardedApplyState(j.lib, j.libID, owner, resp.Model, recs, persistence.ApplyOptions{})
-				if err != nil {
-					return fmt.Errorf("apply %s of %s: %w", resp.Model, owner, err)
-				}
-				done.results = append(done.results, res)
-				j.n.metrics.backfillRecs.WithLabelValues(j.libID.String()).Add(float64(len(recs)))
-			}
-			if !resp.HasMore {
-				break
-			}
-			req.Model, req.Cursor = resp.Model, resp.Cursor
-		}
-		if !scanWM.IsZero() {
-			if err := j.lib.RaiseStateWatermark(owner, scanWM); err != nil {
-				return fmt.Errorf("raise watermark of %s: %w", owner, err)
-			}
+// next asks for the next page, or ends the job.
+func (j *catchUpActor) next(ctx actor.Context) {
+	if j.stage == cuState && j.state == nil {
+		if len(j.owners) == 0 {
+			j.stage = cuLog
+			j.log = &logPager{Origin: j.peer, Since: j.lib.SharedWatermark(j.peer), Limit: uint32(j.n.sync.PageSize)}
+		} else {
+			owner := j.owners[0]
+			j.owners = j.owners[1:]
+			j.state = &statePager{Owner: owner, Models: j.lib.Registry().DeviceOwned(),
+				Since: j.lib.StateWatermark(owner), Limit: uint32(j.n.sync.PageSize)}
 		}
 	}
+	switch j.stage {
+	case cuState:
+		j.fetch.ask(j.conn, j.state.request(), nil)
+	case cuLog:
+		j.fetch.ask(j.conn, j.log.request(), nil)
+	case cuSnapshot:
+		j.fetch.ask(j.conn, j.snap.request(), nil)
+	case cuDone:
+		j.finish(ctx, nil)
+	}
+}
+
+// answered applies one page and moves the job on.
+func (j *catchUpActor) answered(a *answered) error {
+	switch req := a.req.(type) {
+	case *messages.StateRequest:
+		return j.statePage(a)
+	case *messages.SharedChangeRequest:
+		return j.logPage(a, req)
+	case *messages.SharedStateRequest:
+		return j.snapshotPage(a)
+	}
+	return fmt.Errorf("catch-up: unexpected answer to %T", a.req)
+}
+
+func (j *catchUpActor) statePage(a *answered) error {
+	owner := j.state.Owner
+	resp, err := expect[*messages.StateResponse](a)
+	var last bool
+	if err == nil {
+		last, err = j.state.page(resp)
+	}
+	if err != nil {
+		return fmt.Errorf("state of %s from %s: %w", owner, j.peer, err)
+	}
+	if len(resp.Records) > 0 {
+		recs := admitAll(j.n, j.lib, j.libID, j.peer, resp.Records)
+		res, err := j.n.guardedApplyState(j.lib, j.libID, owner, resp.Model, recs, persistence.ApplyOptions{})
+		if err != nil {
+			return fmt.Errorf("apply %s of %s: %w", resp.Model, owner, err)
+		}
+		j.results = append(j.results, res)
+		j.n.metrics.backfillRecs.WithLabelValues(j.libID.String()).Add(float64(len(recs)))
+	}
+	if !last {
+		return nil
+	}
+	if wm := j.state.ScanWM; !wm.IsZero() {
+		if err := j.lib.RaiseStateWatermark(owner, wm); err != nil {
+			return fmt.Errorf("raise watermark of %s: %w", owner, err)
+		}
+	}
+	j.state = nil
 	return nil
 }
 
-func (j *catchUpJob) shared(ctx context.Context, done *jobDone) error {
-	since := j.lib.SharedWatermark(j.peer)
-	for {
-		resp, err := ask[*messages.SharedChangeResponse](ctx, j.rq(), &messages.SharedChangeRequest{Origin: j.peer, Since: since, Limit: uint32(j.n.sync.PageSize)})
-		if err != nil {
-			return fmt.Errorf("shared log of %s: %w", j.peer, err)
-		}
-		if resp.SnapshotRequired {
-			// Our live applier may have moved the watermark on while this
-			// request was in flight, and the peer pruned up to our ACK of
-			// it: ask again from where we are now before paying for a
-			// snapshot.
-			if fresh := j.lib.SharedWatermark(j.peer); fresh.Compare(since) > 0 {
-				since = fresh
-				continue
-			}
-			return j.sharedSnapshot(ctx, done)
-		}
-		if len(resp.Entries) == 0 {
+func (j *catchUpActor) logPage(a *answered, req *messages.SharedChangeRequest) error {
+	resp, err := expect[*messages.SharedChangeResponse](a)
+	if err != nil {
+		return fmt.Errorf("shared log of %s: %w", j.peer, err)
+	}
+	if resp.SnapshotRequired {
+		// Our live applier may have moved the watermark on while this
+		// request was in flight, and the peer pruned up to our ACK of it:
+		// ask again from where we are now before paying for a snapshot.
+		if fresh := j.lib.SharedWatermark(j.peer); fresh.Compare(req.Since) > 0 {
+			j.log.Since = fresh
 			return nil
 		}
-		var changes []messages.SharedChange
-		for _, c := range resp.Entries {
-			if !j.n.admitHLC(j.lib, j.libID, j.peer, c.HLC) {
-				break // the chain cannot go past a refused change
-			}
-			changes = append(changes, c)
+		j.snap = &sharedPager{Limit: uint32(j.n.sync.PageSize)}
+		j.stage = cuSnapshot
+		return nil
+	}
+	var changes []messages.SharedChange
+	for _, c := range resp.Entries {
+		if !j.n.admitHLC(j.lib, j.libID, j.peer, c.HLC) {
+			break // the chain cannot go past a refused change
 		}
+		changes = append(changes, c)
+	}
+	if len(changes) > 0 {
 		j.n.traceShared("log", changes)
 		res, err := j.lib.ApplyShared(changes, persistence.ApplyOptions{})
 		if err != nil {
 			return fmt.Errorf("apply shared log of %s: %w", j.peer, err)
 		}
-		done.results = append(done.results, res)
-		if len(res.Gapped) > 0 || len(changes) < len(resp.Entries) {
+		j.results = append(j.results, res)
+		if len(res.Gapped) > 0 {
 			return errors.New("shared log of " + j.peer.String() + " has a gap the peer cannot fill")
 		}
-		if !resp.HasMore {
-			return nil
-		}
-		since = resp.Entries[len(resp.Entries)-1].HLC
 	}
+	if len(changes) < len(resp.Entries) {
+		return errors.New("shared log of " + j.peer.String() + " has a gap the peer cannot fill")
+	}
+	if j.log.page(resp) {
+		j.stage = cuDone
+	}
+	return nil
 }
 
-// sharedSnapshot fetches the peer's whole shared state (every row with its
-// field HLCs) and applies it through the LWW rules, which never let it
-// overwrite a newer local edit; then watermarks rise to the peer's.
-func (j *catchUpJob) sharedSnapshot(ctx context.Context, done *jobDone) error {
-	req := &messages.SharedStateRequest{Limit: uint32(j.n.sync.PageSize)}
-	var scanWMs []messages.OriginWatermark
-	for page := 0; ; page++ {
-		resp, err := ask[*messages.SharedStateResponse](ctx, j.rq(), req)
-		if err != nil {
-			return fmt.Errorf("shared state of %s: %w", j.peer, err)
-		}
-		if page == 0 {
-			scanWMs = resp.Watermarks
-		}
-		var wms []messages.OriginWatermark
-		if !resp.HasMore {
-			wms = scanWMs // only a complete scan vouches for them
-		}
-		j.n.traceShared("snapshot", resp.Entries)
-		res, err := j.lib.ApplySharedState(resp.Entries, wms, persistence.ApplyOptions{})
-		if err != nil {
-			return fmt.Errorf("apply shared state of %s: %w", j.peer, err)
-		}
-		done.results = append(done.results, res)
-		if !resp.HasMore {
-			return nil
-		}
-		req.Model, req.Cursor = resp.Model, resp.Cursor
+// snapshotPage applies a page of the peer's whole shared state (every row
+// with its field HLCs) through the LWW rules, which never let it overwrite
+// a newer local edit; on the last page the watermarks rise to the peer's.
+func (j *catchUpActor) snapshotPage(a *answered) error {
+	resp, err := expect[*messages.SharedStateResponse](a)
+	if err != nil {
+		return fmt.Errorf("shared state of %s: %w", j.peer, err)
 	}
+	last, wms := j.snap.page(resp)
+	j.n.traceShared("snapshot", resp.Entries)
+	res, err := j.lib.ApplySharedState(resp.Entries, wms, persistence.ApplyOptions{})
+	if err != nil {
+		return fmt.Errorf("apply shared state of %s: %w", j.peer, err)
+	}
+	j.results = append(j.results, res)
+	if last {
+		j.stage = cuDone
+	}
+	return nil
+}
+
+func (j *catchUpActor) finish(ctx actor.Context, err error) {
+	if persistence.IsStorageFailure(err) {
+		panic(err) // the supervisor stops the library with this reason
+	}
+	ctx.Send(j.parent, &catchupDone{peer: j.peer, err: err, results: j.results})
+	j.fetch.stop()
+	ctx.Stop(ctx.Self())
 }

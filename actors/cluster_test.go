@@ -13,8 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
+	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
 	"github.com/lsync/lsync/net/memnet"
@@ -38,6 +37,8 @@ type cluster struct {
 	// Hooks tests may set while nodes run.
 	servedHook  atomic.Pointer[func(messages.DeviceID, messages.Message)]
 	corruptHook atomic.Pointer[func(uint32) bool]
+	pageHook    atomic.Pointer[func(node int, p *joinPage)]
+	receiveHook atomic.Pointer[func(node int, actor string, msg any)]
 
 	joinedMu  sync.Mutex
 	pagesMu   sync.Mutex
@@ -48,9 +49,7 @@ type cluster struct {
 }
 
 // devID gives test devices readable, ordered ids.
-func devID(i int) messages.DeviceID {
-	return messages.DeviceID(uuid.MustParse(fmt.Sprintf("00000000-0000-4000-8000-%012d", i+1)))
-}
+func devID(i int) messages.DeviceID { return testutil.DevID(i) }
 
 func testSync() SyncConfig {
 	return SyncConfig{
@@ -102,47 +101,10 @@ func (c *cluster) start(i int) {
 	node, err := Start(context.Background(), Config{
 		Home: c.homes[i], Name: fmt.Sprintf("dev%d", i), Directory: others, Sync: c.sync, Logger: log, Retention: c.retention,
 		NewTransport: func(obs net.Observer) (net.Transport, error) { return c.net.Listen(dev, fmt.Sprintf("dev%d", i), obs) },
+		hooks:        c.hooks(i),
 	})
 	if err != nil {
 		c.t.Fatalf("start node %d: %v", i, err)
-	}
-	node.core.applyHook = c.hook
-	node.core.corruptChunk = func(idx uint32) bool {
-		if h := c.corruptHook.Load(); h != nil {
-			return (*h)(idx)
-		}
-		return false
-	}
-	node.core.served = func(from messages.DeviceID, m messages.Message) {
-		if h := c.servedHook.Load(); h != nil {
-			(*h)(from, m)
-		}
-		if r, ok := m.(*messages.SharedStateRequest); ok && r.Model == "" && r.Cursor.IsZero() {
-			c.traceMu.Lock()
-			c.snapshots = append(c.snapshots, fmt.Sprintf("dev%d served a shared-state snapshot to %s", i, from))
-			c.traceMu.Unlock()
-		}
-		r, ok := m.(*messages.StateRequest)
-		if !ok || !r.Since.IsZero() || len(r.UUIDs) > 0 {
-			return
-		}
-		c.pagesMu.Lock()
-		defer c.pagesMu.Unlock()
-		if c.pages == nil {
-			c.pages = map[string]int{}
-		}
-		c.pages[fmt.Sprintf("%s %s %s %s %s", from, r.Owner, r.Model, r.Cursor.HLC, r.Cursor.UUID)]++
-	}
-	node.core.trace = func(stage string, ch *messages.SharedChange) {
-		c.traceMu.Lock()
-		defer c.traceMu.Unlock()
-		if c.traces == nil {
-			c.traces = map[string][]string{}
-		}
-		k := ch.Record.String()
-		if len(c.traces[k]) < 200 {
-			c.traces[k] = append(c.traces[k], fmt.Sprintf("dev%d %-8s %s prev=%s %s %v", i, stage, ch.HLC, ch.Prev, ch.Op, ch.Fields))
-		}
 	}
 	c.nodes[i] = node
 	if c.libs[i] != nil {
@@ -151,6 +113,74 @@ func (c *cluster) start(i int) {
 			c.t.Fatalf("node %d reopened without its library: %v", i, err)
 		}
 		c.libs[i] = lib
+	}
+}
+
+// hooks are node i's test hooks: they call the cluster's, which tests
+// may set while nodes run.
+func (c *cluster) hooks(i int) testHooks {
+	return testHooks{
+		applyHook: c.hook,
+		corruptChunk: func(idx uint32) bool {
+			if h := c.corruptHook.Load(); h != nil {
+				return (*h)(idx)
+			}
+			return false
+		},
+		served: func(from messages.DeviceID, m messages.Message) { c.served(i, from, m) },
+		trace:  func(stage string, ch *messages.SharedChange) { c.trace(i, stage, ch) },
+		pageHook: func(lib messages.LibraryID, p *joinPage) {
+			if h := c.pageHook.Load(); h != nil {
+				(*h)(i, p)
+			}
+		},
+		receiveHook: func(actor string, msg any) {
+			if h := c.receiveHook.Load(); h != nil {
+				(*h)(i, actor, msg)
+			}
+		},
+	}
+}
+
+// served records the bulk requests node i answers: shared-state
+// snapshots, and full-history state pages (a join's) by requester and
+// cursor.
+func (c *cluster) served(i int, from messages.DeviceID, m messages.Message) {
+	if h := c.servedHook.Load(); h != nil {
+		(*h)(from, m)
+	}
+	if r, ok := m.(*messages.SharedStateRequest); ok && r.Model == "" && r.Cursor.IsZero() {
+		c.traceMu.Lock()
+		c.snapshots = append(c.snapshots, fmt.Sprintf("dev%d served a shared-state snapshot to %s", i, from))
+		c.traceMu.Unlock()
+	}
+	r, ok := m.(*messages.StateRequest)
+	if !ok || !r.Since.IsZero() || len(r.UUIDs) > 0 {
+		return
+	}
+	c.pagesMu.Lock()
+	defer c.pagesMu.Unlock()
+	if c.pages == nil {
+		c.pages = map[string]int{}
+	}
+	c.pages[pageKey(from, r)]++
+}
+
+func pageKey(from messages.DeviceID, r *messages.StateRequest) string {
+	return fmt.Sprintf("%s %s %s %s %s", from, r.Owner, r.Model, r.Cursor.HLC, r.Cursor.UUID)
+}
+
+// trace keeps the history of each shared record on every node, printed
+// when convergence fails.
+func (c *cluster) trace(i int, stage string, ch *messages.SharedChange) {
+	c.traceMu.Lock()
+	defer c.traceMu.Unlock()
+	if c.traces == nil {
+		c.traces = map[string][]string{}
+	}
+	k := ch.Record.String()
+	if len(c.traces[k]) < 200 {
+		c.traces[k] = append(c.traces[k], fmt.Sprintf("dev%d %-8s %s prev=%s %s %v", i, stage, ch.HLC, ch.Prev, ch.Op, ch.Fields))
 	}
 }
 
@@ -202,7 +232,7 @@ func (c *cluster) share() {
 // idle waits until no device has catch-up work running or scheduled.
 func (c *cluster) idle() {
 	c.t.Helper()
-	eventually(c.t, 10*time.Second, "catch-up jobs to finish", func() bool {
+	testutil.Eventually(c.t, 10*time.Second, "catch-up jobs to finish", func() bool {
 		for i := range c.nodes {
 			if c.nodes[i] == nil {
 				continue
@@ -233,14 +263,9 @@ func (c *cluster) dump(i int) []byte {
 // emptyLogs, every shared log is pruned to nothing.
 func (c *cluster) converge(emptyLogs bool, timeout time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
 	var why string
-	for time.Now().Before(deadline) {
-		why = c.differs(emptyLogs)
-		if why == "" {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if testutil.Within(timeout, func() bool { why = c.differs(emptyLogs); return why == "" }) {
+		return
 	}
 	for i := range c.nodes {
 		if c.nodes[i] == nil {
@@ -343,17 +368,31 @@ func (c *cluster) rows(i int, model string) []persistence.Row {
 	return rows
 }
 
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+// waitPrunes waits until each of nodes has run n more periodic prunes
+// (the maintenance actor's timer) from now.
+func (c *cluster) waitPrunes(t testing.TB, n int, nodes ...int) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
+	var mu sync.Mutex
+	seen := map[int]int{}
+	count := func(node int, _ string, msg any) {
+		if p, ok := msg.(*pruned); ok && p.tick {
+			mu.Lock()
+			seen[node]++
+			mu.Unlock()
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	c.receiveHook.Store(&count)
+	defer c.receiveHook.Store(nil)
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("%d prune rounds on nodes %v", n, nodes), func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, i := range nodes {
+			if seen[i] < n {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // openStore opens a stopped node's library store directly.

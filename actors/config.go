@@ -17,7 +17,8 @@ const (
 	PhaseSelecting   Phase = "selecting"
 	PhaseBackfilling Phase = "backfilling"
 	PhaseCatchingUp  Phase = "catching_up"
-	PhaseFailed      Phase = "failed" // a join job is backing off after errors
+	PhaseFailed      Phase = "failed"  // a join is backing off after errors
+	PhaseStopped     Phase = "stopped" // a storage failure stopped the library (Status.Error says why)
 )
 
 func (p Phase) gauge() float64 {
@@ -30,6 +31,8 @@ func (p Phase) gauge() float64 {
 		return 3
 	case PhaseFailed:
 		return 4
+	case PhaseStopped:
+		return 5
 	}
 	return 0
 }
@@ -63,6 +66,8 @@ type Config struct {
 	QUIC QUICOptions
 	// Retention bounds each library's shared log and tombstones.
 	Retention persistence.RetentionPolicy
+
+	hooks testHooks // this package's tests only
 }
 
 // SyncConfig tunes the sync engine. Zero values mean the defaults.
@@ -78,6 +83,7 @@ type SyncConfig struct {
 	ReconnectMax        time.Duration // largest reconnect wait (5 s)
 	RequestTimeout      time.Duration // one bulk request (60 s)
 	PendingPerOrigin    int           // out-of-order shared changes held per origin (10,000)
+	SnapshotChunk       int           // uncompressed bytes per snapshot chunk served (4 MiB)
 	Seed                uint64        // seeds jitter (0: from the device id)
 }
 
@@ -95,6 +101,7 @@ func (c SyncConfig) withDefaults() SyncConfig {
 	def(&c.PageSize, 10_000)
 	def(&c.ApplyBatch, 1_000)
 	def(&c.PendingPerOrigin, 10_000)
+	def(&c.SnapshotChunk, 4<<20)
 	defD(&c.CatchUpInterval, 30*time.Second)
 	defD(&c.AntiEntropyInterval, 10*time.Minute)
 	defD(&c.PruneInterval, 10*time.Second)

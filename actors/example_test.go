@@ -8,6 +8,7 @@ import (
 
 	"github.com/lsync/lsync/actors"
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
 )
 
 // Two devices in one process, over real QUIC on loopback: pair them with a
@@ -44,17 +45,18 @@ func Example() {
 		panic(err)
 	}
 
-	// Write on the laptop; the phone sees it.
+	// Write on the laptop; the phone sees it. Every change that reaches
+	// the phone (by its join, live, or a catch-up) comes with an event.
+	events, stop := mine.Events()
+	defer stop()
 	if _, err := lib.AddLocation(ctx, "/home/jamie/Pictures", "Pictures", messages.UUID{}); err != nil {
 		panic(err)
 	}
-	for {
-		rows, _ := mine.Query(ctx, "location")
-		if len(rows) == 1 {
-			fmt.Println("phone sees", rows[0]["path"], "owned by the laptop:", rows[0]["device_uuid"] == laptop.ID().String())
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	rows, _ := mine.Query(ctx, persistence.ModelLocation)
+	for len(rows) == 0 {
+		<-events
+		rows, _ = mine.Query(ctx, persistence.ModelLocation)
 	}
+	fmt.Println("phone sees", rows[0]["path"], "owned by the laptop:", rows[0]["device_uuid"] == laptop.ID().String())
 	// Output: phone sees /home/jamie/Pictures owned by the laptop: true
 }

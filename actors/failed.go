@@ -66,32 +66,14 @@ func (l *Library) FailedRecords(ctx context.Context) ([]FailedRecord, error) {
 // applies leaves failed_records; one that fails again stays, with its
 // attempt count raised and the new reason.
 func (l *Library) RetryFailed(ctx context.Context) (RetryReport, error) {
-	return l.node.retryFailed(ctx, l.store, l.id)
+	return ask[RetryReport](ctx, l.node, l.pid, &retryFailed{})
 }
 
 // Repair checks the derived caches against a rebuild from the synced rows,
 // rebuilds them if they differ, then retries the failed records (a stale
 // cache is the usual reason a record keeps failing).
 func (l *Library) Repair(ctx context.Context) (RepairReport, error) {
-	var rep RepairReport
-	if err := l.store.VerifyDerived(); err != nil {
-		if errors.Is(err, persistence.ErrClosed) {
-			return rep, err
-		}
-		rep.CachesStale, rep.Detail = true, err.Error()
-		l.node.log.Warn("derived caches are stale; rebuilding", "library", l.id, "detail", err)
-		rb, err := l.store.RebuildDerived()
-		if err != nil {
-			return rep, err
-		}
-		rep.Rebuilt = &rb
-		if err := l.store.VerifyDerived(); err != nil {
-			return rep, fmt.Errorf("caches still differ after the rebuild: %w", err)
-		}
-	}
-	var err error
-	rep.Retry, err = l.RetryFailed(ctx)
-	return rep, err
+	return ask[RepairReport](ctx, l.node, l.pid, &repairLibrary{})
 }
 
 func decodePayload(b []byte) (messages.Message, error) {
@@ -114,7 +96,8 @@ func kindOf(m messages.Message) string {
 	return m.MessageType().String()
 }
 
-// retryFailed is RetryFailed; the maintenance actor runs it on a timer.
+// retryFailed is RetryFailed; the maintenance actor runs it, on a timer
+// and on request.
 func (n *nodeCore) retryFailed(ctx context.Context, lib *persistence.Library, id messages.LibraryID) (RetryReport, error) {
 	var rep RetryReport
 	fs, err := lib.Failures()
@@ -125,58 +108,68 @@ func (n *nodeCore) retryFailed(ctx context.Context, lib *persistence.Library, id
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		model, u := f.Model, f.UUID
 		rep.Retried++
-		m, err := decodePayload(f.Payload)
+		outcome, err := n.retryOne(lib, f)
 		if err != nil {
-			rep.Failing++ // nothing to apply: it stays listed for a person to look at
-			n.metrics.retries.WithLabelValues("unreadable").Inc()
-			continue
-		}
-		res, err, failure := tryApply(func() (persistence.ApplyResult, error) {
-			if n.applyHook != nil {
-				n.applyHook(model, u)
-			}
-			switch m := m.(type) {
-			case *messages.StateChange:
-				return lib.ApplyState(m.Owner, m.Model, []messages.StateRecord{m.Record}, persistence.ApplyOptions{})
-			case *messages.StateDelete:
-				return lib.ApplyStateDelete(*m)
-			case *messages.SharedChange:
-				// The origin's chain stepped over this change when it failed;
-				// it goes in through the LWW rules alone, like snapshot rows.
-				return lib.ApplySharedState([]messages.SharedChange{*m}, nil, persistence.ApplyOptions{})
-			}
-			return persistence.ApplyResult{}, fmt.Errorf("a %s cannot be retried", m.MessageType())
-		})
-		if errors.Is(err, persistence.ErrClosed) {
 			return rep, err
 		}
-		if failure == nil && err != nil {
-			failure = err
-		}
-		if failure == nil && len(res.Rejected) > 0 {
-			failure = fmt.Sprintf("%s: %v", res.Rejected[0].Reason, res.Rejected[0].Err)
-		}
-		if failure != nil {
+		n.metrics.retries.WithLabelValues(outcome).Inc()
+		if outcome != "recovered" {
 			rep.Failing++
-			n.metrics.retries.WithLabelValues("failed").Inc()
-			if err := lib.RecordFailure(model, u, fmt.Sprint(failure), f.Payload); err != nil {
-				return rep, err
-			}
 			continue
-		}
-		if err := lib.ClearFailure(model, u); err != nil {
-			return rep, err
 		}
 		rep.Recovered++
-		n.metrics.retries.WithLabelValues("recovered").Inc()
-		n.events.emit(Event{Type: EventSyncedFromPeer, Library: id, Model: model, UUID: u, Count: 1, Detail: "failed record applied on retry"})
+		n.events.emit(Event{Type: EventSyncedFromPeer, Library: id, Model: f.Model, UUID: f.UUID, Count: 1, Detail: "failed record applied on retry"})
 	}
 	if rep.Retried > 0 {
 		n.log.Info("failed records retried", "library", id, "retried", rep.Retried, "recovered", rep.Recovered, "still_failing", rep.Failing)
 	}
 	return rep, nil
+}
+
+// retryOne applies one failed record again: "recovered" (it left
+// failed_records), "failed" (it stays, with the new reason) or
+// "unreadable" (nothing to apply: it stays listed for a person to look
+// at). The error is the store's, never the record's.
+func (n *nodeCore) retryOne(lib *persistence.Library, f persistence.Failure) (string, error) {
+	m, err := decodePayload(f.Payload)
+	if err != nil {
+		return "unreadable", nil
+	}
+	res, err, failure := tryApply(func() (persistence.ApplyResult, error) {
+		if n.applyHook != nil {
+			n.applyHook(f.Model, f.UUID)
+		}
+		return applyKept(lib, m)
+	})
+	if failure != nil {
+		err = failureError(failure)
+	}
+	if isFatalApplyError(err) {
+		return "", err
+	}
+	if err == nil && len(res.Rejected) > 0 {
+		err = fmt.Errorf("%s: %v", res.Rejected[0].Reason, res.Rejected[0].Err)
+	}
+	if err != nil {
+		return "failed", lib.RecordFailure(f.Model, f.UUID, err.Error(), f.Payload)
+	}
+	return "recovered", lib.ClearFailure(f.Model, f.UUID)
+}
+
+// applyKept applies a message kept in failed_records.
+func applyKept(lib *persistence.Library, m messages.Message) (persistence.ApplyResult, error) {
+	switch m := m.(type) {
+	case *messages.StateChange:
+		return lib.ApplyState(m.Owner, m.Model, []messages.StateRecord{m.Record}, persistence.ApplyOptions{})
+	case *messages.StateDelete:
+		return lib.ApplyStateDelete(*m)
+	case *messages.SharedChange:
+		// The origin's chain stepped over this change when it failed; it
+		// goes in through the LWW rules alone, like snapshot rows.
+		return lib.ApplySharedState([]messages.SharedChange{*m}, nil, persistence.ApplyOptions{})
+	}
+	return persistence.ApplyResult{}, fmt.Errorf("a %s cannot be retried", m.MessageType())
 }
 
 // tryApply runs one apply, turning a panic into a failure (as the

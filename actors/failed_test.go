@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
 )
@@ -38,7 +39,7 @@ func TestFailedRecordsAreRetried(t *testing.T) {
 	if _, err := c.libs[0].CreateTag(ctx, TagInput{Name: "fine"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "two failed records on B", func() bool {
+	testutil.Eventually(t, 10*time.Second, "two failed records on B", func() bool {
 		f, _ := c.libs[1].FailedRecords(ctx)
 		return len(f) == 2
 	})
@@ -97,12 +98,12 @@ func TestFailedRecordsAreRetried(t *testing.T) {
 	if _, err := c.libs[0].WriteState(ctx, "location", badLoc, map[string]any{"path": "/poison2", "name": "p2", "created_at": nowMS()}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "a failed record on B", func() bool {
+	testutil.Eventually(t, 10*time.Second, "a failed record on B", func() bool {
 		f, _ := c.libs[1].FailedRecords(ctx)
 		return len(f) == 1
 	})
 	poisoned.Store(false)
-	eventually(t, 10*time.Second, "the timer to recover it", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the timer to recover it", func() bool {
 		f, _ := c.libs[1].FailedRecords(ctx)
 		return len(f) == 0
 	})

@@ -2,9 +2,11 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
 	"github.com/lsync/lsync/persistence"
@@ -43,7 +45,7 @@ func TestForgedStateChangeRefused(t *testing.T) {
 	h.Counter++
 	send(t, conn, lib, &messages.StateDelete{Model: "location", Owner: c.devs[1], UUID: loc, HLC: h})
 
-	eventually(t, 5*time.Second, "three forged_owner rejections", func() bool {
+	testutil.Eventually(t, 5*time.Second, "three forged_owner rejections", func() bool {
 		return metrics.RejectedCount(messages.ReasonForgedOwner)-before >= 3
 	})
 	rows := c.rows(0, "location")
@@ -100,7 +102,7 @@ func TestNonPartnerRefused(t *testing.T) {
 		t.Fatal("a non-partner read the library")
 	}
 	var me *messages.Error
-	if !asMsgError(err, &me) || me.Code != messages.CodeUnauthorized {
+	if !errors.As(err, &me) || me.Code != messages.CodeUnauthorized {
 		t.Fatalf("want an unauthorized error, got %v", err)
 	}
 	if c.nodes[0].Metrics().RejectedCount("unauthorized") <= before {
@@ -120,7 +122,7 @@ func TestSkewedChangeRefused(t *testing.T) {
 	future := messages.HLC{Timestamp: uint64(time.Now().Add(24 * time.Hour).UnixMilli()), Device: c.devs[2].UUID()}
 	before := c.nodes[0].Metrics().RejectedCount("clock_skew")
 	send(t, conn, lib, &messages.StateChange{Model: "location", Owner: c.devs[2], Record: messages.StateRecord{UUID: persistence.NewUUID(), HLC: future, Values: values}})
-	eventually(t, 5*time.Second, "a clock_skew rejection", func() bool {
+	testutil.Eventually(t, 5*time.Second, "a clock_skew rejection", func() bool {
 		return c.nodes[0].Metrics().RejectedCount("clock_skew") > before
 	})
 	if n := len(c.rows(0, "location")); n != 0 {

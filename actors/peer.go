@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -14,10 +15,12 @@ import (
 )
 
 // peerActor owns the connection to one device: it adopts inbound and
-// outbound connections (one at a time), reads from it in a readLoop
-// goroutine, routes what arrives to the library (or node) actor, sends live
-// messages for the libraries, and redials with exponential back-off and
-// jitter when the connection ends.
+// outbound connections (one at a time), routes what arrives to the library
+// (or node) actor, hands live messages to the connection's writer, and
+// redials with exponential back-off and jitter when the connection ends.
+// Nothing in its Receive touches the network: the connection's readLoop
+// and writeLoop goroutines, dials and liveness pings run beside it and
+// report back as messages.
 //
 // Both sides may dial. When a second connection to the same device appears,
 // both sides keep the one dialed by the device with the smaller id — unless
@@ -32,48 +35,75 @@ type peerActor struct {
 
 	libs     map[messages.LibraryID]*actor.PID
 	conn     net.Conn
+	writer   *connWriter
 	outbound bool
+	checking bool // a liveness ping of conn is under way
 	bo       *backoff
-	gen      int // invalidates stale dial timers
+	gen      int // invalidates stale dial timers and dials
+	dialing  bool
 	timer    *time.Timer
+}
+
+func newPeerActor(n *nodeCore, tr net.Transport, dir Directory, dev messages.DeviceID, node *actor.PID) actor.Producer {
+	return func() actor.Actor { return &peerActor{n: n, tr: tr, dir: dir, dev: dev, node: node} }
 }
 
 func (p *peerActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		seed := p.n.sync.Seed ^ uint64(p.dev[0])<<8 ^ uint64(p.dev[15])
-		p.bo = newBackoff(p.n.sync.ReconnectMin, p.n.sync.ReconnectMax, seed)
-		p.libs = map[messages.LibraryID]*actor.PID{}
-		// The device with the smaller id dials at once; the other waits a
-		// moment for that inbound connection, so the two rarely race into
-		// a duplicate pair of connections (the tie-break would close one,
-		// failing whatever had just started on it).
-		if p.preferred(true) {
-			ctx.Send(ctx.Self(), &dialNow{gen: p.gen})
-		} else {
-			self, root, gen := ctx.Self(), ctx.ActorSystem().Root, p.gen
-			p.timer = time.AfterFunc(min(5*p.n.sync.ReconnectMin, time.Second), func() { root.Send(self, &dialNow{gen: gen}) })
-		}
-	case *actor.Stopping:
+		p.started(ctx)
+	case *actor.Stopping, *actor.Restarting:
 		p.gen++
 		if p.timer != nil {
 			p.timer.Stop()
 		}
-		if p.conn != nil {
-			_ = p.conn.Close()
-		}
+		p.drop()
 	case *routes:
 		p.libs = m.libs
 	case *adoptConn:
 		p.adopt(ctx, m.conn, m.outbound)
+	case *aliveChecked:
+		p.onAliveChecked(ctx, m)
 	case *connEnded:
 		p.ended(ctx, m)
 	case *dialNow:
 		p.dial(ctx, m.gen)
+	case *dialed:
+		p.onDialed(ctx, m)
 	case *inboundMsg:
 		p.route(ctx, m)
 	case *outboundMsg:
-		p.send(m)
+		if p.writer != nil {
+			p.writer.enqueue(m)
+		} // else: the peer catches up when it reconnects
+	}
+}
+
+func (p *peerActor) started(ctx actor.Context) {
+	seed := p.n.sync.Seed ^ uint64(p.dev[0])<<8 ^ uint64(p.dev[15])
+	p.bo = newBackoff(p.n.sync.ReconnectMin, p.n.sync.ReconnectMax, seed)
+	p.libs = map[messages.LibraryID]*actor.PID{}
+	// The device with the smaller id dials at once; the other waits a
+	// moment for that inbound connection, so the two rarely race into a
+	// duplicate pair of connections (the tie-break would close one,
+	// failing whatever had just started on it).
+	if p.preferred(true) {
+		ctx.Send(ctx.Self(), &dialNow{gen: p.gen})
+		return
+	}
+	self, root, gen := ctx.Self(), ctx.ActorSystem().Root, p.gen
+	p.timer = time.AfterFunc(min(5*p.n.sync.ReconnectMin, time.Second), func() { root.Send(self, &dialNow{gen: gen}) })
+}
+
+// drop closes the current connection and its writer.
+func (p *peerActor) drop() {
+	if p.writer != nil {
+		p.writer.close()
+		p.writer = nil
+	}
+	if p.conn != nil {
+		_ = p.conn.Close()
+		p.conn = nil
 	}
 }
 
@@ -84,20 +114,62 @@ func (p *peerActor) adopt(ctx actor.Context, c net.Conn, outbound bool) {
 	}
 	if p.conn != nil && p.conn != c {
 		// Keep the old connection only if the tie-break prefers it over the
-		// new one and it still answers; otherwise the newest wins.
-		if p.preferred(p.outbound) && !p.preferred(outbound) && p.alive(p.conn) {
-			_ = c.Close()
+		// new one and it still answers; otherwise the newest wins. The
+		// ping runs off Receive; the new connection waits for its answer.
+		if p.preferred(p.outbound) && !p.preferred(outbound) {
+			if p.checking {
+				_ = c.Close() // one candidate at a time
+				return
+			}
+			p.checking = true
+			go checkAlive(ctx.ActorSystem().Root, ctx.Self(), p.conn, c, outbound)
 			return
 		}
-		old := p.conn
-		p.conn = nil
-		_ = old.Close()
-		ctx.Send(p.node, &peerDisconnected{dev: p.dev, conn: old})
+		p.replace(ctx)
 	}
+	p.use(ctx, c, outbound)
+}
+
+// checkAlive pings current and reports whether it answered.
+func checkAlive(root *actor.RootContext, self *actor.PID, current, candidate net.Conn, outbound bool) {
+	alive := false
+	select {
+	case <-current.Done():
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := current.Request(ctx, messages.LibraryID{}, &messages.Ping{Nonce: 1, SentAt: time.Now().UnixMilli()})
+		cancel()
+		alive = err == nil
+	}
+	root.Send(self, &aliveChecked{current: current, candidate: candidate, candidateOutbound: outbound, alive: alive})
+}
+
+func (p *peerActor) onAliveChecked(ctx actor.Context, m *aliveChecked) {
+	p.checking = false
+	if m.current == p.conn && m.alive {
+		_ = m.candidate.Close()
+		return
+	}
+	if p.conn != nil && p.conn != m.candidate {
+		p.replace(ctx)
+	}
+	p.use(ctx, m.candidate, m.candidateOutbound)
+}
+
+// replace ends the current connection in favour of a new one.
+func (p *peerActor) replace(ctx actor.Context) {
+	old := p.conn
+	p.drop()
+	ctx.Send(p.node, &peerDisconnected{dev: p.dev, conn: old})
+}
+
+// use makes c the connection: its reader and writer start.
+func (p *peerActor) use(ctx actor.Context, c net.Conn, outbound bool) {
 	p.conn, p.outbound = c, outbound
 	p.bo.reset()
 	p.gen++
 	self, root := ctx.Self(), ctx.ActorSystem().Root
+	p.writer = newConnWriter(p.n, c)
 	go readLoop(c, root, self)
 	ctx.Send(p.node, &peerConnected{dev: p.dev, name: c.PeerName(), pid: self, conn: c})
 }
@@ -110,18 +182,6 @@ func (p *peerActor) preferred(outbound bool) bool {
 }
 
 func compareIDs(a, b messages.DeviceID) int { return bytes.Compare(a[:], b[:]) }
-
-func (p *peerActor) alive(c net.Conn) bool {
-	select {
-	case <-c.Done():
-		return false
-	default:
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_, err := c.Request(ctx, messages.LibraryID{}, &messages.Ping{Nonce: 1, SentAt: time.Now().UnixMilli()})
-	return err == nil
-}
 
 // readLoop forwards everything the connection receives to the peer actor
 // until the connection ends.
@@ -140,7 +200,7 @@ func (p *peerActor) ended(ctx actor.Context, m *connEnded) {
 	if m.conn != p.conn {
 		return
 	}
-	p.conn = nil
+	p.drop()
 	p.n.log.Info("peer disconnected", "peer", p.dev, "err", m.err)
 	ctx.Send(p.node, &peerDisconnected{dev: p.dev, conn: m.conn})
 	p.scheduleDial(ctx)
@@ -158,44 +218,57 @@ func (p *peerActor) scheduleDial(ctx actor.Context) {
 	p.timer = time.AfterFunc(p.bo.next(), func() { root.Send(self, &dialNow{gen: gen}) })
 }
 
+// dial starts a dial off Receive; its outcome arrives as *dialed.
 func (p *peerActor) dial(ctx actor.Context, gen int) {
-	if gen != p.gen || p.conn != nil {
+	if gen != p.gen || p.conn != nil || p.dialing {
 		return
 	}
 	addr, ok := p.dir.Addr(p.dev)
 	if !ok {
 		return
 	}
-	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	c, err := p.tr.Dial(dctx, p.dev, addr)
-	cancel()
-	if err != nil {
-		if messages.IsSchemaVersion(err) || errors.Is(err, net.ErrNotPaired) {
-			p.n.log.Warn("dial refused", "peer", p.dev, "addr", addr, "err", err)
+	p.dialing = true
+	tr, dev, self, root := p.tr, p.dev, ctx.Self(), ctx.ActorSystem().Root
+	go func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err := tr.Dial(dctx, dev, addr)
+		cancel()
+		root.Send(self, &dialed{gen: gen, conn: c, err: err})
+	}()
+}
+
+func (p *peerActor) onDialed(ctx actor.Context, m *dialed) {
+	p.dialing = false
+	if m.err != nil {
+		addr, _ := p.dir.Addr(p.dev)
+		if messages.IsSchemaVersion(m.err) || errors.Is(m.err, net.ErrNotPaired) {
+			p.n.log.Warn("dial refused", "peer", p.dev, "addr", addr, "err", m.err)
 		} else {
-			p.n.log.Debug("dial failed", "peer", p.dev, "addr", addr, "attempt", p.bo.attempts(), "err", err)
+			p.n.log.Debug("dial failed", "peer", p.dev, "addr", addr, "attempt", p.bo.attempts(), "err", m.err)
 		}
-		ctx.Send(p.node, &peerUnreachable{dev: p.dev, err: err.Error()})
-		p.scheduleDial(ctx)
+		ctx.Send(p.node, &peerUnreachable{dev: p.dev, err: m.err.Error()})
+		if p.conn == nil {
+			p.scheduleDial(ctx)
+		}
 		return
 	}
-	p.adopt(ctx, c, true)
+	if m.gen != p.gen && p.conn != nil {
+		_ = m.conn.Close() // connected meanwhile (they dialed us)
+		return
+	}
+	p.adopt(ctx, m.conn, true)
 }
 
 func (p *peerActor) route(ctx actor.Context, m *inboundMsg) {
 	if m.lib.IsZero() {
 		switch msg := m.msg.(type) {
 		case *messages.Ping:
-			if m.reply != nil {
-				_ = m.reply(&messages.Pong{Nonce: msg.Nonce, SentAt: msg.SentAt})
-			}
+			answerPeer(p.n, p.dev, m.reply, &messages.Pong{Nonce: msg.Nonce, SentAt: msg.SentAt})
 		case *messages.LibraryListRequest, *messages.SyncSetupRequest:
 			ctx.Send(p.node, m)
 		default:
 			p.n.reject(messages.ReasonUnexpected, "from", p.dev, "type", m.msg.MessageType())
-			if m.reply != nil {
-				_ = m.reply(&messages.Error{Code: messages.CodeBadRequest, Message: fmt.Sprintf("unexpected %s", m.msg.MessageType())})
-			}
+			answerPeer(p.n, p.dev, m.reply, &messages.Error{Code: messages.CodeBadRequest, Message: fmt.Sprintf("unexpected %s", m.msg.MessageType())})
 		}
 		return
 	}
@@ -204,18 +277,73 @@ func (p *peerActor) route(ctx actor.Context, m *inboundMsg) {
 		return
 	}
 	p.n.reject(messages.ReasonUnknownLibrary, "from", p.dev, "library", m.lib)
-	if m.reply != nil {
-		_ = m.reply(&messages.Error{Code: messages.CodeNotFound, Message: fmt.Sprintf("library %s is not open on %s", m.lib, p.n.self)})
+	answerPeer(p.n, p.dev, m.reply, &messages.Error{Code: messages.CodeNotFound, Message: fmt.Sprintf("library %s is not open on %s", m.lib, p.n.self)})
+}
+
+// connWriter is a connection's writeLoop: it sends the live messages the
+// peer actor enqueues, in order, so the actor never waits on the network.
+// Its queue is unbounded like a mailbox; the connection's own send queue
+// applies back-pressure to the loop, and a message that cannot be sent
+// within sendTimeout is dropped (the peer catches up later).
+type connWriter struct {
+	n    *nodeCore
+	conn net.Conn
+
+	mu     sync.Mutex
+	queue  []*outboundMsg
+	wake   chan struct{}
+	closed bool
+}
+
+const sendTimeout = 10 * time.Second
+
+func newConnWriter(n *nodeCore, c net.Conn) *connWriter {
+	w := &connWriter{n: n, conn: c, wake: make(chan struct{}, 1)}
+	go w.writeLoop()
+	return w
+}
+
+func (w *connWriter) enqueue(m *outboundMsg) {
+	w.mu.Lock()
+	w.queue = append(w.queue, m)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
 }
 
-func (p *peerActor) send(m *outboundMsg) {
-	if p.conn == nil {
-		return // the peer catches up when it reconnects
+func (w *connWriter) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := p.conn.Send(ctx, m.lib, m.msg); err != nil {
-		p.n.log.Debug("send", "peer", p.dev, "type", m.msg.MessageType(), "err", err)
+}
+
+func (w *connWriter) writeLoop() {
+	for {
+		select {
+		case <-w.wake:
+		case <-w.conn.Done():
+			return
+		}
+		w.mu.Lock()
+		batch, closed := w.queue, w.closed
+		w.queue = nil
+		w.mu.Unlock()
+		if closed {
+			return
+		}
+		for _, m := range batch {
+			ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+			err := w.conn.Send(ctx, m.lib, m.msg)
+			cancel()
+			if err != nil {
+				w.n.log.Debug("send", "peer", w.conn.Peer(), "type", m.msg.MessageType(), "err", err)
+			}
+		}
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
 )
@@ -70,9 +68,6 @@ func startQUIC(cfg Config, m *Metrics, log *slog.Logger, onPaired *atomic.Pointe
 	return tr, peerDirectory{peers}, id.Name(), nil
 }
 
-// peerAdded tells the node actor about a newly paired device.
-type peerAdded struct{ dev messages.DeviceID }
-
 // ErrNoQUIC is returned by pairing calls on a node running another transport.
 var ErrNoQUIC = errors.New("pairing needs the QUIC transport")
 
@@ -122,12 +117,4 @@ func (n *Node) Paired() []net.PeerInfo {
 		return nil
 	}
 	return q.Peers().List()
-}
-
-func (na *nodeActor) onPeerAdded(ctx actor.Context, m *peerAdded) {
-	if _, ok := na.peers[m.dev]; ok {
-		return
-	}
-	na.peer(ctx, m.dev)
-	na.n.events.emit(Event{Type: EventPaired, Peer: m.dev})
 }

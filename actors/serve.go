@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -19,6 +20,10 @@ type serveActor struct {
 	snaps *snapshotStore // snapshots being served (snapshot.go)
 }
 
+func newServeActor(n *nodeCore, lib *persistence.Library) actor.Producer {
+	return func() actor.Actor { return &serveActor{n: n, lib: lib} }
+}
+
 func (s *serveActor) Receive(ctx actor.Context) {
 	if _, stopping := ctx.Message().(*actor.Stopping); stopping && s.snaps != nil {
 		s.snaps.removeAll()
@@ -34,23 +39,13 @@ func (s *serveActor) Receive(ctx actor.Context) {
 	resp, err := s.answer(m.from, m.msg)
 	if err != nil {
 		var e *messages.Error
-		if !asMsgError(err, &e) {
+		if !errors.As(err, &e) {
 			e = &messages.Error{Code: messages.CodeInternal, Message: err.Error()}
 		}
 		s.n.log.Warn("bulk request failed", "from", m.from, "type", m.msg.MessageType(), "err", err)
 		resp = e
 	}
-	if err := m.reply(resp); err != nil {
-		s.n.log.Debug("reply", "to", m.from, "err", err)
-	}
-}
-
-func asMsgError(err error, e **messages.Error) bool {
-	me, ok := err.(*messages.Error)
-	if ok {
-		*e = me
-	}
-	return ok
+	answerPeer(s.n, m.from, m.reply, resp)
 }
 
 func (s *serveActor) limit(l uint32) int {

@@ -5,15 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net/memnet"
 )
 
 func TestJoinBySnapshot(t *testing.T) {
-	prev := snapshotChunk
-	snapshotChunk = 64 << 10
-	defer func() { snapshotChunk = prev }()
-	c := joinCluster(t, 3, 2000, 500)
+	c := joinCluster(t, 3, 2000, 500, func(c *cluster) { c.sync.SnapshotChunk = 64 << 10 })
 	// The first delivery of chunk 1 arrives corrupted.
 	var corrupted atomic.Bool
 	corrupt := func(idx uint32) bool { return idx == 1 && corrupted.CompareAndSwap(false, true) }
@@ -52,10 +50,7 @@ func TestJoinBySnapshot(t *testing.T) {
 }
 
 func TestSnapshotJoinResumesByChunk(t *testing.T) {
-	prev := snapshotChunk
-	snapshotChunk = 32 << 10
-	defer func() { snapshotChunk = prev }()
-	c := joinCluster(t, 2, 3000, 500)
+	c := joinCluster(t, 2, 3000, 500, func(c *cluster) { c.sync.SnapshotChunk = 32 << 10 })
 	if err := c.net.SetFaults(memnet.Faults{DelayMin: 5 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +71,7 @@ func TestSnapshotJoinResumesByChunk(t *testing.T) {
 		_, err := c.nodes[joiner].JoinBySnapshot(ctx, c.devs[0], c.libs[0].ID())
 		done <- err
 	}()
-	eventually(t, 20*time.Second, "a few chunks", func() bool { return served.Load() >= 5 })
+	testutil.Eventually(t, 20*time.Second, "a few chunks", func() bool { return served.Load() >= 5 })
 	c.stopNode(joiner)
 	if err := <-done; err == nil {
 		t.Fatal("the join finished before the stop; make the library bigger")
@@ -88,7 +83,7 @@ func TestSnapshotJoinResumesByChunk(t *testing.T) {
 	c.net.ClearFaults()
 	c.start(joiner) // resumes the download by itself
 	var lib *Library
-	eventually(t, 30*time.Second, "the library installed", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the library installed", func() bool {
 		l, err := c.nodes[joiner].Library(ctx, c.libs[0].ID())
 		lib = l
 		return err == nil

@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -11,15 +10,14 @@ import (
 	"path/filepath"
 
 	"github.com/lsync/lsync/messages"
-	"github.com/lsync/lsync/net"
 )
 
-// pageSpool keeps the backfill pages this device has received but not yet
-// committed, one file per page under the library folder. The backfill asks
-// for page N+1 while it applies page N, so without the spool a joiner
-// killed mid-apply would fetch both again; with it, a restarted job reads
-// every page that had fully arrived from disk and re-fetches at most the
-// one that was still on the wire.
+// pageSpool keeps the join pages this device has received but not yet
+// committed, one file per page under the library folder. The join asks for
+// page N+1 while it applies page N, so without the spool a joiner killed
+// mid-apply would fetch both again; with it, a restarted join reads every
+// page that had fully arrived from disk and re-fetches at most the one
+// that was still on the wire.
 //
 // A file is named by the hash of the source device and the request, so a
 // page is only ever reused for the very request, against the very source,
@@ -29,27 +27,27 @@ import (
 // again.
 type pageSpool struct {
 	dir    string
-	source messages.DeviceID
 	reused func() // counts a page read back from disk
 }
 
-// spoolDir is where a library's backfill keeps received pages.
+// spoolDir is where a library's join keeps received pages.
 func spoolDir(libDir string) string { return filepath.Join(libDir, "backfill-spool") }
 
-func (s *pageSpool) path(req messages.Message) (string, error) {
+func (s *pageSpool) path(source messages.DeviceID, req messages.Message) (string, error) {
 	frame, err := messages.EncodeFrame(messages.LibraryID{}, req)
 	if err != nil {
 		return "", err
 	}
 	h := sha256.New()
-	h.Write(s.source[:])
+	h.Write(source[:])
 	h.Write(frame)
 	return filepath.Join(s.dir, hex.EncodeToString(h.Sum(nil)[:16])+".page"), nil
 }
 
-// load returns the spooled answer to req, if a valid one is on disk.
-func (s *pageSpool) load(req messages.Message) (messages.Message, bool) {
-	p, err := s.path(req)
+// load returns the spooled answer to req from source, if a valid one is
+// on disk.
+func (s *pageSpool) load(source messages.DeviceID, req messages.Message) (messages.Message, bool) {
+	p, err := s.path(source, req)
 	if err != nil {
 		return nil, false
 	}
@@ -74,11 +72,11 @@ func (s *pageSpool) load(req messages.Message) (messages.Message, bool) {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// store writes env, the answer to req as it arrived, to a temporary file
-// renamed into place, so a crash mid-write leaves no page that could be
-// read back.
-func (s *pageSpool) store(req messages.Message, env messages.Envelope) error {
-	p, err := s.path(req)
+// store writes env, source's answer to req as it arrived, to a temporary
+// file renamed into place, so a crash mid-write leaves no page that could
+// be read back.
+func (s *pageSpool) store(source messages.DeviceID, req messages.Message, env messages.Envelope) error {
+	p, err := s.path(source, req)
 	if err != nil {
 		return err
 	}
@@ -109,63 +107,12 @@ func (s *pageSpool) store(req messages.Message, env messages.Envelope) error {
 	return nil
 }
 
-// drop deletes the page for req once it is committed.
-func (s *pageSpool) drop(req messages.Message) {
-	if p, err := s.path(req); err == nil {
+// drop deletes source's page for req once it is committed.
+func (s *pageSpool) drop(source messages.DeviceID, req messages.Message) {
+	if p, err := s.path(source, req); err == nil {
 		_ = os.Remove(p) // a leftover is removed with the folder at the end
 	}
 }
 
-// spooledAsk is ask in the background, so a job can request page N+1
-// while it applies page N, and through the spool: a page already on disk
-// is answered from there; a fetched page is written to disk before it is
-// handed over, so it survives a crash during its apply. The goroutine ends
-// with the request (ctx bounds it).
-func spooledAsk[T messages.Message](ctx context.Context, r requester, s *pageSpool, req messages.Message, warn func(error)) <-chan answer[T] {
-	ch := make(chan answer[T], 1)
-	go func() {
-		if m, ok := s.load(req); ok {
-			if resp, ok := m.(T); ok {
-				ch <- answer[T]{resp: resp}
-				return
-			}
-		}
-		resp, env, err := askEnvelope[T](ctx, r, req)
-		if err == nil {
-			if serr := s.store(req, env); serr != nil && warn != nil {
-				warn(serr) // the page still applies; only its crash-safety is lost
-			}
-		}
-		ch <- answer[T]{resp, err}
-	}()
-	return ch
-}
-
-// askEnvelope is ask that also returns the answer's envelope as it arrived;
-// on a connection that cannot hand it over, the answer is encoded again.
-func askEnvelope[T messages.Message](ctx context.Context, r requester, req messages.Message) (T, messages.Envelope, error) {
-	var zero T
-	er, ok := r.conn.(net.EnvelopeRequester)
-	if !ok {
-		resp, err := ask[T](ctx, r, req)
-		if err != nil {
-			return zero, messages.Envelope{}, err
-		}
-		env, err := messages.Encode(messages.LibraryID{}, resp)
-		return resp, env, err
-	}
-	if r.sent != nil {
-		*r.sent++
-	}
-	rctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	m, env, err := er.RequestEnvelope(rctx, r.lib, req)
-	if err != nil {
-		return zero, env, err
-	}
-	resp, ok := m.(T)
-	if !ok {
-		return zero, env, fmt.Errorf("%s answered with %s", req.MessageType(), m.MessageType())
-	}
-	return resp, env, nil
-}
+// removeAll deletes the spool when the join is over.
+func (s *pageSpool) removeAll() error { return os.RemoveAll(s.dir) }

@@ -16,7 +16,7 @@ func TestPageSpoolKeepsReceivedPages(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "backfill-spool")
 	src := messages.DeviceID(uuid.New())
 	reused := 0
-	s := &pageSpool{dir: dir, source: src, reused: func() { reused++ }}
+	s := &pageSpool{dir: dir, reused: func() { reused++ }}
 	owner := messages.DeviceID(uuid.New())
 	req := &messages.StateRequest{Owner: owner, Models: []string{"location", "entry"}, Model: "entry", Limit: 25}
 	clock := messages.NewClock(uuid.UUID(owner), nil, 0)
@@ -26,17 +26,17 @@ func TestPageSpoolKeepsReceivedPages(t *testing.T) {
 	}
 	resp.Cursor = messages.Cursor{HLC: resp.Records[2].HLC, UUID: resp.Records[2].UUID}
 
-	if _, ok := s.load(req); ok {
+	if _, ok := s.load(src, req); ok {
 		t.Fatal("an empty spool answered")
 	}
 	env, err := messages.Encode(messages.LibraryID{}, resp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.store(req, env); err != nil {
+	if err := s.store(src, req, env); err != nil {
 		t.Fatal(err)
 	}
-	got, ok := s.load(req)
+	got, ok := s.load(src, req)
 	if !ok {
 		t.Fatal("a stored page was not read back")
 	}
@@ -50,16 +50,15 @@ func TestPageSpoolKeepsReceivedPages(t *testing.T) {
 	// Another request, or the same request to another source, misses.
 	other := *req
 	other.Cursor = resp.Cursor
-	if _, ok := s.load(&other); ok {
+	if _, ok := s.load(src, &other); ok {
 		t.Fatal("a page answered a request at another cursor")
 	}
-	elsewhere := &pageSpool{dir: dir, source: messages.DeviceID(uuid.New())}
-	if _, ok := elsewhere.load(req); ok {
+	if _, ok := s.load(messages.DeviceID(uuid.New()), req); ok {
 		t.Fatal("a page from one source answered for another")
 	}
 
 	// A damaged page is not used, and is removed.
-	p, _ := s.path(req)
+	p, _ := s.path(src, req)
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +67,7 @@ func TestPageSpoolKeepsReceivedPages(t *testing.T) {
 	if err = os.WriteFile(p, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := s.load(req); ok {
+	if _, ok := s.load(src, req); ok {
 		t.Fatal("a corrupted page was used")
 	}
 	if _, err := os.Stat(p); !os.IsNotExist(err) {
@@ -76,22 +75,22 @@ func TestPageSpoolKeepsReceivedPages(t *testing.T) {
 	}
 	// So is a truncated one (a crash mid-write leaves only .tmp files,
 	// but a short file must not pass either).
-	if err := s.store(req, env); err != nil {
+	if err := s.store(src, req, env); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Truncate(p, 40); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := s.load(req); ok {
+	if _, ok := s.load(src, req); ok {
 		t.Fatal("a truncated page was used")
 	}
 
 	// A committed page is dropped.
-	if err := s.store(req, env); err != nil {
+	if err := s.store(src, req, env); err != nil {
 		t.Fatal(err)
 	}
-	s.drop(req)
-	if _, ok := s.load(req); ok {
+	s.drop(src, req)
+	if _, ok := s.load(src, req); ok {
 		t.Fatal("a dropped page was read back")
 	}
 	left, _ := os.ReadDir(dir)
@@ -110,7 +109,8 @@ func BenchmarkPageSpool(b *testing.B) {
 		resp.Records = append(resp.Records, messages.StateRecord{UUID: messages.UUID(uuid.New()), HLC: clock.Now(),
 			Values: []any{uuid.New().String(), fmt.Sprintf("file-%d.jpg", i), "jpg", int64(0), int64(1234567 + i), int64(1700000000 + i), int64(1700000000 + i), uuid.New().String(), int64(i)}})
 	}
-	s := &pageSpool{dir: b.TempDir(), source: messages.DeviceID(uuid.New())}
+	s := &pageSpool{dir: b.TempDir()}
+	src := messages.DeviceID(uuid.New())
 	req := &messages.StateRequest{Owner: owner, Model: "entry", Limit: 10000}
 	env, err := messages.Encode(messages.LibraryID{}, resp) // compressed, as on the wire
 	if err != nil {
@@ -119,14 +119,14 @@ func BenchmarkPageSpool(b *testing.B) {
 	b.Logf("page of %d rows: %d bytes in its envelope", len(resp.Records), len(env.Payload))
 	b.Run("store", func(b *testing.B) {
 		for b.Loop() {
-			if err := s.store(req, env); err != nil {
+			if err := s.store(src, req, env); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("load", func(b *testing.B) {
 		for b.Loop() {
-			if _, ok := s.load(req); !ok {
+			if _, ok := s.load(src, req); !ok {
 				b.Fatal("miss")
 			}
 		}
@@ -149,18 +149,19 @@ func BenchmarkPageSpoolCycle(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			s := &pageSpool{dir: b.TempDir(), source: messages.DeviceID(uuid.New())}
+			s := &pageSpool{dir: b.TempDir()}
+			src := messages.DeviceID(uuid.New())
 			i := 0
 			for b.Loop() {
 				i++
 				req := &messages.StateRequest{Owner: owner, Model: "entry", Limit: uint32(rows), Cursor: messages.Cursor{HLC: messages.HLC{Timestamp: uint64(i)}}}
-				if _, ok := s.load(req); ok {
+				if _, ok := s.load(src, req); ok {
 					b.Fatal("hit")
 				}
-				if err := s.store(req, env); err != nil {
+				if err := s.store(src, req, env); err != nil {
 					b.Fatal(err)
 				}
-				s.drop(req)
+				s.drop(src, req)
 			}
 		})
 	}

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
 	"github.com/lsync/lsync/messages"
 )
 
@@ -26,6 +24,9 @@ type Status struct {
 	Jobs             []string           `json:"jobs"`
 	Backfill         *BackfillStatus    `json:"backfill,omitempty"`
 	LastBackfill     *BackfillStatus    `json:"last_backfill,omitempty"` // the join that finished last, since the node started
+	// Error says why the library stopped syncing (phase stopped): a
+	// storage failure such as a full disk.
+	Error string `json:"error,omitempty"`
 }
 
 // PeerStatus is one sync partner as seen from here.
@@ -63,17 +64,14 @@ type BackfillStatus struct {
 
 // Status reports the library's sync state.
 func (l *Library) Status(ctx context.Context) (*Status, error) {
-	v, err := l.call(ctx, func(a *libraryActor, c actor.Context) (any, error) {
-		return a.status()
-	})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*Status), nil
+	return ask[*Status](ctx, l.node, l.pid, &getStatus{})
 }
 
 func (a *libraryActor) status() (*Status, error) {
-	st := &Status{Library: a.id, Name: a.lib.Meta().Name, Phase: a.phase}
+	st := &Status{Library: a.id, Name: a.lib.Meta().Name, Phase: a.phase()}
+	if a.failure != nil {
+		st.Error = a.failure.Error()
+	}
 	partners, err := a.lib.Partners()
 	if err != nil {
 		return nil, err
@@ -134,12 +132,12 @@ func (a *libraryActor) status() (*Status, error) {
 	for dev := range a.retryAt {
 		st.Jobs = append(st.Jobs, "retry/"+dev.String())
 	}
-	if a.bf != nil {
-		st.Backfill = backfillStatus(&a.bf.st, a.phase)
-		st.Jobs = append(st.Jobs, "backfill/"+a.bf.st.Job)
+	if a.join != nil && a.joinSt != nil {
+		st.Backfill = backfillStatus(a.joinSt, a.phase())
+		st.Jobs = append(st.Jobs, "backfill/"+a.joinSt.Job)
 	}
-	if a.lastBF != nil {
-		st.LastBackfill = backfillStatus(a.lastBF, PhaseReady)
+	if a.lastJoin != nil {
+		st.LastBackfill = backfillStatus(a.lastJoin, PhaseReady)
 	}
 	slices.Sort(st.Jobs)
 	return st, nil

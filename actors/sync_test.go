@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net/memnet"
 )
@@ -31,7 +32,7 @@ func TestPeerToPeerLocationSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "location on B", func() bool { return len(c.rows(1, "location")) == 1 })
+	testutil.Eventually(t, 5*time.Second, "location on B", func() bool { return len(c.rows(1, "location")) == 1 })
 	got := c.rows(1, "location")[0]
 	if got["uuid"] != loc.String() {
 		t.Fatalf("uuid %v, want %s", got["uuid"], loc)
@@ -110,7 +111,7 @@ func TestAlbumUnionFromTwoDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "album on B", func() bool { return len(c.rows(1, "album")) == 1 })
+	testutil.Eventually(t, 5*time.Second, "album on B", func() bool { return len(c.rows(1, "album")) == 1 })
 	// Concurrently: A adds its entry, B adds its own.
 	done := make(chan error, 2)
 	go func() { done <- c.libs[0].AddToAlbum(ctx, album, ea[0]) }()
@@ -199,7 +200,7 @@ func TestThreeDevicesOneOffline(t *testing.T) {
 		ops.step(ctx, t)
 	}
 	// While C is away, A and B keep their logs for it.
-	eventually(t, 10*time.Second, "A and B in sync", func() bool {
+	testutil.Eventually(t, 10*time.Second, "A and B in sync", func() bool {
 		return string(c.dump(0)) == string(c.dump(1))
 	})
 	if n, _ := c.libs[0].Store().LogCount(); n == 0 {
@@ -238,7 +239,7 @@ func TestAckGapIsRepaired(t *testing.T) {
 	if _, err := c.libs[0].CreateTag(ctx, TagInput{Name: "two"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the second change dropped", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the second change dropped", func() bool {
 		return c.net.LinkStats(c.devs[0], c.devs[1]).Dropped > before
 	})
 	c.net.ClearFaults()
@@ -283,8 +284,8 @@ func TestPoisonMessageRestartsApplier(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "the good locations on B", func() bool { return len(c.rows(1, "location")) == 5 })
-	eventually(t, 5*time.Second, "a failed_records row", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the good locations on B", func() bool { return len(c.rows(1, "location")) == 5 })
+	testutil.Eventually(t, 5*time.Second, "a failed_records row", func() bool {
 		f, _ := c.libs[1].Store().Failures()
 		return len(f) >= 1
 	})
@@ -304,7 +305,7 @@ func TestPoisonMessageRestartsApplier(t *testing.T) {
 	if _, err := c.libs[0].AddLocation(ctx, "/after", "after", messages.UUID{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "a later change applied", func() bool { return len(c.rows(1, "location")) == 6 })
+	testutil.Eventually(t, 5*time.Second, "a later change applied", func() bool { return len(c.rows(1, "location")) == 6 })
 }
 
 func newClusterWithHook(t *testing.T, n int, seed uint64, hook func(string, messages.UUID)) *cluster {
@@ -357,7 +358,7 @@ func TestSnapshotWhenLogPrunedPastPartner(t *testing.T) {
 	if err := c.libs[1].UpdateTag(ctx, tag, map[string]any{"color": "green"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "A's log capped", func() bool {
+	testutil.Eventually(t, 5*time.Second, "A's log capped", func() bool {
 		n, _ := c.libs[0].Store().LogCount()
 		return n <= 5
 	})
@@ -403,8 +404,8 @@ func TestPoisonInCatchUpPage(t *testing.T) {
 		}
 	}
 	c.net.HealAll()
-	eventually(t, 10*time.Second, "the good locations on B", func() bool { return len(c.rows(1, "location")) == 5 })
-	eventually(t, 5*time.Second, "a failed_records row", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the good locations on B", func() bool { return len(c.rows(1, "location")) == 5 })
+	testutil.Eventually(t, 5*time.Second, "a failed_records row", func() bool {
 		f, _ := c.libs[1].Store().Failures()
 		return len(f) == 1 && f[0].UUID == bad
 	})

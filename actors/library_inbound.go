@@ -1,0 +1,295 @@
+package actors
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
+)
+
+// Input from peers is checked here, before any applier sees it: the sender
+// must be a partner, live device-owned state must come from its owner, live
+// shared changes from their origin, and HLCs must not be further ahead of
+// the local clock than MaxSkew. Refusals are counted and logged.
+
+func (a *libraryActor) onInbound(ctx actor.Context, m *inboundMsg) {
+	if !a.partners[m.from] {
+		a.n.reject(messages.ReasonUnauthorized, "library", a.id, "from", m.from, "type", m.msg.MessageType())
+		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeUnauthorized,
+			Message: fmt.Sprintf("device %s is not a sync partner of library %s", m.from, a.id)})
+		return
+	}
+	if a.failure != nil {
+		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeUnavailable,
+			Message: fmt.Sprintf("library %s is stopped on %s: %v", a.id, a.n.self, a.failure)})
+		return
+	}
+	if m.reply != nil {
+		// Bulk requests are answered by the serve actor so that reading a
+		// page never delays live changes.
+		ctx.Send(a.serve, &serveReq{from: m.from, msg: m.msg, reply: m.reply})
+		return
+	}
+	if a.join != nil && isLiveChange(m.msg) {
+		if len(a.buffer) >= maxBuffered {
+			a.dropped++
+			a.n.metrics.Rejected(messages.ReasonBackfillBufferFull)
+			return
+		}
+		a.buffer = append(a.buffer, m)
+		return
+	}
+	switch msg := m.msg.(type) {
+	case *messages.StateChange:
+		a.onState(ctx, m.from, msg.Owner, msg.Model, []messages.StateRecord{msg.Record})
+	case *messages.StateBatch:
+		a.onState(ctx, m.from, msg.Owner, msg.Model, msg.Records)
+	case *messages.StateDelete:
+		a.onStateDelete(ctx, m.from, msg)
+	case *messages.SharedChange:
+		a.onShared(ctx, m.from, []messages.SharedChange{*msg})
+	case *messages.SharedChangeBatch:
+		a.onShared(ctx, m.from, msg.Entries)
+	case *messages.AckSharedChanges:
+		a.onAck(ctx, m.from, msg)
+	case *messages.WatermarkReport:
+		if err := a.lib.RecordPartnerWatermarks(m.from, msg.State, msg.Shared); err != nil {
+			a.n.log.Warn("record a partner's watermarks", "library", a.id, "from", m.from, "err", err)
+		}
+	default:
+		a.n.reject(messages.ReasonUnexpected, "library", a.id, "from", m.from, "type", m.msg.MessageType())
+	}
+}
+
+// isLiveChange reports whether m changes rows (what a join buffers).
+func isLiveChange(m messages.Message) bool {
+	switch m.(type) {
+	case *messages.StateChange, *messages.StateBatch, *messages.StateDelete, *messages.SharedChange, *messages.SharedChangeBatch:
+		return true
+	}
+	return false
+}
+
+// answerPeer answers a peer's request off the actor's Receive: writing
+// the reply is network I/O.
+func answerPeer(n *nodeCore, to messages.DeviceID, reply func(messages.Message) error, resp messages.Message) {
+	if reply == nil {
+		return
+	}
+	go func() {
+		if err := reply(resp); err != nil {
+			n.log.Debug("reply", "to", to, "err", err)
+		}
+	}()
+}
+
+// admitHLC applies the clock-skew rule to one remote HLC: it is observed
+// by the library's clock, or refused and counted.
+func (n *nodeCore) admitHLC(lib *persistence.Library, id messages.LibraryID, from messages.DeviceID, h messages.HLC) bool {
+	if err := lib.Clock().Observe(h); err != nil {
+		n.reject(messages.ReasonClockSkew, "library", id, "from", from, "err", err)
+		return false
+	}
+	return true
+}
+
+// applierFor returns the applier of a device-owned model, or refuses it.
+func (a *libraryActor) applierFor(from messages.DeviceID, model string) (*actor.PID, bool) {
+	pid, ok := a.appliers[model]
+	if !ok || model == sharedApplier {
+		a.n.reject(messages.ReasonUnknownModel, "library", a.id, "from", from, "model", model)
+		return nil, false
+	}
+	return pid, true
+}
+
+func (a *libraryActor) onState(ctx actor.Context, from, owner messages.DeviceID, model string, recs []messages.StateRecord) {
+	// Live device-owned state is sent only by its owner.
+	if from != owner {
+		for _, r := range recs {
+			a.n.reject(messages.ReasonForgedOwner, "library", a.id, "from", from, "claimed_owner", owner, "model", model, "uuid", r.UUID)
+		}
+		return
+	}
+	pid, ok := a.applierFor(from, model)
+	if !ok {
+		return
+	}
+	items := make([]applyItem, 0, len(recs))
+	for i := range recs {
+		if a.n.admitHLC(a.lib, a.id, from, recs[i].HLC) {
+			items = append(items, applyItem{from: from, owner: owner, model: model, rec: &recs[i]})
+		}
+	}
+	if len(items) > 0 {
+		ctx.Send(pid, &applyIn{items: items})
+	}
+}
+
+func (a *libraryActor) onStateDelete(ctx actor.Context, from messages.DeviceID, d *messages.StateDelete) {
+	if from != d.Owner {
+		a.n.reject(messages.ReasonForgedOwner, "library", a.id, "from", from, "claimed_owner", d.Owner, "model", d.Model, "uuid", d.UUID)
+		return
+	}
+	pid, ok := a.applierFor(from, d.Model)
+	if !ok || !a.n.admitHLC(a.lib, a.id, from, d.HLC) {
+		return
+	}
+	ctx.Send(pid, &applyIn{items: []applyItem{{from: from, owner: d.Owner, model: d.Model, del: d}}})
+}
+
+func (a *libraryActor) onShared(ctx actor.Context, from messages.DeviceID, changes []messages.SharedChange) {
+	items := make([]applyItem, 0, len(changes))
+	for i := range changes {
+		c := &changes[i]
+		// Live shared changes come from their origin: only the origin holds
+		// its log, and the prev-HLC chain is per origin.
+		if c.Origin() != from {
+			a.n.reject(messages.ReasonForgedOrigin, "library", a.id, "from", from, "origin", c.Origin(), "hlc", c.HLC)
+			continue
+		}
+		if k, ok := a.lib.Registry().Kind(c.Model); !ok || k != persistence.Shared {
+			a.n.reject(messages.ReasonUnknownModel, "library", a.id, "from", from, "model", c.Model)
+			continue
+		}
+		if !a.n.admitHLC(a.lib, a.id, from, c.HLC) {
+			continue
+		}
+		items = append(items, applyItem{from: from, model: c.Model, change: c})
+	}
+	if len(items) > 0 {
+		ctx.Send(a.appliers[sharedApplier], &applyIn{items: items})
+	}
+}
+
+func (a *libraryActor) onAck(ctx actor.Context, from messages.DeviceID, m *messages.AckSharedChanges) {
+	if m.From != from || m.Origin != a.n.self {
+		a.n.reject(messages.ReasonBadAck, "library", a.id, "from", from, "ack_from", m.From, "origin", m.Origin)
+		return
+	}
+	if err := a.lib.RecordAck(from, m.UpTo); err != nil {
+		a.n.log.Error("record ack", "library", a.id, "from", from, "err", err)
+		return
+	}
+	ctx.Send(a.maint, &pruneNow{})
+}
+
+// onSetupPartner answers a peer's sync-setup: it becomes a partner here.
+func (a *libraryActor) onSetupPartner(ctx actor.Context, m *setupPartner) {
+	if err := a.addPartner(ctx, m.req.Device, m.req.DeviceName, false); err != nil {
+		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeInternal, Message: err.Error()})
+		return
+	}
+	answerPeer(a.n, m.from, m.reply, &messages.SyncSetupResponse{Library: a.id, LibraryName: a.lib.Meta().Name,
+		Device: a.n.self, DeviceName: a.n.name})
+}
+
+// ---- results ----
+
+func (a *libraryActor) onApplied(ctx actor.Context, m *applied) {
+	res := m.result
+	from := firstKey(m.from)
+	a.n.countRejections(res, from)
+	a.emitChanges(res.Changes, from)
+	if !m.shared {
+		return
+	}
+	// Acknowledge origins whose watermark may have moved.
+	for from := range m.from {
+		a.ackDirty[from] = true
+	}
+	a.scheduleAcks(ctx)
+	if len(res.Gapped) == 0 {
+		return
+	}
+	// A gap: hold what came after it and fetch the missing range.
+	byOrigin := map[messages.DeviceID][]messages.SharedChange{}
+	for _, c := range res.Gapped {
+		byOrigin[c.Origin()] = append(byOrigin[c.Origin()], c)
+	}
+	for origin, cs := range byOrigin {
+		a.holdPending(origin, cs)
+		a.startCatchUp(ctx, origin, true)
+	}
+}
+
+func firstKey(m map[messages.DeviceID]int) messages.DeviceID {
+	for k := range m {
+		return k
+	}
+	return messages.DeviceID{}
+}
+
+func (a *libraryActor) emitChanges(cs []persistence.Change, from messages.DeviceID) {
+	if len(cs) == 0 {
+		return
+	}
+	if len(cs) <= 100 {
+		for _, c := range cs {
+			a.n.events.emit(Event{Type: EventSyncedFromPeer, Library: a.id, Peer: from, Model: c.Model, UUID: c.UUID, Deleted: c.Deleted, Count: 1})
+		}
+		return
+	}
+	per := map[string]int{}
+	for _, c := range cs {
+		per[c.Model]++
+	}
+	for model, n := range per {
+		a.n.events.emit(Event{Type: EventSyncedFromPeer, Library: a.id, Peer: from, Model: model, Count: n})
+	}
+}
+
+func (a *libraryActor) holdPending(origin messages.DeviceID, cs []messages.SharedChange) {
+	p := append(a.pending[origin], cs...)
+	slices.SortFunc(p, func(x, y messages.SharedChange) int { return x.HLC.Compare(y.HLC) })
+	p = slices.CompactFunc(p, func(x, y messages.SharedChange) bool { return x.HLC == y.HLC })
+	if max := a.n.sync.PendingPerOrigin; len(p) > max {
+		p = p[:max] // keep the oldest: they are next in the chain
+	}
+	a.pending[origin] = p
+}
+
+func (a *libraryActor) releasePending(ctx actor.Context, origin messages.DeviceID) {
+	p := a.pending[origin]
+	if len(p) == 0 {
+		return
+	}
+	delete(a.pending, origin)
+	items := make([]applyItem, len(p))
+	for i := range p {
+		items[i] = applyItem{from: origin, model: p[i].Model, change: &p[i]}
+	}
+	ctx.Send(a.appliers[sharedApplier], &applyIn{items: items})
+}
+
+func (a *libraryActor) scheduleAcks(ctx actor.Context) {
+	if a.ackTimer != nil {
+		return
+	}
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	a.ackTimer = time.AfterFunc(a.n.sync.AckDelay, func() { root.Send(self, &ackFlush{}) })
+}
+
+// flushAcks sends each dirty origin a cumulative, gap-free ACK: the
+// watermark says "every change of yours up to here is applied".
+func (a *libraryActor) flushAcks(ctx actor.Context) {
+	a.ackTimer = nil
+	for origin := range a.ackDirty {
+		if !a.partners[origin] {
+			delete(a.ackDirty, origin)
+			continue
+		}
+		wm := a.lib.SharedWatermark(origin)
+		if wm.IsZero() {
+			delete(a.ackDirty, origin)
+			continue
+		}
+		if a.sendTo(ctx, origin, &messages.AckSharedChanges{From: a.n.self, Origin: origin, UpTo: wm}) {
+			delete(a.ackDirty, origin)
+		}
+	}
+}

@@ -1,0 +1,259 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
+)
+
+// The library's jobs: catch-up with each partner, anti-entropy with one
+// partner at a time, and the join. Each is a child actor that reports its
+// end; the library decides what runs next.
+
+// joinCrashed: the join actor panicked; its supervisor restarts it.
+type joinCrashed struct{ reason string }
+
+func (a *libraryActor) receiveJobs(ctx actor.Context) bool {
+	switch m := ctx.Message().(type) {
+	case *catchupDone:
+		a.onCatchupDone(ctx, m)
+	case *catchupTick:
+		a.catchUpAll(ctx)
+	case *catchupRetry:
+		delete(a.retryAt, m.dev)
+		a.startCatchUp(ctx, m.dev, false)
+	case *aeTick:
+		a.startAntiEntropy(ctx)
+	case *aeDone:
+		a.onAntiEntropyDone(m)
+	case *joinPeersPlease:
+		for dev, link := range a.connectedPartners() {
+			ctx.Send(a.join, &peerUp{dev: dev, name: link.name, pid: link.pid, conn: link.conn})
+		}
+		ctx.Send(a.join, &joinPeersSent{})
+	case *joinProgress:
+		a.onJoinProgress(m)
+	case *joinCrashed:
+		if a.joinSt != nil {
+			a.joinSt.LastError, a.joinSt.Phase = m.reason, PhaseFailed
+		}
+	case *joinDone:
+		a.onJoinDone(ctx, m)
+	case *childFailed:
+		a.onChildFailed(ctx, m)
+	case *storeFailed:
+		a.onStoreFailed(ctx, m.err)
+	case *pruned:
+		a.n.metrics.sharedLog.WithLabelValues(a.id.String()).Set(float64(m.logCount))
+		if m.tick {
+			a.reportWatermarks(ctx)
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// ---- catch-up ----
+
+// catchUpAll starts a catch-up with every connected partner.
+func (a *libraryActor) catchUpAll(ctx actor.Context) {
+	for dev := range a.connectedPartners() {
+		a.startCatchUp(ctx, dev, false)
+	}
+}
+
+func (a *libraryActor) startCatchUp(ctx actor.Context, dev messages.DeviceID, sharedOnly bool) {
+	link, ok := a.peers[dev]
+	if !ok || !a.partners[dev] || a.failure != nil {
+		return
+	}
+	if a.join != nil {
+		return // the join's own final pass catches up with everyone
+	}
+	if _, running := a.jobs[dev]; running {
+		a.jobAgain[dev] = true
+		return
+	}
+	a.jobs[dev] = ctx.SpawnPrefix(actor.PropsFromProducer(newCatchUpActor(a.n, a.lib, a.id, ctx.Self(), dev, link.conn, sharedOnly)), "catchup-")
+}
+
+func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
+	delete(a.jobs, m.peer)
+	for _, r := range m.results {
+		a.n.countRejections(r, m.peer)
+		a.emitChanges(r.Changes, m.peer)
+	}
+	if m.err != nil {
+		a.retryCatchUp(ctx, m.peer, m.err)
+	} else {
+		if bo := a.retry[m.peer]; bo != nil {
+			bo.reset()
+		}
+		if err := a.lib.TouchPartner(m.peer); err != nil {
+			a.n.log.Debug("touch partner", "peer", m.peer, "err", err)
+		}
+	}
+	// The origin's missing range is in; what was held behind the gap can go.
+	a.releasePending(ctx, m.peer)
+	a.ackDirty[m.peer] = true
+	a.scheduleAcks(ctx)
+	if a.jobAgain[m.peer] {
+		delete(a.jobAgain, m.peer)
+		a.startCatchUp(ctx, m.peer, false)
+	}
+}
+
+// retryCatchUp schedules another catch-up with peer after a back-off (the
+// peer may not have opened the library yet, or the connection died
+// mid-way); a new connection also retries.
+func (a *libraryActor) retryCatchUp(ctx actor.Context, peer messages.DeviceID, err error) {
+	bo := a.retry[peer]
+	if bo == nil {
+		bo = newBackoff(a.n.sync.ReconnectMin, a.n.sync.CatchUpInterval, a.n.sync.Seed^uint64(peer[15]))
+		a.retry[peer] = bo
+	}
+	wait := bo.next()
+	a.n.log.Warn("catch-up failed; retrying", "library", a.id, "peer", peer, "in", wait, "err", err)
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	if t := a.retryAt[peer]; t != nil {
+		t.Stop()
+	}
+	a.retryAt[peer] = time.AfterFunc(wait, func() { root.Send(self, &catchupRetry{dev: peer}) })
+}
+
+// ---- anti-entropy ----
+
+// startAntiEntropy reconciles with the next connected partner in turn,
+// unless a join or another reconciliation is running.
+func (a *libraryActor) startAntiEntropy(ctx actor.Context) {
+	if a.ae != nil || a.join != nil || a.failure != nil {
+		return
+	}
+	var devs []messages.DeviceID
+	for dev := range a.connectedPartners() {
+		devs = append(devs, dev)
+	}
+	if len(devs) == 0 {
+		return
+	}
+	slices.SortFunc(devs, compareIDs)
+	dev := devs[a.aeNext%len(devs)]
+	a.aeNext++
+	a.ae = ctx.SpawnPrefix(actor.PropsFromProducer(newAntiEntropyActor(a.n, a.lib, a.id, ctx.Self(), dev, a.peers[dev].conn)), "antientropy-")
+}
+
+func (a *libraryActor) onAntiEntropyDone(m *aeDone) {
+	a.ae = nil
+	a.n.metrics.aeRepairs.WithLabelValues("fetched").Add(float64(m.fetched))
+	a.n.metrics.aeRepairs.WithLabelValues("deleted").Add(float64(m.deleted))
+	if m.err != nil {
+		a.n.log.Warn("anti-entropy failed", "library", a.id, "peer", m.peer, "err", m.err)
+	} else if m.fetched+m.deleted > 0 {
+		a.n.log.Info("anti-entropy repaired rows", "library", a.id, "peer", m.peer, "fetched", m.fetched, "deleted", m.deleted, "requests", m.requests)
+	}
+}
+
+// ---- the join ----
+
+// startJoin begins a join from source (any partner may end up serving).
+func (a *libraryActor) startJoin(ctx actor.Context, source messages.DeviceID) error {
+	if a.join != nil {
+		return nil // already joining
+	}
+	st := newJoin(a.n.self, source, a.n.sync.PageSize, time.Now())
+	if err := a.lib.SaveCheckpoint(*st.checkpoint()); err != nil {
+		return fmt.Errorf("start join: %w", err)
+	}
+	a.spawnJoin(ctx, &st)
+	return nil
+}
+
+// spawnJoin starts the join actor; it loads the checkpoint itself.
+func (a *libraryActor) spawnJoin(ctx actor.Context, st *backfillState) {
+	a.joinSt = st
+	a.join = ctx.SpawnPrefix(actor.PropsFromProducer(newBackfillActor(a.n, a.lib, a.id, ctx.Self())), "backfill-")
+}
+
+func (a *libraryActor) onJoinProgress(m *joinProgress) {
+	if a.join == nil {
+		return
+	}
+	st := m.st
+	a.joinSt = &st
+	a.n.events.emit(Event{Type: EventBackfillProgress, Library: a.id, Peer: st.Source, Phase: st.Phase, Count: int(st.Records)})
+}
+
+// onJoinDone ends a join: CATCHING_UP drains the buffer, then a final
+// since-watermark pass with every partner; then READY.
+func (a *libraryActor) onJoinDone(ctx actor.Context, m *joinDone) {
+	last := m.st
+	last.Phase = PhaseReady
+	a.lastJoin = &last
+	a.join, a.joinSt = nil, nil
+	buf := a.buffer
+	a.buffer = nil
+	for _, in := range buf {
+		a.onInbound(ctx, in)
+	}
+	if a.dropped > 0 {
+		a.n.log.Info("buffered updates dropped during backfill; the final pass fetches them", "library", a.id, "dropped", a.dropped)
+		a.dropped = 0
+	}
+	a.catchUpAll(ctx)
+}
+
+// onChildFailed hears from the supervisor that a job panicked and was
+// stopped: a catch-up is reported failed (and retried), an anti-entropy
+// run ends, instead of silently vanishing.
+func (a *libraryActor) onChildFailed(ctx actor.Context, m *childFailed) {
+	if a.ae != nil && a.ae.Equal(m.child) {
+		a.ae = nil
+		a.n.log.Error("anti-entropy job crashed", "library", a.id, "reason", m.reason)
+		return
+	}
+	for dev, pid := range a.jobs {
+		if pid.Equal(m.child) {
+			a.onCatchupDone(ctx, &catchupDone{peer: dev, err: fmt.Errorf("catch-up job crashed: %v", m.reason)})
+			return
+		}
+	}
+}
+
+// onStoreFailed stops the library on a storage failure (disk full, I/O
+// error, damaged file): nothing more is written or applied until it is
+// opened again, and its status says why. Such a failure is never filed
+// as a poison record: the record was fine, the store was not.
+func (a *libraryActor) onStoreFailed(ctx actor.Context, err error) {
+	if a.failure != nil {
+		return
+	}
+	a.failure = err
+	a.n.log.Error("library stopped: storage failure; fix the cause, then close and open the library", "library", a.id, "err", err)
+	for _, pid := range ctx.Children() {
+		ctx.Stop(pid)
+	}
+	a.appliers = map[string]*actor.PID{}
+	a.jobs = map[messages.DeviceID]*actor.PID{}
+	a.ae, a.join = nil, nil
+	a.stopTimers()
+	a.retryAt = map[messages.DeviceID]*time.Timer{}
+}
+
+// errStopped is what a stopped library answers writes with.
+func (a *libraryActor) errStopped() error {
+	return fmt.Errorf("library %s stopped after a storage failure: %w", a.id, errors.Join(ErrLibraryStopped, a.failure))
+}
+
+// countRejections counts and logs what persistence refused.
+func (n *nodeCore) countRejections(res persistence.ApplyResult, from messages.DeviceID) {
+	for _, r := range res.Rejected {
+		n.reject(r.Reason, "model", r.Model, "uuid", r.UUID, "from", from, "err", r.Err)
+	}
+}

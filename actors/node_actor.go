@@ -1,0 +1,373 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
+	"github.com/lsync/lsync/persistence"
+)
+
+// nodeActor is the root: it owns the peer actors, the library actors and
+// their stores, and the snapshot joins; it tells libraries when partners
+// connect, answers node-level requests of peers (library discovery, sync
+// setup) and the node requests of the embedding API.
+type nodeActor struct {
+	n   *nodeCore
+	tr  net.Transport
+	dir Directory
+
+	peers     map[messages.DeviceID]*actor.PID
+	connected map[messages.DeviceID]*peerConnected
+	lastErr   map[messages.DeviceID]string // why the last dial to a device failed
+	libs      map[messages.LibraryID]*actor.PID
+	handles   map[messages.LibraryID]*Library
+	stores    map[messages.LibraryID]*persistence.Library
+	openErrs  map[messages.LibraryID]string // why a library failed to open
+	closing   map[string]closingLibrary     // library actor id → what to finish when it has stopped
+	snapJoins map[messages.LibraryID]*snapshotJoin
+}
+
+// closingLibrary is a library whose actor is stopping: its store closes
+// once the actor has stopped, then the requester hears.
+type closingLibrary struct {
+	id        messages.LibraryID
+	requester *actor.PID
+}
+
+// snapshotJoin is a snapshot join in progress: its job actor and whoever
+// waits for the library.
+type snapshotJoin struct {
+	pid     *actor.PID
+	waiters []*actor.PID
+}
+
+func newNodeActor(n *nodeCore, tr net.Transport, dir Directory) actor.Producer {
+	return func() actor.Actor { return &nodeActor{n: n, tr: tr, dir: dir} }
+}
+
+func (na *nodeActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		na.started(ctx)
+	case *actor.Stopped, *actor.Restarting:
+		// The library actors are down (a restart stops children too):
+		// their stores close; a restart reopens them.
+		na.closeStores()
+	case *actor.Terminated:
+		na.onTerminated(ctx, m)
+	case *connAccepted:
+		ctx.Send(na.peer(ctx, m.conn.Peer()), &adoptConn{conn: m.conn})
+	case *peerConnected:
+		na.onPeerConnected(ctx, m)
+	case *peerDisconnected:
+		na.onPeerDisconnected(ctx, m)
+	case *peerUnreachable:
+		na.lastErr[m.dev] = m.err
+		for _, pid := range na.libs {
+			ctx.Send(pid, m)
+		}
+	case *peerAdded:
+		if _, ok := na.peers[m.dev]; !ok {
+			na.peer(ctx, m.dev)
+			na.n.events.emit(Event{Type: EventPaired, Peer: m.dev})
+		}
+	case *inboundMsg:
+		na.onRequest(ctx, m)
+	case *libraryStarted:
+		for _, pc := range na.connected {
+			ctx.Send(ctx.Sender(), &peerUp{dev: pc.dev, name: pc.name, pid: pc.pid, conn: pc.conn})
+		}
+	default:
+		if !na.receiveAPI(ctx) && !na.receiveSnapshot(ctx) {
+			na.n.log.Debug("node actor: unexpected message", "type", fmt.Sprintf("%T", m))
+		}
+	}
+}
+
+// started opens every library that was open when the node last stopped
+// (a restart wiped memory and children, and closed the stores), dials
+// every paired device, and resumes the snapshot joins a previous run left
+// half done.
+func (na *nodeActor) started(ctx actor.Context) {
+	na.peers = map[messages.DeviceID]*actor.PID{}
+	na.connected = map[messages.DeviceID]*peerConnected{}
+	na.lastErr = map[messages.DeviceID]string{}
+	na.libs = map[messages.LibraryID]*actor.PID{}
+	na.handles = map[messages.LibraryID]*Library{}
+	na.stores = map[messages.LibraryID]*persistence.Library{}
+	na.openErrs = map[messages.LibraryID]string{}
+	na.closing = map[string]closingLibrary{}
+	na.snapJoins = map[messages.LibraryID]*snapshotJoin{}
+	for _, dev := range na.dir.Peers() {
+		na.peer(ctx, dev)
+	}
+	for _, id := range libraryDirs(na.n.cfg.Home) {
+		if closedMarker(na.n.cfg.Home, id) {
+			continue
+		}
+		if _, err := na.openLibrary(ctx, id); err != nil {
+			na.n.log.Error("reopen library", "library", id, "err", err)
+		}
+	}
+	na.resumeSnapshotJoins(ctx)
+}
+
+func (na *nodeActor) closeStores() {
+	for id, lib := range na.stores {
+		if err := lib.Close(); err != nil {
+			na.n.log.Error("close library", "library", id, "err", err)
+		}
+		delete(na.stores, id)
+	}
+}
+
+func (na *nodeActor) onPeerConnected(ctx actor.Context, m *peerConnected) {
+	na.connected[m.dev] = m
+	delete(na.lastErr, m.dev)
+	na.n.log.Info("peer connected", "peer", m.dev, "name", m.name)
+	na.n.events.emit(Event{Type: EventPeerConnected, Peer: m.dev, Detail: m.name})
+	up := &peerUp{dev: m.dev, name: m.name, pid: m.pid, conn: m.conn}
+	for _, pid := range na.libs {
+		ctx.Send(pid, up)
+	}
+	for _, sj := range na.snapJoins {
+		ctx.Send(sj.pid, up)
+	}
+}
+
+func (na *nodeActor) onPeerDisconnected(ctx actor.Context, m *peerDisconnected) {
+	if pc, ok := na.connected[m.dev]; ok && pc.conn == m.conn {
+		delete(na.connected, m.dev)
+		na.n.events.emit(Event{Type: EventPeerDisconnected, Peer: m.dev})
+	}
+	down := &peerDown{dev: m.dev, conn: m.conn}
+	for _, pid := range na.libs {
+		ctx.Send(pid, down)
+	}
+	for _, sj := range na.snapJoins {
+		ctx.Send(sj.pid, down)
+	}
+}
+
+// peer returns the peer actor for dev, spawning it if needed.
+func (na *nodeActor) peer(ctx actor.Context, dev messages.DeviceID) *actor.PID {
+	if pid, ok := na.peers[dev]; ok {
+		return pid
+	}
+	props := actor.PropsFromProducer(newPeerActor(na.n, na.tr, na.dir, dev, ctx.Self()))
+	pid, err := ctx.SpawnNamed(props, "peer-"+dev.String())
+	if err != nil {
+		pid = ctx.SpawnPrefix(props, "peer-"+dev.String()+"-")
+	}
+	na.peers[dev] = pid
+	ctx.Send(pid, na.routes())
+	return pid
+}
+
+func (na *nodeActor) routes() *routes {
+	libs := make(map[messages.LibraryID]*actor.PID, len(na.libs))
+	for id, pid := range na.libs {
+		libs[id] = pid
+	}
+	return &routes{libs: libs}
+}
+
+func (na *nodeActor) publishRoutes(ctx actor.Context) {
+	for _, pid := range na.peers {
+		ctx.Send(pid, na.routes())
+	}
+}
+
+// spawnLibrary starts the actor of an opened store; it asks for the
+// connected peers itself (libraryStarted).
+func (na *nodeActor) spawnLibrary(ctx actor.Context, lib *persistence.Library) *Library {
+	meta := lib.Meta()
+	sup := &librarySupervisor{n: na.n, id: meta.ID}
+	props := actor.PropsFromProducer(newLibraryActor(na.n, meta.ID, lib), actor.WithSupervisor(sup))
+	pid, err := ctx.SpawnNamed(props, "library-"+meta.ID.String())
+	if err != nil {
+		pid = ctx.SpawnPrefix(props, "library-"+meta.ID.String()+"-")
+	}
+	sup.self = pid
+	h := &Library{node: na.n, pid: pid, id: meta.ID, name: meta.Name, store: lib}
+	na.libs[meta.ID], na.handles[meta.ID], na.stores[meta.ID] = pid, h, lib
+	na.publishRoutes(ctx)
+	na.n.events.emit(Event{Type: EventLibraryOpened, Library: meta.ID, Detail: meta.Name})
+	return h
+}
+
+// receiveAPI answers the node requests of the embedding API.
+func (na *nodeActor) receiveAPI(ctx actor.Context) bool {
+	switch m := ctx.Message().(type) {
+	case *createLibrary:
+		h, err := na.createLibrary(ctx, m.meta)
+		respond(ctx, h, err)
+	case *openLibrary:
+		h, err := na.openLibrary(ctx, m.id)
+		respond(ctx, h, err)
+	case *closeLibrary:
+		na.closeLibrary(ctx, m.id)
+	case *getLibrary:
+		h, ok := na.handles[m.id]
+		if !ok {
+			respond(ctx, nil, fmt.Errorf("library %s: %w", m.id, ErrNotOpen))
+			return true
+		}
+		respond(ctx, h, nil)
+	case *listLibraries:
+		respond(ctx, na.libraries(), nil)
+	case *listPeers:
+		respond(ctx, na.peerList(), nil)
+	case *getConn:
+		pc, ok := na.connected[m.dev]
+		if !ok {
+			respond(ctx, nil, fmt.Errorf("device %s is not connected (is it paired, running and reachable?)", m.dev))
+			return true
+		}
+		respond(ctx, pc.conn, nil)
+	default:
+		return false
+	}
+	return true
+}
+
+func (na *nodeActor) createLibrary(ctx actor.Context, meta persistence.Meta) (*Library, error) {
+	if _, open := na.libs[meta.ID]; open {
+		return nil, fmt.Errorf("library %s: %w", meta.ID, persistence.ErrExists)
+	}
+	lib, err := persistence.Create(libraryDir(na.n.cfg.Home, meta.ID), meta, na.persistenceOptions())
+	if err != nil {
+		return nil, fmt.Errorf("create library: %w", err)
+	}
+	return na.spawnLibrary(ctx, lib), nil
+}
+
+func (na *nodeActor) openLibrary(ctx actor.Context, id messages.LibraryID) (*Library, error) {
+	if h, open := na.handles[id]; open {
+		return h, nil
+	}
+	dir := libraryDir(na.n.cfg.Home, id)
+	if _, err := os.Stat(filepath.Join(dir, persistence.MetaFile)); err != nil {
+		return nil, fmt.Errorf("open library %s: %w", id, persistence.ErrNotFound)
+	}
+	lib, err := persistence.Open(dir, na.persistenceOptions())
+	if err != nil {
+		err = fmt.Errorf("open library %s: %w", id, err)
+		if errors.Is(err, persistence.ErrDamaged) {
+			err = fmt.Errorf("%w (nothing was changed; to get the library back, move %s aside and join it again from a partner: lsync network sync-setup --action join)", err, dir)
+		}
+		na.openErrs[id] = err.Error()
+		return nil, err
+	}
+	delete(na.openErrs, id)
+	if rec := lib.LogRecovery(); rec != nil {
+		na.n.metrics.logRecoveries.Inc()
+		na.n.log.Warn("sync.db was damaged: set aside and started afresh; partners that miss changes get the shared state",
+			"library", id, "kept_at", rec.Quarantined, "resumed_after", rec.ResumedAt, "reason", rec.Reason)
+	}
+	return na.spawnLibrary(ctx, lib), nil
+}
+
+func (na *nodeActor) persistenceOptions() persistence.Options {
+	n := na.n
+	return persistence.Options{Self: n.self, Wall: n.cfg.Wall, MaxSkew: n.cfg.MaxSkew, Retention: n.cfg.Retention}
+}
+
+// closeLibrary stops the library actor; its store closes, and the
+// requester hears, once it has stopped (onTerminated).
+func (na *nodeActor) closeLibrary(ctx actor.Context, id messages.LibraryID) {
+	pid, ok := na.libs[id]
+	if !ok {
+		respond(ctx, nil, fmt.Errorf("library %s: %w", id, ErrNotOpen))
+		return
+	}
+	delete(na.libs, id)
+	delete(na.handles, id)
+	na.publishRoutes(ctx)
+	na.closing[pid.Id] = closingLibrary{id: id, requester: ctx.Sender()}
+	ctx.Poison(pid)
+}
+
+func (na *nodeActor) onTerminated(ctx actor.Context, m *actor.Terminated) {
+	c, ok := na.closing[m.Who.Id]
+	if !ok {
+		na.onSnapshotJobEnded(ctx, m.Who)
+		return
+	}
+	delete(na.closing, m.Who.Id)
+	lib := na.stores[c.id]
+	delete(na.stores, c.id)
+	err := lib.Close()
+	na.n.events.emit(Event{Type: EventLibraryClosed, Library: c.id})
+	if c.requester != nil {
+		ctx.Send(c.requester, &reply{nil, err})
+	}
+}
+
+func (na *nodeActor) libraries() []LibraryInfo {
+	var out []LibraryInfo
+	for _, id := range libraryDirs(na.n.cfg.Home) {
+		info := LibraryInfo{ID: id}
+		if h, ok := na.handles[id]; ok {
+			info.Name, info.Open = h.name, true
+		} else if meta, err := readMeta(libraryDir(na.n.cfg.Home, id)); err == nil {
+			info.Name, info.Error = meta.Name, na.openErrs[id]
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b LibraryInfo) int { return compareIDs(messages.DeviceID(a.ID), messages.DeviceID(b.ID)) })
+	return out
+}
+
+func (na *nodeActor) peerList() []PeerInfo {
+	var out []PeerInfo
+	for dev := range na.peers {
+		info := PeerInfo{ID: dev, Name: na.dir.Name(dev), LastError: na.lastErr[dev]}
+		if pc, ok := na.connected[dev]; ok {
+			info.Connected, info.RTT, info.LastError = true, pc.conn.RTT(), ""
+			if pc.name != "" {
+				info.Name = pc.name
+			}
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b PeerInfo) int { return compareIDs(a.ID, b.ID) })
+	return out
+}
+
+// onRequest answers node-level requests from paired devices.
+func (na *nodeActor) onRequest(ctx actor.Context, m *inboundMsg) {
+	if m.reply == nil {
+		return
+	}
+	switch req := m.msg.(type) {
+	case *messages.LibraryListRequest:
+		resp := &messages.LibraryListResponse{}
+		for id, h := range na.handles {
+			resp.Libraries = append(resp.Libraries, messages.LibraryInfo{ID: id, Name: h.name})
+		}
+		slices.SortFunc(resp.Libraries, func(a, b messages.LibraryInfo) int {
+			return compareIDs(messages.DeviceID(a.ID), messages.DeviceID(b.ID))
+		})
+		answerPeer(na.n, m.from, m.reply, resp)
+	case *messages.SyncSetupRequest:
+		if req.Device != m.from {
+			na.n.reject(messages.ReasonForgedSetup, "from", m.from, "claimed", req.Device)
+			answerPeer(na.n, m.from, m.reply, &messages.Error{Code: messages.CodeUnauthorized, Message: "sync-setup must come from the device it registers"})
+			return
+		}
+		pid, ok := na.libs[req.Library]
+		if !ok {
+			answerPeer(na.n, m.from, m.reply, &messages.Error{Code: messages.CodeNotFound, Message: fmt.Sprintf("library %s is not open on %s", req.Library, na.n.self)})
+			return
+		}
+		ctx.Send(pid, &setupPartner{from: m.from, req: req, reply: m.reply})
+	}
+}
