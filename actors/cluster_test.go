@@ -32,11 +32,11 @@ type cluster struct {
 	dir       StaticDirectory
 	sync      SyncConfig
 	retention persistence.RetentionPolicy
-	hook      func(model string, uuid messages.UUID)
 
 	// Hooks tests may set while nodes run.
 	servedHook  atomic.Pointer[func(messages.DeviceID, messages.Message)]
 	corruptHook atomic.Pointer[func(uint32) bool]
+	applyHook   atomic.Pointer[func(node int, model string, u messages.UUID)]
 	pageHook    atomic.Pointer[func(node int, p *joinPage)]
 	receiveHook atomic.Pointer[func(node int, actor string, msg any)]
 
@@ -64,7 +64,7 @@ func testSync() SyncConfig {
 
 func newCluster(t testing.TB, n int, seed uint64) *cluster {
 	t.Helper()
-	c := &cluster{t: t, net: memnet.NewNetwork(seed), dir: StaticDirectory{}, sync: testSync(), hook: testHook}
+	c := &cluster{t: t, net: memnet.NewNetwork(seed), dir: StaticDirectory{}, sync: testSync()}
 	for i := range n {
 		c.devs = append(c.devs, devID(i))
 		c.dir[devID(i)] = "mem:" + devID(i).String()
@@ -120,7 +120,11 @@ func (c *cluster) start(i int) {
 // may set while nodes run.
 func (c *cluster) hooks(i int) testHooks {
 	return testHooks{
-		applyHook: c.hook,
+		applyHook: func(model string, u messages.UUID) {
+			if h := c.applyHook.Load(); h != nil {
+				(*h)(i, model, u)
+			}
+		},
 		corruptChunk: func(idx uint32) bool {
 			if h := c.corruptHook.Load(); h != nil {
 				return (*h)(idx)

@@ -308,15 +308,14 @@ func TestPoisonMessageRestartsApplier(t *testing.T) {
 	testutil.Eventually(t, 5*time.Second, "a later change applied", func() bool { return len(c.rows(1, "location")) == 6 })
 }
 
+// newClusterWithHook is a cluster whose nodes run hook before applying
+// each item (a panic in it simulates a poison record).
 func newClusterWithHook(t *testing.T, n int, seed uint64, hook func(string, messages.UUID)) *cluster {
-	// The hook must be in place before nodes start.
-	prev := testHook
-	testHook = hook
-	defer func() { testHook = prev }()
-	return newCluster(t, n, seed)
+	c := newCluster(t, n, seed)
+	h := func(_ int, model string, u messages.UUID) { hook(model, u) }
+	c.applyHook.Store(&h)
+	return c
 }
-
-var testHook func(string, messages.UUID)
 
 func TestStopLeavesNothingRunning(t *testing.T) {
 	c := newCluster(t, 2, 9)
