@@ -74,12 +74,46 @@ func TestEveryTypeRoundTrips(t *testing.T) {
 		}
 		seen[m.MessageType()] = true
 	}
-	for typ := Type(1); typ < typeEnd; typ++ {
+	for typ := Type(1); int(typ) < len(typeTable); typ++ {
 		if !seen[typ] {
 			t.Errorf("type %s has no round-trip sample", typ)
 		}
-		if typ.String() == "unknown" || newMessage(typ) == nil {
-			t.Errorf("type %d is not wired", typ)
+	}
+}
+
+// TestTypeTable checks the three places a message type is declared — its
+// constant, its typeTable row and its MessageType method — against each
+// other: numbers run from 1 without a gap (the list is append-only), each
+// row builds a message that says it is of that type, and names are
+// distinct snake_case.
+func TestTypeTable(t *testing.T) {
+	names := map[string]Type{}
+	for i := 1; i < len(typeTable); i++ {
+		typ := Type(i)
+		if !typ.Known() {
+			t.Errorf("type %d is missing from the table (numbers are never skipped)", i)
+			continue
+		}
+		if got := newMessage(typ).MessageType(); got != typ {
+			t.Errorf("the row of type %d (%s) builds a %T, whose MessageType is %d", i, typ, newMessage(typ), got)
+		}
+		name := typ.String()
+		if prev, dup := names[name]; dup {
+			t.Errorf("types %d and %d are both named %q", prev, i, name)
+		}
+		names[name] = typ
+		if name == "" || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz_") != "" {
+			t.Errorf("type %d is named %q, want snake_case", i, name)
+		}
+	}
+	for _, typ := range []Type{0, Type(len(typeTable)), 255} {
+		if typ.Known() || typ.String() != "unknown" || typ.Control() {
+			t.Errorf("type %d is known", typ)
+		}
+	}
+	for typ, want := range map[Type]bool{TypeHello: true, TypePing: true, TypePong: true, TypeError: false, TypeStateChange: false} {
+		if typ.Control() != want {
+			t.Errorf("%s.Control() = %v", typ, !want)
 		}
 	}
 }

@@ -35,5 +35,7 @@
 // ErrMalformed or ErrSchemaVersion (a *VersionError naming the side that
 // must upgrade).
 //
-// The list of message types is append-only.
+// The list of message types is append-only and has one home: typeTable
+// (types.go) gives each Type its name, its constructor and whether it is
+// control traffic; everything else per type derives from it.
 package messages
