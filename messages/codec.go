@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -75,24 +73,6 @@ func IsFrameTooLarge(err error) bool { return errors.Is(err, ErrFrameTooLarge) }
 // IsSchemaVersion reports whether err is a schema-version refusal.
 func IsSchemaVersion(err error) bool { return errors.Is(err, ErrSchemaVersion) }
 
-var (
-	zenc     *zstd.Encoder
-	zdec     *zstd.Decoder
-	zOnce    sync.Once
-	zInitErr error
-)
-
-func zstdCodec() (*zstd.Encoder, *zstd.Decoder, error) {
-	zOnce.Do(func() {
-		zenc, zInitErr = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
-		if zInitErr != nil {
-			return
-		}
-		zdec, zInitErr = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(DefaultMaxFrame*4))
-	})
-	return zenc, zdec, zInitErr
-}
-
 // Encode wraps m in an envelope for library lib, compressing the payload
 // when it is larger than CompressThreshold.
 func Encode(lib LibraryID, m Message) (Envelope, error) {
@@ -109,11 +89,11 @@ func Encode(lib LibraryID, m Message) (Envelope, error) {
 	}
 	env := Envelope{SchemaVersion: SchemaVersion, Library: lib, Type: t, Payload: payload}
 	if len(payload) > CompressThreshold {
-		enc, _, err := zstdCodec()
+		c, err := compressPayload(make([]byte, 0, len(payload)/2), payload)
 		if err != nil {
-			return Envelope{}, fmt.Errorf("encode: zstd: %w", err)
+			return Envelope{}, fmt.Errorf("encode: %w", err)
 		}
-		if c := enc.EncodeAll(payload, make([]byte, 0, len(payload)/2)); len(c) < len(payload) {
+		if len(c) < len(payload) {
 			env.Payload, env.Flags = c, FlagZstd
 		}
 	}
@@ -127,15 +107,12 @@ func (env Envelope) PayloadSize() int {
 	if env.Flags&FlagZstd == 0 {
 		return len(env.Payload)
 	}
-	var h zstd.Header
-	if err := h.Decode(env.Payload); err != nil || !h.HasFCS {
-		return 0
-	}
-	return int(h.FrameContentSize)
+	n, _ := zstdContentSize(env.Payload)
+	return int(min(n, MaxDecompressed+1))
 }
 
 // Decode returns the message in env, validated. A compressed payload may
-// expand to at most 4×DefaultMaxFrame.
+// expand to at most MaxDecompressed bytes.
 func (env Envelope) Decode() (Message, error) {
 	if env.SchemaVersion != SchemaVersion {
 		return nil, &VersionError{Local: SchemaVersion, Remote: env.SchemaVersion}
@@ -148,13 +125,9 @@ func (env Envelope) Decode() (Message, error) {
 	}
 	payload := env.Payload
 	if env.Flags&FlagZstd != 0 {
-		_, dec, err := zstdCodec()
-		if err != nil {
-			return nil, fmt.Errorf("decode: zstd: %w", err)
-		}
-		payload, err = dec.DecodeAll(payload, nil)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: zstd: %v", ErrMalformed, env.Type, err)
+		var err error
+		if payload, _, err = decompress(payload, MaxDecompressed); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, env.Type, err)
 		}
 	}
 	if err := skim(payload); err != nil {
