@@ -23,7 +23,9 @@ const (
 	// CompressThreshold is the payload size above which Encode compresses.
 	CompressThreshold = 8 << 10
 
-	frameHeaderLen = 4
+	// FrameHeaderLen is the length of the length prefix.
+	FrameHeaderLen = 4
+
 	envelopeFields = 5
 )
 
@@ -154,89 +156,12 @@ func AppendFrame(b []byte, env Envelope) ([]byte, error) {
 	start := len(b)
 	b = append(b, 0, 0, 0, 0)
 	b = msgpackAppendEnvelope(b, env)
-	n := len(b) - start - frameHeaderLen
+	n := len(b) - start - FrameHeaderLen
 	if n > DefaultMaxFrame {
 		return b[:start], fmt.Errorf("%w: %d bytes (limit %d)", ErrFrameTooLarge, n, DefaultMaxFrame)
 	}
 	binary.BigEndian.PutUint32(b[start:], uint32(n))
 	return b, nil
-}
-
-// ReadFrame reads one frame from r. The length is checked against maxFrame
-// (DefaultMaxFrame when zero) before anything is allocated for the body.
-// A clean EOF before the first byte returns io.EOF.
-func ReadFrame(r io.Reader, maxFrame int) (Envelope, error) {
-	if maxFrame <= 0 {
-		maxFrame = DefaultMaxFrame
-	}
-	var hdr [frameHeaderLen]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		if err == io.EOF {
-			return Envelope{}, io.EOF
-		}
-		return Envelope{}, fmt.Errorf("%w: header: %v", ErrTruncated, err)
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if uint64(n) > uint64(maxFrame) {
-		return Envelope{}, fmt.Errorf("%w: peer announced %d bytes (limit %d)", ErrFrameTooLarge, n, maxFrame)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return Envelope{}, fmt.Errorf("%w: body of %d bytes: %v", ErrTruncated, n, err)
-	}
-	return ParseEnvelope(body)
-}
-
-// ParseEnvelope decodes the envelope array of a frame body (without the
-// length prefix). It checks the schema version before anything else.
-func ParseEnvelope(body []byte) (Envelope, error) {
-	rd := bytes.NewReader(body)
-	dec := msgpack.NewDecoder(rd)
-	n, err := dec.DecodeArrayLen()
-	if err != nil {
-		return Envelope{}, fmt.Errorf("%w: envelope: %v", ErrMalformed, err)
-	}
-	if n < 1 {
-		return Envelope{}, fmt.Errorf("%w: envelope has %d fields", ErrMalformed, n)
-	}
-	v, err := dec.DecodeUint64()
-	if err != nil {
-		return Envelope{}, fmt.Errorf("%w: envelope schema version: %v", ErrMalformed, err)
-	}
-	if v != uint64(SchemaVersion) {
-		remote := uint16(0xffff)
-		if v < 0xffff {
-			remote = uint16(v)
-		}
-		return Envelope{}, &VersionError{Local: SchemaVersion, Remote: remote}
-	}
-	if n != envelopeFields {
-		return Envelope{}, fmt.Errorf("%w: envelope has %d fields, want %d", ErrMalformed, n, envelopeFields)
-	}
-	env := Envelope{SchemaVersion: SchemaVersion}
-	if err := env.Library.DecodeMsgpack(dec); err != nil {
-		return Envelope{}, fmt.Errorf("%w: envelope library: %v", ErrMalformed, err)
-	}
-	t, err := dec.DecodeUint64()
-	if err != nil {
-		return Envelope{}, fmt.Errorf("%w: envelope type: %v", ErrMalformed, err)
-	}
-	if t > 0xff || !Type(t).Known() {
-		return Envelope{}, fmt.Errorf("%w: %d", ErrUnknownType, t)
-	}
-	env.Type = Type(t)
-	f, err := dec.DecodeUint64()
-	if err != nil || f > 0xff {
-		return Envelope{}, fmt.Errorf("%w: envelope flags", ErrMalformed)
-	}
-	env.Flags = uint8(f)
-	if env.Payload, err = dec.DecodeBytes(); err != nil {
-		return Envelope{}, fmt.Errorf("%w: envelope payload: %v", ErrMalformed, err)
-	}
-	if rd.Len() != 0 {
-		return Envelope{}, fmt.Errorf("%w: %d trailing bytes after envelope", ErrMalformed, rd.Len())
-	}
-	return env, nil
 }
 
 // msgpackAppendEnvelope writes the envelope array by hand: it is the one
@@ -256,7 +181,7 @@ func msgpackAppendEnvelope(b []byte, env Envelope) []byte {
 }
 
 // frameCap is a capacity that holds env's whole frame.
-func frameCap(env Envelope) int { return frameHeaderLen + len(env.Payload) + 64 }
+func frameCap(env Envelope) int { return FrameHeaderLen + len(env.Payload) + 64 }
 
 // EncodeFrame is Encode followed by AppendFrame.
 func EncodeFrame(lib LibraryID, m Message) ([]byte, error) {
@@ -269,7 +194,7 @@ func EncodeFrame(lib LibraryID, m Message) ([]byte, error) {
 
 // DecodeFrame parses a whole frame (length prefix included) and its message.
 func DecodeFrame(frame []byte, maxFrame int) (Envelope, Message, error) {
-	env, err := ReadFrame(bytes.NewReader(frame), maxFrame)
+	env, _, err := FrameReader{MaxFrame: maxFrame}.Read(bytes.NewReader(frame))
 	if err != nil {
 		if err == io.EOF {
 			err = fmt.Errorf("%w: empty frame", ErrTruncated)

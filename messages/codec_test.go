@@ -149,12 +149,12 @@ func TestFrameErrors(t *testing.T) {
 
 	t.Run("truncated", func(t *testing.T) {
 		for _, cut := range []int{1, 3, 5, len(good) - 1} {
-			_, err := ReadFrame(bytes.NewReader(good[:cut]), 0)
+			_, _, err := FrameReader{}.Read(bytes.NewReader(good[:cut]))
 			if !errors.Is(err, ErrTruncated) {
 				t.Errorf("cut at %d: %v", cut, err)
 			}
 		}
-		if _, err := ReadFrame(bytes.NewReader(nil), 0); err != io.EOF {
+		if _, _, err := (FrameReader{}).Read(bytes.NewReader(nil)); err != io.EOF {
 			t.Errorf("empty stream: %v", err)
 		}
 	})
@@ -168,7 +168,7 @@ func TestFrameErrors(t *testing.T) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		for range 10 {
-			_, err = ReadFrame(bytes.NewReader(hdr[:]), 0)
+			_, _, err = FrameReader{}.Read(bytes.NewReader(hdr[:]))
 		}
 		runtime.ReadMemStats(&after)
 		if !IsFrameTooLarge(err) {

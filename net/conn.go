@@ -230,7 +230,7 @@ func (c *quicConn) RequestEnvelope(ctx context.Context, lib messages.LibraryID, 
 	s.Close()
 	c.t.sent(c.peer, f)
 	// Read the one response.
-	env, n, err := readFrame(s, c.t.maxFrame, c.t.version)
+	env, n, err := c.t.frames.Read(s)
 	if err == nil {
 		var resp messages.Message
 		if resp, err = env.Decode(); err == nil {
@@ -330,7 +330,7 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 	}
 	var lib messages.LibraryID
 	for first := true; ; first = false {
-		env, n, err := readFrame(s, c.t.maxFrame, c.t.version)
+		env, n, err := c.t.frames.Read(s)
 		if err == io.EOF {
 			return
 		}
@@ -394,7 +394,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 		refuse(messages.ReasonUnknownStream, fmt.Errorf("bidirectional stream of kind %q", kind[0]))
 		return
 	}
-	env, n, err := readFrame(s, c.t.maxFrame, c.t.version)
+	env, n, err := c.t.frames.Read(s)
 	if err == io.EOF {
 		err = fmt.Errorf("%w: request stream without a request", messages.ErrTruncated)
 	}
@@ -465,7 +465,7 @@ func (c *quicConn) controlReadLoop() {
 		c.control.CancelWrite(streamBadInput)
 	}
 	for {
-		env, n, err := readFrame(c.control, c.t.maxFrame, c.t.version)
+		env, n, err := c.t.frames.Read(c.control)
 		if err != nil {
 			if isBadInput(err) {
 				refuse(messages.ReasonOf(err), err)

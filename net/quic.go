@@ -82,7 +82,8 @@ type QUICTransport struct {
 	keepAlive time.Duration
 	hsTimeout time.Duration
 	version   uint16
-	bucket    *tokenBucket // nil: unlimited
+	frames    messages.FrameReader // MaxFrame and version as configured
+	bucket    *tokenBucket         // nil: unlimited
 	onPaired  func(PeerInfo)
 	now       func() time.Time
 
@@ -153,6 +154,7 @@ func Listen(cfg Config) (*QUICTransport, error) {
 	if t.version == 0 {
 		t.version = messages.SchemaVersion
 	}
+	t.frames = messages.FrameReader{MaxFrame: t.maxFrame, Version: t.version}
 	if cfg.BandwidthLimit > 0 {
 		t.bucket = newTokenBucket(cfg.BandwidthLimit)
 	}
@@ -442,7 +444,7 @@ func (t *QUICTransport) handshake(ctx context.Context, qc *quic.Conn, dialer boo
 	t.sent(peer, f)
 
 	// Read the peer's Hello.
-	env, n, err := readFrame(s, t.maxFrame, t.version)
+	env, n, err := t.frames.Read(s)
 	var verr *messages.VersionError
 	switch {
 	case errors.As(err, &verr):

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/iotest"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -389,7 +388,7 @@ func TestGarbageClosesOnlyThatStream(t *testing.T) {
 	rs, _ = ab.(*quicConn).qc.OpenStreamSync(ctx)
 	rs.Write(append([]byte{byte(kindRequest)}, bad...))
 	rs.Close()
-	env2, _, err := readFrame(rs, messages.DefaultMaxFrame, messages.SchemaVersion)
+	env2, _, err := messages.FrameReader{}.Read(rs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,60 +527,6 @@ func TestCloseEndsConnections(t *testing.T) {
 	}
 	if _, err := a.t.Accept(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("accept after close: %v", err)
-	}
-}
-
-func TestReadFrameVersionOverride(t *testing.T) {
-	f, err := encodeFrame(libX, change(messages.DeviceID{1}, 1), 7, messages.DefaultMaxFrame)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A version-7 node reads version-7 frames...
-	env, n, err := readFrame(bytes.NewReader(f.b), messages.DefaultMaxFrame, 7)
-	if err != nil || n != len(f.b) {
-		t.Fatalf("v7 reading v7: %v", err)
-	}
-	if _, err := env.Decode(); err != nil {
-		t.Fatal(err)
-	}
-	// ...and neither side reads the other's.
-	var verr *messages.VersionError
-	if _, _, err := readFrame(bytes.NewReader(f.b), messages.DefaultMaxFrame, messages.SchemaVersion); !errors.As(err, &verr) || verr.Remote != 7 {
-		t.Fatalf("v1 reading v7: %v", err)
-	}
-	g, _ := encodeFrame(libX, change(messages.DeviceID{1}, 1), messages.SchemaVersion, messages.DefaultMaxFrame)
-	if _, _, err := readFrame(bytes.NewReader(g.b), messages.DefaultMaxFrame, 7); !errors.As(err, &verr) || verr.Local != 7 {
-		t.Fatalf("v7 reading v1: %v", err)
-	}
-	// The limit is checked before the body is read.
-	if _, _, err := readFrame(bytes.NewReader(f.b[:8]), 4, 7); !errors.Is(err, messages.ErrFrameTooLarge) {
-		t.Fatalf("limit: %v", err)
-	}
-	if _, _, err := readFrame(bytes.NewReader(f.b[:8]), messages.DefaultMaxFrame, 7); !errors.Is(err, messages.ErrTruncated) {
-		t.Fatalf("cut frame: %v", err)
-	}
-	// A large frame arriving in small pieces.
-	noise := make([]byte, 300<<10)
-	rand.Read(noise)
-	big, _ := encodeFrame(libX, change(messages.DeviceID{1}, 1, noise), messages.SchemaVersion, messages.DefaultMaxFrame)
-	env, n, err = readFrame(iotest.HalfReader(bytes.NewReader(big.b)), messages.DefaultMaxFrame, messages.SchemaVersion)
-	if err != nil || n != len(big.b) {
-		t.Fatalf("large frame: %v", err)
-	}
-	if m, err := env.Decode(); err != nil || !bytes.Equal(m.(*messages.StateChange).Record.Values[0].([]byte), noise) {
-		t.Fatalf("large frame: %v", err)
-	}
-	if _, _, err := readFrame(bytes.NewReader(big.b[:len(big.b)-1]), messages.DefaultMaxFrame, messages.SchemaVersion); !errors.Is(err, messages.ErrTruncated) {
-		t.Fatalf("cut large frame: %v", err)
-	}
-	// Announcing 16 MiB and sending 1 KiB allocates for the 1 KiB.
-	claim := binary.BigEndian.AppendUint32(nil, messages.DefaultMaxFrame)
-	var ms1, ms2 runtime.MemStats
-	runtime.ReadMemStats(&ms1)
-	readFrame(bytes.NewReader(append(claim, make([]byte, 1024)...)), messages.DefaultMaxFrame, messages.SchemaVersion)
-	runtime.ReadMemStats(&ms2)
-	if grown := ms2.TotalAlloc - ms1.TotalAlloc; grown > 1<<20 {
-		t.Fatalf("a 16 MiB claim with 1 KiB of data allocated %d bytes", grown)
 	}
 }
 
