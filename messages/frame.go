@@ -125,6 +125,12 @@ func parseEnvelope(body []byte, version uint16) (Envelope, error) {
 	if n != envelopeFields {
 		return Envelope{}, fmt.Errorf("%w: envelope has %d fields, want %d", ErrMalformed, n, envelopeFields)
 	}
+	// msgpack sizes a bin by its claimed length before reading it: a
+	// 15-byte frame whose library claims 4 GiB would allocate 4 GiB.
+	// skim checks every claim against the body first.
+	if err := skim(body); err != nil {
+		return Envelope{}, fmt.Errorf("%w: envelope: %v", ErrMalformed, err)
+	}
 	env := Envelope{SchemaVersion: SchemaVersion}
 	if err := env.Library.DecodeMsgpack(dec); err != nil {
 		return Envelope{}, fmt.Errorf("%w: envelope library: %v", ErrMalformed, err)

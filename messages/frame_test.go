@@ -121,3 +121,26 @@ func TestFrameReaderAllocatesWhatArrives(t *testing.T) {
 	}
 }
 
+// The envelope's own bins are bounded by the frame like the payload's
+// contents: a frame of a few bytes whose library or payload claims 4 GiB
+// is refused without allocating the claim. (msgpack allocates a bin's
+// claimed length before reading it; the fuzzer found this.)
+func TestEnvelopeLengthClaimsRefusedBeforeAllocating(t *testing.T) {
+	claims := [][]byte{
+		{0x95, 0x01, 0xc6, 0xff, 0xff, 0xff, 0xff, 0x30, 0x30},                                                              // library: bin32 of 4 GiB
+		append(append([]byte{0x95, 0x01, 0xc4, 0x10}, make([]byte, 16)...), 0x03, 0x00, 0xc6, 0xff, 0xff, 0xff, 0xff, 0x30), // payload
+	}
+	for i, body := range claims {
+		frame := append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
+		var ms1, ms2 runtime.MemStats
+		runtime.ReadMemStats(&ms1)
+		_, _, err := DecodeFrame(frame, 0)
+		runtime.ReadMemStats(&ms2)
+		if !errors.Is(err, ErrMalformed) {
+			t.Errorf("claim %d: %v", i, err)
+		}
+		if grown := ms2.TotalAlloc - ms1.TotalAlloc; grown > 1<<20 {
+			t.Errorf("claim %d: a %d-byte frame allocated %d bytes", i, len(frame), grown)
+		}
+	}
+}
