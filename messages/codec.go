@@ -20,8 +20,8 @@ import (
 const (
 	// DefaultMaxFrame is the default limit on a frame's length.
 	DefaultMaxFrame = 16 << 20
-	// CompressThreshold is the payload size above which Encode compresses.
-	CompressThreshold = 8 << 10
+	// compressThreshold is the payload size above which Encode compresses.
+	compressThreshold = 8 << 10
 
 	// FrameHeaderLen is the length of the length prefix.
 	FrameHeaderLen = 4
@@ -69,14 +69,11 @@ func (e *VersionError) Error() string {
 // Is makes errors.Is(err, ErrSchemaVersion) true.
 func (e *VersionError) Is(target error) bool { return target == ErrSchemaVersion }
 
-// IsFrameTooLarge reports whether err is an oversized-frame refusal.
-func IsFrameTooLarge(err error) bool { return errors.Is(err, ErrFrameTooLarge) }
-
 // IsSchemaVersion reports whether err is a schema-version refusal.
 func IsSchemaVersion(err error) bool { return errors.Is(err, ErrSchemaVersion) }
 
 // Encode wraps m in an envelope for library lib, compressing the payload
-// when it is larger than CompressThreshold.
+// when it is larger than compressThreshold.
 func Encode(lib LibraryID, m Message) (Envelope, error) {
 	if m == nil {
 		return Envelope{}, fmt.Errorf("encode: %w: nil message", ErrMalformed)
@@ -90,7 +87,7 @@ func Encode(lib LibraryID, m Message) (Envelope, error) {
 		return Envelope{}, fmt.Errorf("encode %s: %w", t, err)
 	}
 	env := Envelope{SchemaVersion: SchemaVersion, Library: lib, Type: t, Payload: payload}
-	if len(payload) > CompressThreshold {
+	if len(payload) > compressThreshold {
 		c, err := compressPayload(make([]byte, 0, len(payload)/2), payload)
 		if err != nil {
 			return Envelope{}, fmt.Errorf("encode: %w", err)

@@ -171,7 +171,7 @@ func TestFrameErrors(t *testing.T) {
 			_, _, err = FrameReader{}.Read(bytes.NewReader(hdr[:]))
 		}
 		runtime.ReadMemStats(&after)
-		if !IsFrameTooLarge(err) {
+		if !errors.Is(err, ErrFrameTooLarge) {
 			t.Fatalf("got %v", err)
 		}
 		if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {

@@ -187,16 +187,12 @@ type Error struct {
 
 // Error codes carried in Error.Code.
 const (
-	CodeSchemaMismatch   = "schema_mismatch"
-	CodeUnauthorized     = "unauthorized"
-	CodeBadRequest       = "bad_request"
-	CodeUnknownModel     = "unknown_model"
-	CodeNotFound         = "not_found"
-	CodeSnapshotRequired = "snapshot_required"
-	CodeClockSkew        = "clock_skew"
-	CodeForgedOwner      = "forged_owner"
-	CodeUnavailable      = "unavailable"
-	CodeInternal         = "internal"
+	CodeSchemaMismatch = "schema_mismatch"
+	CodeUnauthorized   = "unauthorized"
+	CodeBadRequest     = "bad_request"
+	CodeUnknownModel   = "unknown_model"
+	CodeNotFound       = "not_found"
+	CodeInternal       = "internal"
 )
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
