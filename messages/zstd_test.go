@@ -2,8 +2,10 @@ package messages
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -68,9 +70,18 @@ func TestChunkWithoutDeclaredSizeIsCapped(t *testing.T) {
 	if _, err := DecompressChunk(append(one, one...), 1<<20); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("two frames over the cap: %v", err)
 	}
-	// In a frame, a payload over its cap is a malformed message.
-	env := Envelope{SchemaVersion: SchemaVersion, Type: TypePing, Flags: FlagZstd, Payload: CompressChunk(nil, make([]byte, MaxDecompressed+1))}
-	if _, err := env.Decode(); !errors.Is(err, ErrMalformed) {
+	// In a frame, a payload over MaxDecompressed is a malformed message:
+	// here a zstd header declaring one byte more (single segment, 8-byte
+	// content size) and an empty last block.
+	hdr := binary.LittleEndian.AppendUint32(nil, 0xFD2FB528)
+	hdr = append(hdr, 0xe0)
+	hdr = binary.LittleEndian.AppendUint64(hdr, MaxDecompressed+1)
+	hdr = append(hdr, 0x01, 0x00, 0x00)
+	if n, ok := zstdContentSize(hdr); !ok || n != MaxDecompressed+1 {
+		t.Fatalf("hand-made header declares %d (%v)", n, ok)
+	}
+	env := Envelope{SchemaVersion: SchemaVersion, Type: TypePing, Flags: FlagZstd, Payload: hdr}
+	if _, err := env.Decode(); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "declares") {
 		t.Fatalf("frame payload over MaxDecompressed: %v", err)
 	}
 }
