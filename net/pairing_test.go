@@ -148,8 +148,8 @@ func TestPairingWrongCode(t *testing.T) {
 	if !errors.Is(err, ErrPairingFailed) || !strings.Contains(err.Error(), "pairing failed: wrong code or the code was already used") {
 		t.Fatalf("wrong code: %v", err)
 	}
-	a.obs.waitRejected(t, messages.ReasonPairingFailed, 1)
-	if b.obs.rejects(messages.ReasonPairingFailed) != 1 {
+	a.obs.WaitRejects(t, messages.ReasonPairingFailed, 1)
+	if b.obs.Rejects(messages.ReasonPairingFailed) != 1 {
 		t.Fatal("joiner did not count the failure")
 	}
 	if n := attemptsLeft(a, code); n != 2 {
@@ -229,7 +229,7 @@ func TestPairingExpired(t *testing.T) {
 	if r := <-results; !errors.Is(r.Err, ErrPairingExpired) {
 		t.Fatalf("result %+v", r)
 	}
-	a.obs.waitRejected(t, messages.ReasonPairingFailed, 1)
+	a.obs.WaitRejects(t, messages.ReasonPairingFailed, 1)
 	assertUnpinned(t, a, b)
 	// A wrong code against an expired one is still just wrong.
 	if _, err := b.t.JoinPairing(ctx, wrongCode(code), a.t.Addr()); !errors.Is(err, ErrPairingFailed) {
@@ -302,7 +302,7 @@ func TestPairingMITMRelayFails(t *testing.T) {
 	if !errors.Is(err, ErrPairingFailed) {
 		t.Fatalf("through the relay: %v", err)
 	}
-	a.obs.waitRejected(t, messages.ReasonPairingFailed, 1)
+	a.obs.WaitRejects(t, messages.ReasonPairingFailed, 1)
 	if n := attemptsLeft(a, code); n != 2 {
 		t.Fatalf("%d attempts left, want 2", n)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 )
 
@@ -62,9 +63,8 @@ func TestHelloAndLiveInOrder(t *testing.T) {
 		}
 		next[in.Library]++
 	}
-	b.obs.mu.Lock()
-	hellos, changes := b.obs.in[messages.TypeHello], b.obs.in[messages.TypeStateChange]
-	b.obs.mu.Unlock()
+	seen := b.obs.Snapshot()
+	hellos, changes := seen.In[messages.TypeHello], seen.In[messages.TypeStateChange]
 	if hellos != 1 || changes != 2*n {
 		t.Fatalf("observer: %d hellos, %d changes", hellos, changes)
 	}
@@ -138,9 +138,8 @@ func TestRequestBulkDoesNotBlockLive(t *testing.T) {
 	if !ok || len(sr.Records) != len(resp.Records) || !bytes.Equal(sr.Records[0].Values[2].([]byte), noise) {
 		t.Fatalf("response: %T", m)
 	}
-	a.obs.mu.Lock()
-	wire, rawIn := a.obs.bytesIn[messages.TypeStateResponse], a.obs.payload[0]
-	a.obs.mu.Unlock()
+	seenA := a.obs.Snapshot()
+	wire, rawIn := seenA.BytesIn[messages.TypeStateResponse], seenA.PayloadIn
 	if wire < 3<<20 || wire > 4<<20 {
 		t.Fatalf("response of %d bytes on the wire: want compressed records plus 3 MiB of noise", wire)
 	}
@@ -150,9 +149,7 @@ func TestRequestBulkDoesNotBlockLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.obs.mu.Lock()
-	rawOut := b.obs.payload[1]
-	b.obs.mu.Unlock()
+	rawOut := b.obs.Snapshot().PayloadOut
 	if rawIn < len(raw) || rawIn > len(raw)+64<<10 || rawOut < len(raw) {
 		t.Fatalf("payload bytes: a counted %d in, b %d out; the response alone is %d before compression (%d on the wire)", rawIn, rawOut, len(raw), wire)
 	}
@@ -181,7 +178,7 @@ func TestUnpairedRefusedBothWays(t *testing.T) {
 	if _, err := a.t.Dial(ctx, b.id.DeviceID, b.t.Addr()); !errors.Is(err, ErrNotPaired) {
 		t.Fatalf("a→b: %v, want ErrNotPaired", err)
 	}
-	b.obs.waitRejected(t, messages.ReasonUnpaired, 1)
+	b.obs.WaitRejects(t, messages.ReasonUnpaired, 1)
 
 	// b → a: b has no pin for a at all.
 	if _, err := b.t.Dial(ctx, a.id.DeviceID, a.t.Addr()); !errors.Is(err, ErrNotPaired) {
@@ -193,7 +190,7 @@ func TestUnpairedRefusedBothWays(t *testing.T) {
 	if _, err := b.t.Dial(ctx, a.id.DeviceID, a.t.Addr()); !errors.Is(err, ErrNotPaired) {
 		t.Fatalf("b→a after a unpinned b: %v, want ErrNotPaired", err)
 	}
-	a.obs.waitRejected(t, messages.ReasonUnpaired, 1)
+	a.obs.WaitRejects(t, messages.ReasonUnpaired, 1)
 
 	// A certificate other than the pinned one, under the right id, is
 	// refused too: b pins a fingerprint a does not have.
@@ -201,11 +198,11 @@ func TestUnpairedRefusedBothWays(t *testing.T) {
 	p.Fingerprint[0] ^= 1
 	b.t.Peers().Add(p)
 	pin(t, a, b)
-	before := b.obs.rejects(messages.ReasonUnpaired)
+	before := b.obs.Rejects(messages.ReasonUnpaired)
 	if _, err := b.t.Dial(ctx, a.id.DeviceID, a.t.Addr()); !errors.Is(err, ErrNotPaired) {
 		t.Fatalf("b→a with a wrong fingerprint pinned: %v, want ErrNotPaired", err)
 	}
-	if b.obs.rejects(messages.ReasonUnpaired) != before+1 {
+	if b.obs.Rejects(messages.ReasonUnpaired) != before+1 {
 		t.Fatal("b did not count the certificate it refused")
 	}
 	// Nothing reached Accept.
@@ -226,8 +223,8 @@ func TestWrongPeerRefused(t *testing.T) {
 	if _, err := a.t.Dial(ctx, b.id.DeviceID, c.t.Addr()); !errors.Is(err, ErrWrongPeer) {
 		t.Fatalf("dial: %v, want ErrWrongPeer", err)
 	}
-	if a.obs.rejects(messages.ReasonWrongPeer) != 1 {
-		t.Fatalf("wrong_peer counted %d times", a.obs.rejects(messages.ReasonWrongPeer))
+	if a.obs.Rejects(messages.ReasonWrongPeer) != 1 {
+		t.Fatalf("wrong_peer counted %d times", a.obs.Rejects(messages.ReasonWrongPeer))
 	}
 	// The right one still works.
 	ab, _ := connect(t, a, b)
@@ -246,16 +243,16 @@ func TestSchemaMismatchRefusedBothSides(t *testing.T) {
 	if !errors.Is(err, messages.ErrSchemaVersion) || !strings.Contains(err.Error(), "upgrade this device") {
 		t.Fatalf("old→newer: %v", err)
 	}
-	newer.obs.waitRejected(t, messages.ReasonSchemaMismatch, 1)
-	old.obs.waitRejected(t, messages.ReasonSchemaMismatch, 1)
+	newer.obs.WaitRejects(t, messages.ReasonSchemaMismatch, 1)
+	old.obs.WaitRejects(t, messages.ReasonSchemaMismatch, 1)
 
 	// The newer device dials the old one: the peer must upgrade.
 	_, err = newer.t.Dial(ctx, old.id.DeviceID, old.t.Addr())
 	if !errors.Is(err, messages.ErrSchemaVersion) || !strings.Contains(err.Error(), "the peer must upgrade") {
 		t.Fatalf("newer→old: %v", err)
 	}
-	old.obs.waitRejected(t, messages.ReasonSchemaMismatch, 2)
-	newer.obs.waitRejected(t, messages.ReasonSchemaMismatch, 2)
+	old.obs.WaitRejects(t, messages.ReasonSchemaMismatch, 2)
+	newer.obs.WaitRejects(t, messages.ReasonSchemaMismatch, 2)
 	t.Logf("dial error: %v", err)
 }
 
@@ -269,25 +266,19 @@ func rawUni(t *testing.T, c Conn) *quic.SendStream {
 	return s
 }
 
-// waitStreamRefused writes to s until the peer's STOP_SENDING shows.
+// waitStreamRefused waits until the peer's STOP_SENDING ends s: quic-go
+// cancels a send stream's context with the peer's error code.
 func waitStreamRefused(t *testing.T, s *quic.SendStream) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		_, err := s.Write([]byte{0})
-		var se *quic.StreamError
-		if errors.As(err, &se) {
-			if !se.Remote || se.ErrorCode != streamBadInput {
-				t.Fatalf("stream ended with %v", err)
-			}
-			return
-		}
-		if err != nil {
-			t.Fatalf("write: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-s.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the peer did not refuse the stream")
 	}
-	t.Fatal("the peer did not refuse the stream")
+	var se *quic.StreamError
+	if err := context.Cause(s.Context()); !errors.As(err, &se) || !se.Remote || se.ErrorCode != streamBadInput {
+		t.Fatalf("stream ended with %v, want the peer's bad-input code", err)
+	}
 }
 
 func TestHugeFrameRefusedWithoutAllocating(t *testing.T) {
@@ -307,7 +298,7 @@ func TestHugeFrameRefusedWithoutAllocating(t *testing.T) {
 	if _, err := s.Write(append(hdr, make([]byte, 1024)...)); err != nil {
 		t.Fatal(err)
 	}
-	b.obs.waitRejected(t, messages.ReasonFrameTooLarge, 1)
+	b.obs.WaitRejects(t, messages.ReasonFrameTooLarge, 1)
 	waitStreamRefused(t, s)
 	runtime.ReadMemStats(&after)
 	if grown := after.TotalAlloc - before.TotalAlloc; grown > 256<<20 {
@@ -346,13 +337,13 @@ func TestGarbageClosesOnlyThatStream(t *testing.T) {
 	// Garbage on a live stream.
 	s := rawUni(t, ab)
 	s.Write(append([]byte{byte(kindLive)}, garbage...))
-	b.obs.waitRejected(t, messages.ReasonMalformed, 1)
+	b.obs.WaitRejects(t, messages.ReasonMalformed, 1)
 	waitStreamRefused(t, s)
 
 	// An unknown stream kind.
 	s = rawUni(t, ab)
 	s.Write([]byte("Zzzz"))
-	b.obs.waitRejected(t, messages.ReasonUnknownStream, 1)
+	b.obs.WaitRejects(t, messages.ReasonUnknownStream, 1)
 	waitStreamRefused(t, s)
 
 	// A valid frame of an unknown type on a live stream.
@@ -361,14 +352,14 @@ func TestGarbageClosesOnlyThatStream(t *testing.T) {
 	frame, _ := messages.AppendFrame(nil, env)
 	s = rawUni(t, ab)
 	s.Write(append([]byte{byte(kindLive)}, frame...))
-	b.obs.waitRejected(t, messages.ReasonUnknownType, 1)
+	b.obs.WaitRejects(t, messages.ReasonUnknownType, 1)
 	waitStreamRefused(t, s)
 
 	// A Hello after the handshake, on a live stream.
 	hello, _ := messages.EncodeFrame(messages.LibraryID{}, &messages.Hello{Device: a.id.DeviceID, SchemaVersion: messages.SchemaVersion})
 	s = rawUni(t, ab)
 	s.Write(append([]byte{byte(kindLive)}, hello...))
-	b.obs.waitRejected(t, messages.ReasonUnexpected, 1)
+	b.obs.WaitRejects(t, messages.ReasonUnexpected, 1)
 	waitStreamRefused(t, s)
 
 	// Garbage as a request: the requester sees the stream refused.
@@ -381,7 +372,7 @@ func TestGarbageClosesOnlyThatStream(t *testing.T) {
 	if _, err := io.ReadAll(rs); err == nil {
 		t.Fatal("garbage request got a response")
 	}
-	b.obs.waitRejected(t, messages.ReasonMalformed, 2)
+	b.obs.WaitRejects(t, messages.ReasonMalformed, 2)
 
 	// An invalid request that parses is answered with bad_request.
 	bad, _ := messages.EncodeFrame(libX, &messages.StateRequest{}) // no owner
@@ -492,11 +483,7 @@ func TestRTTMeasured(t *testing.T) {
 	b := newNode(t, "beta")
 	pinBoth(t, a, b)
 	ab, _ := connect(t, a, b)
-	eventually(t, 5*time.Second, func() bool {
-		a.obs.mu.Lock()
-		defer a.obs.mu.Unlock()
-		return len(a.obs.rtt) >= 3
-	}, "three RTT probes")
+	testutil.Eventually(t, 5*time.Second, "three RTT probes", func() bool { return len(a.obs.Snapshot().RTT) >= 3 })
 	if d := ab.RTT(); d <= 0 || d > time.Second {
 		t.Fatalf("RTT %v", d)
 	}
