@@ -15,6 +15,7 @@ import (
 )
 
 func TestIdentityPersistsAndDerivesID(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	id, err := LoadOrCreateIdentity(home, "laptop")
 	if err != nil {
@@ -85,6 +86,7 @@ func TestIdentityPersistsAndDerivesID(t *testing.T) {
 }
 
 func TestPeerStorePersists(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	s, err := OpenPeerStore(home)
 	if err != nil {

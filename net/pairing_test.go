@@ -61,6 +61,7 @@ func assertUnpinned(t *testing.T, a, b *node) {
 }
 
 func TestPairingSuccess(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var pairedA, pairedB []PeerInfo
 	a := newNode(t, "alpha", func(c *Config) {
@@ -137,6 +138,7 @@ func TestPairingSuccess(t *testing.T) {
 }
 
 func TestPairingWrongCode(t *testing.T) {
+	t.Parallel()
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -170,6 +172,7 @@ func TestPairingWrongCode(t *testing.T) {
 }
 
 func TestPairingUnknownCode(t *testing.T) {
+	t.Parallel()
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -181,6 +184,7 @@ func TestPairingUnknownCode(t *testing.T) {
 }
 
 func TestPairingAttemptsExhausted(t *testing.T) {
+	t.Parallel()
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -209,6 +213,7 @@ func TestPairingAttemptsExhausted(t *testing.T) {
 }
 
 func TestPairingExpired(t *testing.T) {
+	t.Parallel()
 	clock := &fakeClock{now: time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)}
 	a := newNode(t, "alpha", func(c *Config) { c.Now = clock.Now })
 	b := newNode(t, "beta")
@@ -289,6 +294,7 @@ func startRelay(t *testing.T, target string) string {
 }
 
 func TestPairingMITMRelayFails(t *testing.T) {
+	t.Parallel()
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -314,6 +320,7 @@ func TestPairingMITMRelayFails(t *testing.T) {
 }
 
 func TestCPaceAgreesOnlyOnTheSameInputs(t *testing.T) {
+	t.Parallel()
 	j := cpaceParty{FP: [32]byte{1}, ID: messages.DeviceID{1}}
 	c := cpaceParty{FP: [32]byte{2}, ID: messages.DeviceID{2}}
 	x := cpaceContext{SID: []byte("session"), Joiner: j, Creator: c}

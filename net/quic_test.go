@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -23,6 +24,7 @@ import (
 )
 
 func TestHelloAndLiveInOrder(t *testing.T) {
+	t.Parallel()
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	pinBoth(t, a, b)
 	ab, ba := connect(t, a, b)
@@ -71,6 +73,7 @@ func TestHelloAndLiveInOrder(t *testing.T) {
 }
 
 func TestRequestBulkDoesNotBlockLive(t *testing.T) {
+	t.Parallel()
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	pinBoth(t, a, b)
 	ab, ba := connect(t, a, b)
@@ -169,6 +172,7 @@ func TestRequestBulkDoesNotBlockLive(t *testing.T) {
 }
 
 func TestUnpairedRefusedBothWays(t *testing.T) {
+	t.Parallel()
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	pin(t, a, b) // b has not paired with a
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -214,6 +218,7 @@ func TestUnpairedRefusedBothWays(t *testing.T) {
 }
 
 func TestWrongPeerRefused(t *testing.T) {
+	t.Parallel()
 	a, b, c := newNode(t, "alpha"), newNode(t, "beta"), newNode(t, "gamma")
 	pinBoth(t, a, b)
 	pinBoth(t, a, c)
@@ -232,6 +237,7 @@ func TestWrongPeerRefused(t *testing.T) {
 }
 
 func TestSchemaMismatchRefusedBothSides(t *testing.T) {
+	t.Parallel()
 	old := newNode(t, "old")
 	newer := newNode(t, "newer", func(c *Config) { c.SchemaVersion = messages.SchemaVersion + 1 })
 	pinBoth(t, old, newer)
@@ -281,6 +287,7 @@ func waitStreamRefused(t *testing.T, s *quic.SendStream) {
 	}
 }
 
+// Not parallel: it measures the process's allocations.
 func TestHugeFrameRefusedWithoutAllocating(t *testing.T) {
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	pinBoth(t, a, b)
@@ -318,6 +325,7 @@ func TestHugeFrameRefusedWithoutAllocating(t *testing.T) {
 }
 
 func TestGarbageClosesOnlyThatStream(t *testing.T) {
+	t.Parallel()
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	pinBoth(t, a, b)
 	ab, ba := connect(t, a, b)
@@ -410,6 +418,7 @@ func TestGarbageClosesOnlyThatStream(t *testing.T) {
 }
 
 func TestBackPressure(t *testing.T) {
+	t.Parallel()
 	a := newNode(t, "alpha", func(c *Config) { c.SendQueue = 8 })
 	b := newNode(t, "beta")
 	pinBoth(t, a, b)
@@ -451,8 +460,11 @@ func TestBackPressure(t *testing.T) {
 	}
 }
 
+// TestBandwidthLimit checks that Config.BandwidthLimit reaches the
+// writers; TestTokenBucketRate checks the rate itself on a fake clock.
 func TestBandwidthLimit(t *testing.T) {
-	const limit = 256 << 10
+	t.Parallel()
+	const limit = 1 << 20
 	a := newNode(t, "alpha", func(c *Config) { c.BandwidthLimit = limit })
 	b := newNode(t, "beta")
 	pinBoth(t, a, b)
@@ -471,14 +483,48 @@ func TestBandwidthLimit(t *testing.T) {
 	}()
 	recvN(t, ba, n, 20*time.Second)
 	took := time.Since(start)
-	t.Logf("1 MiB at 256 KiB/s took %v", took)
-	// 1 MiB minus the bucket's burst (32 KiB) at 256 KiB/s.
-	if took < 3*time.Second {
-		t.Fatalf("1 MiB at 256 KiB/s took only %v", took)
+	t.Logf("1 MiB at 1 MiB/s took %v", took)
+	// 1 MiB minus the bucket's burst (128 KiB) at 1 MiB/s is 875 ms;
+	// unlimited, loopback takes tens of milliseconds.
+	if took < 750*time.Millisecond {
+		t.Fatalf("1 MiB at 1 MiB/s took only %v", took)
 	}
 }
 
+// TestTokenBucketRate runs the bucket on synctest's fake clock: writers
+// get the rate, whatever their write sizes, and no more than the burst
+// ahead of it.
+func TestTokenBucketRate(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const rate = 256 << 10
+		b := newTokenBucket(rate)
+		start := time.Now()
+		var sent int
+		for _, size := range []int{writeChunk, 100, writeChunk, 3000, writeChunk} {
+			for range 20 {
+				if err := b.take(context.Background(), size); err != nil {
+					t.Fatal(err)
+				}
+				sent += size
+			}
+		}
+		// Paying for the last write waits until the debt is paid.
+		want := time.Duration(float64(sent-int(b.burst)) / rate * float64(time.Second))
+		if took := time.Since(start); took < want-time.Millisecond || took > want+time.Millisecond {
+			t.Fatalf("%d bytes at %d B/s with a burst of %v took %v, want %v", sent, rate, b.burst, took, want)
+		}
+		// A cancelled writer stops waiting.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := b.take(ctx, 1<<20); err != context.Canceled {
+			t.Fatalf("cancelled take: %v", err)
+		}
+	})
+}
+
 func TestRTTMeasured(t *testing.T) {
+	t.Parallel()
 	a := newNode(t, "alpha", func(c *Config) { c.KeepAlive = 50 * time.Millisecond })
 	b := newNode(t, "beta")
 	pinBoth(t, a, b)
@@ -490,6 +536,7 @@ func TestRTTMeasured(t *testing.T) {
 }
 
 func TestCloseEndsConnections(t *testing.T) {
+	t.Parallel()
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	pinBoth(t, a, b)
 	ab, ba := connect(t, a, b)
@@ -517,7 +564,8 @@ func TestCloseEndsConnections(t *testing.T) {
 	}
 }
 
-// TestHandshakeTime measures connect + Hello on loopback.
+// TestHandshakeTime measures connect + Hello on loopback (not in parallel
+// with other tests, which would skew the numbers).
 func TestHandshakeTime(t *testing.T) {
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	pinBoth(t, a, b)
