@@ -52,17 +52,37 @@ func sampleMessages() []Message {
 	}
 }
 
+// roundTrip encodes m as a frame of library lib and decodes it again.
+func roundTrip(t *testing.T, m Message) ([]byte, Envelope, Message) {
+	t.Helper()
+	frame, err := EncodeFrame(lib, m)
+	if err != nil {
+		t.Fatalf("%T: %v", m, err)
+	}
+	env, got, err := DecodeFrame(frame, 0)
+	if err != nil {
+		t.Fatalf("%T: %v", m, err)
+	}
+	return frame, env, got
+}
+
+// allocatedBy is how many bytes f allocated (in the whole process: do not
+// run it in parallel with other tests). Bytes, not allocation counts: the
+// count varies with the race detector, the point is that nothing near a
+// claimed size is reserved.
+func allocatedBy(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
 func TestEveryTypeRoundTrips(t *testing.T) {
 	seen := map[Type]bool{}
 	for _, m := range sampleMessages() {
-		frame, err := EncodeFrame(lib, m)
-		if err != nil {
-			t.Fatalf("%T: %v", m, err)
-		}
-		env, got, err := DecodeFrame(frame, 0)
-		if err != nil {
-			t.Fatalf("%T: %v", m, err)
-		}
+		_, env, got := roundTrip(t, m)
 		if env.Library != lib || env.Type != m.MessageType() {
 			t.Fatalf("%T: envelope %+v", m, env)
 		}
@@ -162,19 +182,15 @@ func TestFrameErrors(t *testing.T) {
 	t.Run("oversized refused before allocation", func(t *testing.T) {
 		var hdr [4]byte
 		binary.BigEndian.PutUint32(hdr[:], 0xFFFFFFFF) // claims 4 GiB
-		// Bytes, not allocation counts: the count varies with the race
-		// detector, the point is that nothing near the claim is reserved.
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		for range 10 {
-			_, _, err = FrameReader{}.Read(bytes.NewReader(hdr[:]))
-		}
-		runtime.ReadMemStats(&after)
+		n := allocatedBy(func() {
+			for range 10 {
+				_, _, err = FrameReader{}.Read(bytes.NewReader(hdr[:]))
+			}
+		})
 		if !errors.Is(err, ErrFrameTooLarge) {
 			t.Fatalf("got %v", err)
 		}
-		if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		if n > 64<<10 {
 			t.Fatalf("refusing 10 frames that claim 4 GiB allocated %d bytes", n)
 		}
 		if !strings.Contains(err.Error(), "4294967295") {

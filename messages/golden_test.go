@@ -43,14 +43,7 @@ func TestGoldenFrames(t *testing.T) {
 	var got bytes.Buffer
 	compressed := false
 	for _, m := range goldenMessages() {
-		frame, err := EncodeFrame(lib, m)
-		if err != nil {
-			t.Fatalf("%T: %v", m, err)
-		}
-		env, _, err := DecodeFrame(frame, 0)
-		if err != nil {
-			t.Fatalf("%T: %v", m, err)
-		}
+		frame, env, _ := roundTrip(t, m)
 		compressed = compressed || env.Flags&FlagZstd != 0
 		fmt.Fprintf(&got, "%s %s\n", m.MessageType(), hex.EncodeToString(frame))
 	}
