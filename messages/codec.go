@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -22,10 +20,12 @@ import (
 const (
 	// DefaultMaxFrame is the default limit on a frame's length.
 	DefaultMaxFrame = 16 << 20
-	// CompressThreshold is the payload size above which Encode compresses.
-	CompressThreshold = 8 << 10
+	// compressThreshold is the payload size above which Encode compresses.
+	compressThreshold = 8 << 10
 
-	frameHeaderLen = 4
+	// FrameHeaderLen is the length of the length prefix.
+	FrameHeaderLen = 4
+
 	envelopeFields = 5
 )
 
@@ -69,32 +69,11 @@ func (e *VersionError) Error() string {
 // Is makes errors.Is(err, ErrSchemaVersion) true.
 func (e *VersionError) Is(target error) bool { return target == ErrSchemaVersion }
 
-// IsFrameTooLarge reports whether err is an oversized-frame refusal.
-func IsFrameTooLarge(err error) bool { return errors.Is(err, ErrFrameTooLarge) }
-
 // IsSchemaVersion reports whether err is a schema-version refusal.
 func IsSchemaVersion(err error) bool { return errors.Is(err, ErrSchemaVersion) }
 
-var (
-	zenc     *zstd.Encoder
-	zdec     *zstd.Decoder
-	zOnce    sync.Once
-	zInitErr error
-)
-
-func zstdCodec() (*zstd.Encoder, *zstd.Decoder, error) {
-	zOnce.Do(func() {
-		zenc, zInitErr = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
-		if zInitErr != nil {
-			return
-		}
-		zdec, zInitErr = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(DefaultMaxFrame*4))
-	})
-	return zenc, zdec, zInitErr
-}
-
 // Encode wraps m in an envelope for library lib, compressing the payload
-// when it is larger than CompressThreshold.
+// when it is larger than compressThreshold.
 func Encode(lib LibraryID, m Message) (Envelope, error) {
 	if m == nil {
 		return Envelope{}, fmt.Errorf("encode: %w: nil message", ErrMalformed)
@@ -108,12 +87,12 @@ func Encode(lib LibraryID, m Message) (Envelope, error) {
 		return Envelope{}, fmt.Errorf("encode %s: %w", t, err)
 	}
 	env := Envelope{SchemaVersion: SchemaVersion, Library: lib, Type: t, Payload: payload}
-	if len(payload) > CompressThreshold {
-		enc, _, err := zstdCodec()
+	if len(payload) > compressThreshold {
+		c, err := compressPayload(make([]byte, 0, len(payload)/2), payload)
 		if err != nil {
-			return Envelope{}, fmt.Errorf("encode: zstd: %w", err)
+			return Envelope{}, fmt.Errorf("encode: %w", err)
 		}
-		if c := enc.EncodeAll(payload, make([]byte, 0, len(payload)/2)); len(c) < len(payload) {
+		if len(c) < len(payload) {
 			env.Payload, env.Flags = c, FlagZstd
 		}
 	}
@@ -127,15 +106,12 @@ func (env Envelope) PayloadSize() int {
 	if env.Flags&FlagZstd == 0 {
 		return len(env.Payload)
 	}
-	var h zstd.Header
-	if err := h.Decode(env.Payload); err != nil || !h.HasFCS {
-		return 0
-	}
-	return int(h.FrameContentSize)
+	n, _ := zstdContentSize(env.Payload)
+	return int(min(n, MaxDecompressed+1))
 }
 
 // Decode returns the message in env, validated. A compressed payload may
-// expand to at most 4×DefaultMaxFrame.
+// expand to at most MaxDecompressed bytes.
 func (env Envelope) Decode() (Message, error) {
 	if env.SchemaVersion != SchemaVersion {
 		return nil, &VersionError{Local: SchemaVersion, Remote: env.SchemaVersion}
@@ -148,13 +124,9 @@ func (env Envelope) Decode() (Message, error) {
 	}
 	payload := env.Payload
 	if env.Flags&FlagZstd != 0 {
-		_, dec, err := zstdCodec()
-		if err != nil {
-			return nil, fmt.Errorf("decode: zstd: %w", err)
-		}
-		payload, err = dec.DecodeAll(payload, nil)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: zstd: %v", ErrMalformed, env.Type, err)
+		var err error
+		if payload, _, err = decompress(payload, MaxDecompressed); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, env.Type, err)
 		}
 	}
 	if err := skim(payload); err != nil {
@@ -181,89 +153,12 @@ func AppendFrame(b []byte, env Envelope) ([]byte, error) {
 	start := len(b)
 	b = append(b, 0, 0, 0, 0)
 	b = msgpackAppendEnvelope(b, env)
-	n := len(b) - start - frameHeaderLen
+	n := len(b) - start - FrameHeaderLen
 	if n > DefaultMaxFrame {
 		return b[:start], fmt.Errorf("%w: %d bytes (limit %d)", ErrFrameTooLarge, n, DefaultMaxFrame)
 	}
 	binary.BigEndian.PutUint32(b[start:], uint32(n))
 	return b, nil
-}
-
-// ReadFrame reads one frame from r. The length is checked against maxFrame
-// (DefaultMaxFrame when zero) before anything is allocated for the body.
-// A clean EOF before the first byte returns io.EOF.
-func ReadFrame(r io.Reader, maxFrame int) (Envelope, error) {
-	if maxFrame <= 0 {
-		maxFrame = DefaultMaxFrame
-	}
-	var hdr [frameHeaderLen]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		if err == io.EOF {
-			return Envelope{}, io.EOF
-		}
-		return Envelope{}, fmt.Errorf("%w: header: %v", ErrTruncated, err)
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if uint64(n) > uint64(maxFrame) {
-		return Envelope{}, fmt.Errorf("%w: peer announced %d bytes (limit %d)", ErrFrameTooLarge, n, maxFrame)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return Envelope{}, fmt.Errorf("%w: body of %d bytes: %v", ErrTruncated, n, err)
-	}
-	return ParseEnvelope(body)
-}
-
-// ParseEnvelope decodes the envelope array of a frame body (without the
-// length prefix). It checks the schema version before anything else.
-func ParseEnvelope(body []byte) (Envelope, error) {
-	rd := bytes.NewReader(body)
-	dec := msgpack.NewDecoder(rd)
-	n, err := dec.DecodeArrayLen()
-	if err != nil {
-		return Envelope{}, fmt.Errorf("%w: envelope: %v", ErrMalformed, err)
-	}
-	if n < 1 {
-		return Envelope{}, fmt.Errorf("%w: envelope has %d fields", ErrMalformed, n)
-	}
-	v, err := dec.DecodeUint64()
-	if err != nil {
-		return Envelope{}, fmt.Errorf("%w: envelope schema version: %v", ErrMalformed, err)
-	}
-	if v != uint64(SchemaVersion) {
-		remote := uint16(0xffff)
-		if v < 0xffff {
-			remote = uint16(v)
-		}
-		return Envelope{}, &VersionError{Local: SchemaVersion, Remote: remote}
-	}
-	if n != envelopeFields {
-		return Envelope{}, fmt.Errorf("%w: envelope has %d fields, want %d", ErrMalformed, n, envelopeFields)
-	}
-	env := Envelope{SchemaVersion: SchemaVersion}
-	if err := env.Library.DecodeMsgpack(dec); err != nil {
-		return Envelope{}, fmt.Errorf("%w: envelope library: %v", ErrMalformed, err)
-	}
-	t, err := dec.DecodeUint64()
-	if err != nil {
-		return Envelope{}, fmt.Errorf("%w: envelope type: %v", ErrMalformed, err)
-	}
-	if t > 0xff || !Type(t).Known() {
-		return Envelope{}, fmt.Errorf("%w: %d", ErrUnknownType, t)
-	}
-	env.Type = Type(t)
-	f, err := dec.DecodeUint64()
-	if err != nil || f > 0xff {
-		return Envelope{}, fmt.Errorf("%w: envelope flags", ErrMalformed)
-	}
-	env.Flags = uint8(f)
-	if env.Payload, err = dec.DecodeBytes(); err != nil {
-		return Envelope{}, fmt.Errorf("%w: envelope payload: %v", ErrMalformed, err)
-	}
-	if rd.Len() != 0 {
-		return Envelope{}, fmt.Errorf("%w: %d trailing bytes after envelope", ErrMalformed, rd.Len())
-	}
-	return env, nil
 }
 
 // msgpackAppendEnvelope writes the envelope array by hand: it is the one
@@ -283,7 +178,7 @@ func msgpackAppendEnvelope(b []byte, env Envelope) []byte {
 }
 
 // frameCap is a capacity that holds env's whole frame.
-func frameCap(env Envelope) int { return frameHeaderLen + len(env.Payload) + 64 }
+func frameCap(env Envelope) int { return FrameHeaderLen + len(env.Payload) + 64 }
 
 // EncodeFrame is Encode followed by AppendFrame.
 func EncodeFrame(lib LibraryID, m Message) ([]byte, error) {
@@ -296,7 +191,7 @@ func EncodeFrame(lib LibraryID, m Message) ([]byte, error) {
 
 // DecodeFrame parses a whole frame (length prefix included) and its message.
 func DecodeFrame(frame []byte, maxFrame int) (Envelope, Message, error) {
-	env, err := ReadFrame(bytes.NewReader(frame), maxFrame)
+	env, _, err := FrameReader{MaxFrame: maxFrame}.Read(bytes.NewReader(frame))
 	if err != nil {
 		if err == io.EOF {
 			err = fmt.Errorf("%w: empty frame", ErrTruncated)

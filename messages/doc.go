@@ -27,13 +27,17 @@
 // # Frames
 //
 // A frame is a 4-byte big-endian length and a msgpack envelope array whose
-// first element is the schema version. ReadFrame checks the length against
-// the limit before allocating; Decode checks the version before the type,
-// refuses unknown types and flags, bounds every msgpack length claim by the
-// bytes that remain (skim), and validates the decoded message. Each failure
+// first element is the schema version. FrameReader, the one frame reader
+// of both transports, checks the length against the limit before
+// allocating, grows a large body with the bytes that arrive, and checks
+// the version before the type. Decode refuses unknown types and flags,
+// caps decompression (MaxDecompressed), bounds every msgpack length claim
+// by the bytes that remain (skim), and validates the message. Each failure
 // wraps one sentinel: ErrFrameTooLarge, ErrTruncated, ErrUnknownType,
 // ErrMalformed or ErrSchemaVersion (a *VersionError naming the side that
 // must upgrade).
 //
-// The list of message types is append-only.
+// The list of message types is append-only and has one home: typeTable
+// (types.go) gives each Type its name, its constructor and whether it is
+// control traffic; everything else per type derives from it.
 package messages

@@ -75,41 +75,8 @@ func appendPadded(b []byte, v uint64, width int) []byte {
 	return append(b, s...)
 }
 
-// ErrMalformedHLC is returned (wrapped) by ParseHLC and by the decoders.
+// ErrMalformedHLC is returned (wrapped) by the decoders.
 var ErrMalformedHLC = errors.New("malformed hlc")
-
-// ParseHLC inverts String. It accepts only the exact fixed-width form
-// (lower-case canonical uuid), so every HLC has exactly one text form.
-func ParseHLC(s string) (HLC, error) {
-	if len(s) != hlcTextLen {
-		return HLC{}, fmt.Errorf("%w: %q: want %d characters, got %d", ErrMalformedHLC, s, hlcTextLen, len(s))
-	}
-	ts, ok := parseDigits(s[:hlcTimestampDigits])
-	if !ok || s[hlcTimestampDigits] != '-' {
-		return HLC{}, fmt.Errorf("%w: %q: bad timestamp", ErrMalformedHLC, s)
-	}
-	rest := s[hlcTimestampDigits+1:]
-	c, ok := parseDigits(rest[:hlcCounterDigits])
-	if !ok || c > uint64(^uint32(0)) || rest[hlcCounterDigits] != '-' {
-		return HLC{}, fmt.Errorf("%w: %q: bad counter", ErrMalformedHLC, s)
-	}
-	devText := rest[hlcCounterDigits+1:]
-	dev, err := uuid.Parse(devText)
-	if err != nil || dev.String() != devText {
-		return HLC{}, fmt.Errorf("%w: %q: bad device uuid", ErrMalformedHLC, s)
-	}
-	return HLC{Timestamp: ts, Counter: uint32(c), Device: dev}, nil
-}
-
-func parseDigits(s string) (uint64, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
-	}
-	v, err := strconv.ParseUint(s, 10, 64)
-	return v, err == nil
-}
 
 // AppendBinary appends the 28-byte binary form of h to b. The binary form
 // sorts bytewise in HLC order; persistence stores it in BLOB columns.

@@ -64,8 +64,8 @@ func (r Reason) Known() bool { return slices.Contains(reasons[:], r) }
 
 func (r Reason) String() string { return string(r) }
 
-// ReasonOf classifies a frame refused by ReadFrame, ParseEnvelope or
-// Decode (every such error wraps one sentinel); anything else is
+// ReasonOf classifies a frame refused by FrameReader.Read, DecodeFrame or
+// Envelope.Decode (every such error wraps one sentinel); anything else is
 // ReasonMalformed.
 func ReasonOf(err error) Reason {
 	switch {

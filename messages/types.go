@@ -13,6 +13,10 @@ const SchemaVersion uint16 = 1
 
 // Type tags a message on the wire. The list is append-only: a number, once
 // given, is never reused or renumbered.
+//
+// Adding a message type takes three lines: its constant below (the next
+// number), its row in typeTable, and its MessageType method (at the end of
+// this file). TestTypeTable checks that the three agree.
 type Type uint8
 
 const (
@@ -43,49 +47,82 @@ const (
 	TypeStateOwnersRequest   Type = 25
 	TypeStateOwnersResponse  Type = 26
 	TypeWatermarkReport      Type = 27
-	typeEnd                       = TypeWatermarkReport + 1 // one past the last known type; move when appending
 )
 
-var typeNames = [...]string{
-	TypeHello:                "hello",
-	TypeError:                "error",
-	TypePing:                 "ping",
-	TypePong:                 "pong",
-	TypeStateChange:          "state_change",
-	TypeStateBatch:           "state_batch",
-	TypeStateRequest:         "state_request",
-	TypeStateResponse:        "state_response",
-	TypeSharedChange:         "shared_change",
-	TypeSharedChangeBatch:    "shared_change_batch",
-	TypeSharedChangeRequest:  "shared_change_request",
-	TypeSharedChangeResponse: "shared_change_response",
-	TypeAckSharedChanges:     "ack_shared_changes",
-	TypeStateDelete:          "state_delete",
-	TypeFingerprintRequest:   "fingerprint_request",
-	TypeFingerprintResponse:  "fingerprint_response",
-	TypeSnapshotRequest:      "snapshot_request",
-	TypeSnapshotChunk:        "snapshot_chunk",
-	TypeSharedStateRequest:   "shared_state_request",
-	TypeSharedStateResponse:  "shared_state_response",
-	TypeLibraryListRequest:   "library_list_request",
-	TypeLibraryListResponse:  "library_list_response",
-	TypeSyncSetupRequest:     "sync_setup_request",
-	TypeSyncSetupResponse:    "sync_setup_response",
-	TypeStateOwnersRequest:   "state_owners_request",
-	TypeStateOwnersResponse:  "state_owners_response",
-	TypeWatermarkReport:      "watermark_report",
+// typeTable is the one list the codec derives everything per type from:
+// the name (metrics labels, logs), the constructor Decode fills, and
+// whether the type is node-level control traffic. Indexed by Type; a
+// missing number is an unknown type.
+var typeTable = [...]typeInfo{
+	TypeHello:                row[Hello]("hello", control),
+	TypeError:                row[Error]("error", 0),
+	TypePing:                 row[Ping]("ping", control),
+	TypePong:                 row[Pong]("pong", control),
+	TypeStateChange:          row[StateChange]("state_change", 0),
+	TypeStateBatch:           row[StateBatch]("state_batch", 0),
+	TypeStateRequest:         row[StateRequest]("state_request", 0),
+	TypeStateResponse:        row[StateResponse]("state_response", 0),
+	TypeSharedChange:         row[SharedChange]("shared_change", 0),
+	TypeSharedChangeBatch:    row[SharedChangeBatch]("shared_change_batch", 0),
+	TypeSharedChangeRequest:  row[SharedChangeRequest]("shared_change_request", 0),
+	TypeSharedChangeResponse: row[SharedChangeResponse]("shared_change_response", 0),
+	TypeAckSharedChanges:     row[AckSharedChanges]("ack_shared_changes", 0),
+	TypeStateDelete:          row[StateDelete]("state_delete", 0),
+	TypeFingerprintRequest:   row[FingerprintRequest]("fingerprint_request", 0),
+	TypeFingerprintResponse:  row[FingerprintResponse]("fingerprint_response", 0),
+	TypeSnapshotRequest:      row[SnapshotRequest]("snapshot_request", 0),
+	TypeSnapshotChunk:        row[SnapshotChunk]("snapshot_chunk", 0),
+	TypeSharedStateRequest:   row[SharedStateRequest]("shared_state_request", 0),
+	TypeSharedStateResponse:  row[SharedStateResponse]("shared_state_response", 0),
+	TypeLibraryListRequest:   row[LibraryListRequest]("library_list_request", 0),
+	TypeLibraryListResponse:  row[LibraryListResponse]("library_list_response", 0),
+	TypeSyncSetupRequest:     row[SyncSetupRequest]("sync_setup_request", 0),
+	TypeSyncSetupResponse:    row[SyncSetupResponse]("sync_setup_response", 0),
+	TypeStateOwnersRequest:   row[StateOwnersRequest]("state_owners_request", 0),
+	TypeStateOwnersResponse:  row[StateOwnersResponse]("state_owners_response", 0),
+	TypeWatermarkReport:      row[WatermarkReport]("watermark_report", 0),
+}
+
+// typeInfo is one row of typeTable.
+type typeInfo struct {
+	name  string
+	new   func() Message // a zero message of the type, for Decode to fill
+	flags typeFlags
+}
+
+type typeFlags uint8
+
+// control marks node-level types that travel only on a connection's
+// control stream (the handshake and keep-alive), never as a library's
+// live message or request.
+const control typeFlags = 1 << 0
+
+// row builds the table row of message type M.
+func row[M any, PM interface {
+	*M
+	Message
+}](name string, flags typeFlags) typeInfo {
+	return typeInfo{name: name, new: func() Message { return PM(new(M)) }, flags: flags}
 }
 
 // Known reports whether t is a type this build understands.
-func (t Type) Known() bool { return t > 0 && t < typeEnd }
+func (t Type) Known() bool { return int(t) < len(typeTable) && typeTable[t].new != nil }
 
 // String returns the snake_case name used in metrics labels and logs.
 func (t Type) String() string {
 	if t.Known() {
-		return typeNames[t]
+		return typeTable[t].name
 	}
 	return "unknown"
 }
+
+// Control reports whether t is node-level control traffic (Hello, Ping,
+// Pong), which belongs on the control stream only: a transport refuses it
+// as a live message or a request.
+func (t Type) Control() bool { return t.Known() && typeTable[t].flags&control != 0 }
+
+// newMessage returns a zero value of the message type t (t must be Known).
+func newMessage(t Type) Message { return typeTable[t].new() }
 
 // Message is implemented by every wire message.
 type Message interface {
@@ -150,16 +187,12 @@ type Error struct {
 
 // Error codes carried in Error.Code.
 const (
-	CodeSchemaMismatch   = "schema_mismatch"
-	CodeUnauthorized     = "unauthorized"
-	CodeBadRequest       = "bad_request"
-	CodeUnknownModel     = "unknown_model"
-	CodeNotFound         = "not_found"
-	CodeSnapshotRequired = "snapshot_required"
-	CodeClockSkew        = "clock_skew"
-	CodeForgedOwner      = "forged_owner"
-	CodeUnavailable      = "unavailable"
-	CodeInternal         = "internal"
+	CodeSchemaMismatch = "schema_mismatch"
+	CodeUnauthorized   = "unauthorized"
+	CodeBadRequest     = "bad_request"
+	CodeUnknownModel   = "unknown_model"
+	CodeNotFound       = "not_found"
+	CodeInternal       = "internal"
 )
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -522,64 +555,3 @@ func (*SyncSetupResponse) MessageType() Type    { return TypeSyncSetupResponse }
 func (*StateOwnersRequest) MessageType() Type   { return TypeStateOwnersRequest }
 func (*StateOwnersResponse) MessageType() Type  { return TypeStateOwnersResponse }
 func (*WatermarkReport) MessageType() Type      { return TypeWatermarkReport }
-
-// newMessage returns a zero value of the message type t (t must be Known).
-func newMessage(t Type) Message {
-	switch t {
-	case TypeHello:
-		return new(Hello)
-	case TypeError:
-		return new(Error)
-	case TypePing:
-		return new(Ping)
-	case TypePong:
-		return new(Pong)
-	case TypeStateChange:
-		return new(StateChange)
-	case TypeStateBatch:
-		return new(StateBatch)
-	case TypeStateRequest:
-		return new(StateRequest)
-	case TypeStateResponse:
-		return new(StateResponse)
-	case TypeSharedChange:
-		return new(SharedChange)
-	case TypeSharedChangeBatch:
-		return new(SharedChangeBatch)
-	case TypeSharedChangeRequest:
-		return new(SharedChangeRequest)
-	case TypeSharedChangeResponse:
-		return new(SharedChangeResponse)
-	case TypeAckSharedChanges:
-		return new(AckSharedChanges)
-	case TypeStateDelete:
-		return new(StateDelete)
-	case TypeFingerprintRequest:
-		return new(FingerprintRequest)
-	case TypeFingerprintResponse:
-		return new(FingerprintResponse)
-	case TypeSnapshotRequest:
-		return new(SnapshotRequest)
-	case TypeSnapshotChunk:
-		return new(SnapshotChunk)
-	case TypeSharedStateRequest:
-		return new(SharedStateRequest)
-	case TypeSharedStateResponse:
-		return new(SharedStateResponse)
-	case TypeLibraryListRequest:
-		return new(LibraryListRequest)
-	case TypeLibraryListResponse:
-		return new(LibraryListResponse)
-	case TypeSyncSetupRequest:
-		return new(SyncSetupRequest)
-	case TypeSyncSetupResponse:
-		return new(SyncSetupResponse)
-	case TypeStateOwnersRequest:
-		return new(StateOwnersRequest)
-	case TypeStateOwnersResponse:
-		return new(StateOwnersResponse)
-	case TypeWatermarkReport:
-		return new(WatermarkReport)
-	}
-	return nil
-}

@@ -8,8 +8,8 @@ import (
 // Limits enforced on decoded messages, beyond the frame size.
 const (
 	MaxNameLen      = 255 // model names, device names
-	MaxPageRecords  = 100_000
-	MaxRequestLimit = 100_000
+	maxPageRecords  = 100_000
+	maxRequestLimit = 100_000
 )
 
 func validModel(m string) error {
@@ -63,8 +63,8 @@ func (m *StateBatch) Validate() error {
 	if m.Owner.IsZero() {
 		return errors.New("state batch without owner")
 	}
-	if len(m.Records) > MaxPageRecords {
-		return fmt.Errorf("state batch of %d records (limit %d)", len(m.Records), MaxPageRecords)
+	if len(m.Records) > maxPageRecords {
+		return fmt.Errorf("state batch of %d records (limit %d)", len(m.Records), maxPageRecords)
 	}
 	for i := range m.Records {
 		if err := m.Records[i].validate(); err != nil {
@@ -88,16 +88,16 @@ func (m *StateRequest) Validate() error {
 	if m.Owner.IsZero() {
 		return errors.New("state request without owner")
 	}
-	if m.Limit > MaxRequestLimit {
-		return fmt.Errorf("state request limit %d (max %d)", m.Limit, MaxRequestLimit)
+	if m.Limit > maxRequestLimit {
+		return fmt.Errorf("state request limit %d (max %d)", m.Limit, maxRequestLimit)
 	}
 	for _, model := range m.Models {
 		if err := validModel(model); err != nil {
 			return err
 		}
 	}
-	if len(m.UUIDs) > MaxRequestLimit {
-		return fmt.Errorf("state request for %d uuids (max %d)", len(m.UUIDs), MaxRequestLimit)
+	if len(m.UUIDs) > maxRequestLimit {
+		return fmt.Errorf("state request for %d uuids (max %d)", len(m.UUIDs), maxRequestLimit)
 	}
 	if len(m.UUIDs) > 0 {
 		return validModel(m.Model)
@@ -109,8 +109,8 @@ func (m *StateResponse) Validate() error {
 	if m.Owner.IsZero() {
 		return errors.New("state response without owner")
 	}
-	if len(m.Records) > MaxPageRecords {
-		return fmt.Errorf("state response of %d records (limit %d)", len(m.Records), MaxPageRecords)
+	if len(m.Records) > maxPageRecords {
+		return fmt.Errorf("state response of %d records (limit %d)", len(m.Records), maxPageRecords)
 	}
 	for i := range m.Records {
 		if err := m.Records[i].validate(); err != nil {
@@ -147,8 +147,8 @@ func (c *SharedChange) Validate() error {
 }
 
 func validChanges(cs []SharedChange) error {
-	if len(cs) > MaxPageRecords {
-		return fmt.Errorf("%d shared changes (limit %d)", len(cs), MaxPageRecords)
+	if len(cs) > maxPageRecords {
+		return fmt.Errorf("%d shared changes (limit %d)", len(cs), maxPageRecords)
 	}
 	for i := range cs {
 		if err := cs[i].Validate(); err != nil {
@@ -164,8 +164,8 @@ func (m *SharedChangeRequest) Validate() error {
 	if m.Origin.IsZero() {
 		return errors.New("shared change request without origin")
 	}
-	if m.Limit > MaxRequestLimit {
-		return fmt.Errorf("shared change request limit %d (max %d)", m.Limit, MaxRequestLimit)
+	if m.Limit > maxRequestLimit {
+		return fmt.Errorf("shared change request limit %d (max %d)", m.Limit, maxRequestLimit)
 	}
 	return nil
 }
@@ -193,11 +193,11 @@ func (m *AckSharedChanges) Validate() error {
 }
 
 func (m *SharedStateRequest) Validate() error {
-	if m.Limit > MaxRequestLimit {
-		return fmt.Errorf("shared state request limit %d (max %d)", m.Limit, MaxRequestLimit)
+	if m.Limit > maxRequestLimit {
+		return fmt.Errorf("shared state request limit %d (max %d)", m.Limit, maxRequestLimit)
 	}
-	if len(m.UUIDs) > MaxRequestLimit {
-		return fmt.Errorf("shared state request for %d uuids (max %d)", len(m.UUIDs), MaxRequestLimit)
+	if len(m.UUIDs) > maxRequestLimit {
+		return fmt.Errorf("shared state request for %d uuids (max %d)", len(m.UUIDs), maxRequestLimit)
 	}
 	if len(m.UUIDs) > 0 {
 		return validModel(m.Model)

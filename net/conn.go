@@ -93,7 +93,7 @@ func (c *quicConn) Send(ctx context.Context, lib messages.LibraryID, m messages.
 	if err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
-	if isControlType(f.t) {
+	if f.t.Control() {
 		return fmt.Errorf("send: %w: %s is not a live message", ErrBadRequest, f.t)
 	}
 	// Take a queue slot: this is the back-pressure.
@@ -207,7 +207,7 @@ func (c *quicConn) RequestEnvelope(ctx context.Context, lib messages.LibraryID, 
 	if err != nil {
 		return nil, none, fmt.Errorf("request: %w", err)
 	}
-	if isControlType(f.t) {
+	if f.t.Control() {
 		return nil, none, fmt.Errorf("request: %w: %s is not a request", ErrBadRequest, f.t)
 	}
 	s, err := c.qc.OpenStreamSync(ctx)
@@ -230,7 +230,7 @@ func (c *quicConn) RequestEnvelope(ctx context.Context, lib messages.LibraryID, 
 	s.Close()
 	c.t.sent(c.peer, f)
 	// Read the one response.
-	env, n, err := readFrame(s, c.t.maxFrame, c.t.version)
+	env, n, err := c.t.frames.Read(s)
 	if err == nil {
 		var resp messages.Message
 		if resp, err = env.Decode(); err == nil {
@@ -330,7 +330,7 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 	}
 	var lib messages.LibraryID
 	for first := true; ; first = false {
-		env, n, err := readFrame(s, c.t.maxFrame, c.t.version)
+		env, n, err := c.t.frames.Read(s)
 		if err == io.EOF {
 			return
 		}
@@ -345,7 +345,7 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 			c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
 			return
 		}
-		if isControlType(env.Type) {
+		if env.Type.Control() {
 			c.refuse(s.CancelRead, s.StreamID(), messages.ReasonUnexpected, fmt.Errorf("%s on a live stream", env.Type))
 			return
 		}
@@ -394,7 +394,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 		refuse(messages.ReasonUnknownStream, fmt.Errorf("bidirectional stream of kind %q", kind[0]))
 		return
 	}
-	env, n, err := readFrame(s, c.t.maxFrame, c.t.version)
+	env, n, err := c.t.frames.Read(s)
 	if err == io.EOF {
 		err = fmt.Errorf("%w: request stream without a request", messages.ErrTruncated)
 	}
@@ -410,7 +410,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 	// message) is answered with bad_request, then the stream ends.
 	m, err := env.Decode()
 	reason := messages.ReasonOf(err)
-	if err == nil && isControlType(env.Type) {
+	if err == nil && env.Type.Control() {
 		err, reason = fmt.Errorf("%w: %s as a request", messages.ErrMalformed, env.Type), messages.ReasonUnexpected
 	}
 	if err != nil {
@@ -465,7 +465,7 @@ func (c *quicConn) controlReadLoop() {
 		c.control.CancelWrite(streamBadInput)
 	}
 	for {
-		env, n, err := readFrame(c.control, c.t.maxFrame, c.t.version)
+		env, n, err := c.t.frames.Read(c.control)
 		if err != nil {
 			if isBadInput(err) {
 				refuse(messages.ReasonOf(err), err)
@@ -556,10 +556,4 @@ func (c *quicConn) refuse(cancel func(quic.StreamErrorCode), id quic.StreamID, r
 	c.t.obs.Rejected(reason)
 	c.t.log.Warn("refused stream", "peer", c.peer, "stream", int64(id), "reason", reason, "err", err)
 	cancel(streamBadInput)
-}
-
-// isControlType reports the node-level types that belong to the control
-// stream, never to live or request streams.
-func isControlType(t messages.Type) bool {
-	return t == messages.TypeHello || t == messages.TypePing || t == messages.TypePong
 }

@@ -40,10 +40,11 @@
 // must upgrade.
 //
 // Frames are DESIGN §7 frames (messages.EncodeFrame layout, zstd above the
-// codec's threshold). Their length is checked against Config.MaxFrame
-// before anything is allocated, and a large body's buffer grows with the
-// bytes that arrive, so announced lengths cannot reserve memory that QUIC
-// flow control never let the peer send.
+// codec's threshold), read with messages.FrameReader: their length is
+// checked against Config.MaxFrame before anything is allocated, and a
+// large body's buffer grows with the bytes that arrive, so announced
+// lengths cannot reserve memory that QUIC flow control never let the peer
+// send.
 //
 // # Guarantees
 //

@@ -1,15 +1,10 @@
 package net
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
 
 	"github.com/quic-go/quic-go"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lsync/lsync/messages"
 )
@@ -56,104 +51,6 @@ const (
 	connPairingBusy    quic.ApplicationErrorCode = 0x31 // too many pairing exchanges at once
 )
 
-const frameHeaderLen = 4
-
-// readFrame reads one frame from r, checking its announced length against
-// maxFrame before allocating the body. version is the schema version this
-// side speaks (the override of Config.SchemaVersion): a frame of another
-// version is a *messages.VersionError. size is the frame's length on the
-// wire. Stream and connection errors are returned unchanged, so callers can
-// tell a failed transport from bad input; a stream that ends mid-frame is
-// messages.ErrTruncated (bad input); a clean end before a frame is io.EOF.
-func readFrame(r io.Reader, maxFrame int, version uint16) (env messages.Envelope, size int, err error) {
-	var hdr [frameHeaderLen]byte
-	if n, err := io.ReadFull(r, hdr[:]); err != nil {
-		switch {
-		case err == io.EOF:
-			return env, 0, io.EOF
-		case err == io.ErrUnexpectedEOF:
-			return env, n, fmt.Errorf("%w: header cut after %d bytes", messages.ErrTruncated, n)
-		}
-		return env, n, err
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if uint64(n) > uint64(maxFrame) {
-		return env, frameHeaderLen, fmt.Errorf("%w: peer announced %d bytes (limit %d)", messages.ErrFrameTooLarge, n, maxFrame)
-	}
-	body, err := readBody(r, int(n))
-	if err != nil {
-		if err == io.ErrUnexpectedEOF || err == io.EOF {
-			return env, frameHeaderLen + len(body), fmt.Errorf("%w: body of %d bytes cut after %d", messages.ErrTruncated, n, len(body))
-		}
-		return env, frameHeaderLen + len(body), err
-	}
-	size = frameHeaderLen + int(n)
-	if version != messages.SchemaVersion {
-		if body, err = rewriteVersion(body, version); err != nil {
-			return env, size, err
-		}
-	}
-	env, err = messages.ParseEnvelope(body)
-	return env, size, err
-}
-
-// eagerBody is the largest frame body allocated in one piece up front.
-const eagerBody = 64 << 10
-
-// readBody reads n bytes. Above eagerBody the buffer grows with the bytes
-// that actually arrived, not with the length announced: a peer announcing
-// a 16 MiB frame on each of a thousand streams gets memory for what QUIC's
-// flow-control windows let it send, not 16 GiB.
-func readBody(r io.Reader, n int) ([]byte, error) {
-	if n <= eagerBody {
-		body := make([]byte, n)
-		got, err := io.ReadFull(r, body)
-		return body[:got], err
-	}
-	body := make([]byte, 0, eagerBody)
-	for len(body) < n {
-		if len(body) == cap(body) {
-			body = slices.Grow(body, min(cap(body), n-len(body)))
-		}
-		k, err := r.Read(body[len(body):min(cap(body), n)])
-		body = body[:len(body)+k]
-		if err == io.EOF && len(body) < n {
-			return body, io.ErrUnexpectedEOF
-		}
-		if err != nil && len(body) < n {
-			return body, err
-		}
-	}
-	return body, nil
-}
-
-// rewriteVersion serves the SchemaVersion override (tests and the e2e
-// harness simulate a peer on another version): it checks the frame's
-// version against the overridden one and, when they agree, rewrites it to
-// the compiled-in version messages.ParseEnvelope expects.
-func rewriteVersion(body []byte, version uint16) ([]byte, error) {
-	rd := bytes.NewReader(body)
-	dec := msgpack.NewDecoder(rd)
-	if _, err := dec.DecodeArrayLen(); err != nil {
-		return nil, fmt.Errorf("%w: envelope: %v", messages.ErrMalformed, err)
-	}
-	arrayHdr := body[:len(body)-rd.Len()]
-	v, err := dec.DecodeUint64()
-	if err != nil {
-		return nil, fmt.Errorf("%w: envelope schema version: %v", messages.ErrMalformed, err)
-	}
-	if v != uint64(version) {
-		return nil, &messages.VersionError{Local: version, Remote: uint16(min(v, 0xffff))}
-	}
-	rest := body[len(body)-rd.Len():]
-	var buf bytes.Buffer
-	buf.Write(arrayHdr)
-	enc := msgpack.NewEncoder(&buf)
-	_ = enc.EncodeUint(uint64(messages.SchemaVersion))
-	buf.Write(rest)
-	return buf.Bytes(), nil
-}
-
 // outFrame is an encoded frame waiting to be written.
 type outFrame struct {
 	b   []byte        // length prefix included
@@ -169,17 +66,17 @@ func encodeFrame(lib messages.LibraryID, m messages.Message, version uint16, max
 		return outFrame{}, err
 	}
 	env.SchemaVersion = version
-	b, err := messages.AppendFrame(make([]byte, 0, frameHeaderLen+len(env.Payload)+64), env)
+	b, err := messages.AppendFrame(make([]byte, 0, messages.FrameHeaderLen+len(env.Payload)+64), env)
 	if err != nil {
 		return outFrame{}, err
 	}
-	if len(b)-frameHeaderLen > maxFrame {
-		return outFrame{}, fmt.Errorf("%w: %s of %d bytes (limit %d)", messages.ErrFrameTooLarge, env.Type, len(b)-frameHeaderLen, maxFrame)
+	if len(b)-messages.FrameHeaderLen > maxFrame {
+		return outFrame{}, fmt.Errorf("%w: %s of %d bytes (limit %d)", messages.ErrFrameTooLarge, env.Type, len(b)-messages.FrameHeaderLen, maxFrame)
 	}
 	return outFrame{b: b, t: env.Type, raw: env.PayloadSize()}, nil
 }
 
-// isBadInput reports whether err from readFrame or Decode is the peer's
+// isBadInput reports whether err from reading a frame or decoding it is the peer's
 // fault (bad bytes), as opposed to a stream or connection that ended.
 func isBadInput(err error) bool {
 	return errors.Is(err, messages.ErrFrameTooLarge) || errors.Is(err, messages.ErrSchemaVersion) ||

@@ -3,13 +3,13 @@ package net
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"go.uber.org/goleak"
 
+	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 )
 
@@ -20,85 +20,11 @@ var (
 	libY = messages.LibraryID{2: 2}
 )
 
-// recorder is an Observer that remembers what it saw.
-type recorder struct {
-	mu       sync.Mutex
-	in, out  map[messages.Type]int
-	bytesIn  map[messages.Type]int
-	payload  [2]int // uncompressed bytes in, out (PayloadObserver)
-	rejected map[messages.Reason]int
-	rtt      []time.Duration
-}
-
-func newRecorder() *recorder {
-	return &recorder{in: map[messages.Type]int{}, out: map[messages.Type]int{}, bytesIn: map[messages.Type]int{}, rejected: map[messages.Reason]int{}}
-}
-
-func (r *recorder) MessageIn(_ messages.DeviceID, t messages.Type, n int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.in[t]++
-	r.bytesIn[t] += n
-}
-
-func (r *recorder) MessageOut(_ messages.DeviceID, t messages.Type, n int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.out[t]++
-}
-
-func (r *recorder) PayloadIn(_ messages.DeviceID, n int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.payload[0] += n
-}
-
-func (r *recorder) PayloadOut(_ messages.DeviceID, n int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.payload[1] += n
-}
-
-func (r *recorder) Rejected(reason messages.Reason) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.rejected[reason]++
-}
-
-func (r *recorder) RTT(_ messages.DeviceID, d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.rtt = append(r.rtt, d)
-}
-
-func (r *recorder) rejects(reason messages.Reason) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.rejected[reason]
-}
-
-// waitRejected waits until reason was counted at least n times.
-func (r *recorder) waitRejected(t *testing.T, reason messages.Reason, n int) {
-	t.Helper()
-	eventually(t, 5*time.Second, func() bool { return r.rejects(reason) >= n }, "rejected[%q] >= %d", reason, n)
-}
-
-func eventually(t *testing.T, d time.Duration, ok func() bool, what string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for "+what, args...)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // node is one device under test: an identity in a temporary home, its peer
 // store and a transport on 127.0.0.1.
 type node struct {
 	t   *QUICTransport
-	obs *recorder
+	obs *testutil.Recorder
 	id  *Identity
 }
 
@@ -113,7 +39,7 @@ func newNode(t testing.TB, name string, mods ...func(*Config)) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs := newRecorder()
+	obs := testutil.NewRecorder()
 	cfg := Config{
 		Identity: id, Peers: peers, Listen: "127.0.0.1:0", Observer: obs,
 		Logger:           slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name),

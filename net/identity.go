@@ -35,7 +35,7 @@ const (
 // certificate cannot claim another device's id. The name lives outside the
 // certificate: renaming a device keeps its fingerprint, and so its pins.
 type Identity struct {
-	// DeviceID is DeviceIDFromKey of the certificate's public key.
+	// DeviceID is deviceIDFromKey of the certificate's public key.
 	DeviceID messages.DeviceID
 	// Certificate is the TLS certificate (with its private key) the
 	// transport presents on both sides of every handshake.
@@ -48,10 +48,10 @@ type Identity struct {
 	name string // guarded by mu
 }
 
-// DeviceIDFromKey derives a device id from an Ed25519 public key: the first
+// deviceIDFromKey derives a device id from an Ed25519 public key: the first
 // 16 bytes of SHA-256(key) with the UUID version 8 and RFC 4122 variant bits
 // set.
-func DeviceIDFromKey(pub ed25519.PublicKey) messages.DeviceID {
+func deviceIDFromKey(pub ed25519.PublicKey) messages.DeviceID {
 	sum := sha256.Sum256(pub)
 	var id messages.DeviceID
 	copy(id[:], sum[:16])
@@ -60,9 +60,9 @@ func DeviceIDFromKey(pub ed25519.PublicKey) messages.DeviceID {
 	return id
 }
 
-// DeviceIDFromCert derives the device id from a DER certificate. Only
+// deviceIDFromCert derives the device id from a DER certificate. Only
 // Ed25519 certificates are lsync device certificates.
-func DeviceIDFromCert(der []byte) (messages.DeviceID, error) {
+func deviceIDFromCert(der []byte) (messages.DeviceID, error) {
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		return messages.DeviceID{}, fmt.Errorf("parse certificate: %w", err)
@@ -71,11 +71,11 @@ func DeviceIDFromCert(der []byte) (messages.DeviceID, error) {
 	if !ok {
 		return messages.DeviceID{}, fmt.Errorf("certificate key is %T, want Ed25519", cert.PublicKey)
 	}
-	return DeviceIDFromKey(pub), nil
+	return deviceIDFromKey(pub), nil
 }
 
-// FingerprintOf is the SHA-256 of a DER certificate: what peers pin.
-func FingerprintOf(der []byte) [32]byte { return sha256.Sum256(der) }
+// fingerprintOf is the SHA-256 of a DER certificate: what peers pin.
+func fingerprintOf(der []byte) [32]byte { return sha256.Sum256(der) }
 
 // LoadOrCreateIdentity loads the identity kept in home, or creates one (a
 // fresh Ed25519 key and a self-signed certificate) on first start. A
@@ -104,10 +104,10 @@ func LoadOrCreateIdentity(home, name string) (*Identity, error) {
 		return nil, fmt.Errorf("identity: %w", err)
 	}
 	id := &Identity{
-		DeviceID:    DeviceIDFromKey(key.Public().(ed25519.PublicKey)),
+		DeviceID:    deviceIDFromKey(key.Public().(ed25519.PublicKey)),
 		Certificate: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key},
 		home:        home,
-		fingerprint: FingerprintOf(der),
+		fingerprint: fingerprintOf(der),
 	}
 	// Load the name; a new identity is named after the host.
 	stored, err := loadName(filepath.Join(home, nameFile))
@@ -235,7 +235,7 @@ func createCert(path string, key ed25519.PrivateKey) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serial: %w", err)
 	}
-	id := DeviceIDFromKey(key.Public().(ed25519.PublicKey))
+	id := deviceIDFromKey(key.Public().(ed25519.PublicKey))
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,

@@ -15,6 +15,7 @@ import (
 )
 
 func TestIdentityPersistsAndDerivesID(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	id, err := LoadOrCreateIdentity(home, "laptop")
 	if err != nil {
@@ -22,7 +23,7 @@ func TestIdentityPersistsAndDerivesID(t *testing.T) {
 	}
 	// The id is derived from the key, as a version-8 RFC 4122 uuid.
 	pub := id.Certificate.PrivateKey.(ed25519.PrivateKey).Public().(ed25519.PublicKey)
-	if id.DeviceID != DeviceIDFromKey(pub) {
+	if id.DeviceID != deviceIDFromKey(pub) {
 		t.Fatal("device id is not derived from the key")
 	}
 	u := uuid.UUID(id.DeviceID)
@@ -30,10 +31,10 @@ func TestIdentityPersistsAndDerivesID(t *testing.T) {
 		t.Fatalf("uuid version %d variant %v", u.Version(), u.Variant())
 	}
 	der := id.Certificate.Certificate[0]
-	if got, _ := DeviceIDFromCert(der); got != id.DeviceID {
+	if got, _ := deviceIDFromCert(der); got != id.DeviceID {
 		t.Fatal("certificate does not derive to the device id")
 	}
-	if id.Fingerprint() != FingerprintOf(der) {
+	if id.Fingerprint() != fingerprintOf(der) {
 		t.Fatal("fingerprint")
 	}
 	cert, _ := x509.ParseCertificate(der)
@@ -85,6 +86,7 @@ func TestIdentityPersistsAndDerivesID(t *testing.T) {
 }
 
 func TestPeerStorePersists(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	s, err := OpenPeerStore(home)
 	if err != nil {

@@ -336,7 +336,7 @@ func (t *QUICTransport) pairContext(qc *quic.Conn, joiner bool) (cpaceContext, e
 		return cpaceContext{}, fmt.Errorf("session id: %w", err)
 	}
 	raw := st.PeerCertificates[0].Raw
-	id, err := DeviceIDFromCert(raw)
+	id, err := deviceIDFromCert(raw)
 	if err != nil {
 		return cpaceContext{}, err
 	}
@@ -344,7 +344,7 @@ func (t *QUICTransport) pairContext(qc *quic.Conn, joiner bool) (cpaceContext, e
 		return cpaceContext{}, errors.New("cannot pair a device with itself")
 	}
 	me := cpaceParty{FP: t.id.Fingerprint(), ID: t.id.DeviceID}
-	them := cpaceParty{FP: FingerprintOf(raw), ID: id}
+	them := cpaceParty{FP: fingerprintOf(raw), ID: id}
 	if joiner {
 		return cpaceContext{SID: sid, Joiner: me, Creator: them}, nil
 	}

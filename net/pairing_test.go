@@ -61,6 +61,7 @@ func assertUnpinned(t *testing.T, a, b *node) {
 }
 
 func TestPairingSuccess(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var pairedA, pairedB []PeerInfo
 	a := newNode(t, "alpha", func(c *Config) {
@@ -137,6 +138,7 @@ func TestPairingSuccess(t *testing.T) {
 }
 
 func TestPairingWrongCode(t *testing.T) {
+	t.Parallel()
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -148,8 +150,8 @@ func TestPairingWrongCode(t *testing.T) {
 	if !errors.Is(err, ErrPairingFailed) || !strings.Contains(err.Error(), "pairing failed: wrong code or the code was already used") {
 		t.Fatalf("wrong code: %v", err)
 	}
-	a.obs.waitRejected(t, messages.ReasonPairingFailed, 1)
-	if b.obs.rejects(messages.ReasonPairingFailed) != 1 {
+	a.obs.WaitRejects(t, messages.ReasonPairingFailed, 1)
+	if b.obs.Rejects(messages.ReasonPairingFailed) != 1 {
 		t.Fatal("joiner did not count the failure")
 	}
 	if n := attemptsLeft(a, code); n != 2 {
@@ -170,6 +172,7 @@ func TestPairingWrongCode(t *testing.T) {
 }
 
 func TestPairingUnknownCode(t *testing.T) {
+	t.Parallel()
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -181,6 +184,7 @@ func TestPairingUnknownCode(t *testing.T) {
 }
 
 func TestPairingAttemptsExhausted(t *testing.T) {
+	t.Parallel()
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -209,6 +213,7 @@ func TestPairingAttemptsExhausted(t *testing.T) {
 }
 
 func TestPairingExpired(t *testing.T) {
+	t.Parallel()
 	clock := &fakeClock{now: time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)}
 	a := newNode(t, "alpha", func(c *Config) { c.Now = clock.Now })
 	b := newNode(t, "beta")
@@ -229,7 +234,7 @@ func TestPairingExpired(t *testing.T) {
 	if r := <-results; !errors.Is(r.Err, ErrPairingExpired) {
 		t.Fatalf("result %+v", r)
 	}
-	a.obs.waitRejected(t, messages.ReasonPairingFailed, 1)
+	a.obs.WaitRejects(t, messages.ReasonPairingFailed, 1)
 	assertUnpinned(t, a, b)
 	// A wrong code against an expired one is still just wrong.
 	if _, err := b.t.JoinPairing(ctx, wrongCode(code), a.t.Addr()); !errors.Is(err, ErrPairingFailed) {
@@ -289,6 +294,7 @@ func startRelay(t *testing.T, target string) string {
 }
 
 func TestPairingMITMRelayFails(t *testing.T) {
+	t.Parallel()
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -302,7 +308,7 @@ func TestPairingMITMRelayFails(t *testing.T) {
 	if !errors.Is(err, ErrPairingFailed) {
 		t.Fatalf("through the relay: %v", err)
 	}
-	a.obs.waitRejected(t, messages.ReasonPairingFailed, 1)
+	a.obs.WaitRejects(t, messages.ReasonPairingFailed, 1)
 	if n := attemptsLeft(a, code); n != 2 {
 		t.Fatalf("%d attempts left, want 2", n)
 	}
@@ -314,6 +320,7 @@ func TestPairingMITMRelayFails(t *testing.T) {
 }
 
 func TestCPaceAgreesOnlyOnTheSameInputs(t *testing.T) {
+	t.Parallel()
 	j := cpaceParty{FP: [32]byte{1}, ID: messages.DeviceID{1}}
 	c := cpaceParty{FP: [32]byte{2}, ID: messages.DeviceID{2}}
 	x := cpaceContext{SID: []byte("session"), Joiner: j, Creator: c}

@@ -82,7 +82,8 @@ type QUICTransport struct {
 	keepAlive time.Duration
 	hsTimeout time.Duration
 	version   uint16
-	bucket    *tokenBucket // nil: unlimited
+	frames    messages.FrameReader // MaxFrame and version as configured
+	bucket    *tokenBucket         // nil: unlimited
 	onPaired  func(PeerInfo)
 	now       func() time.Time
 
@@ -153,6 +154,7 @@ func Listen(cfg Config) (*QUICTransport, error) {
 	if t.version == 0 {
 		t.version = messages.SchemaVersion
 	}
+	t.frames = messages.FrameReader{MaxFrame: t.maxFrame, Version: t.version}
 	if cfg.BandwidthLimit > 0 {
 		t.bucket = newTokenBucket(cfg.BandwidthLimit)
 	}
@@ -442,7 +444,7 @@ func (t *QUICTransport) handshake(ctx context.Context, qc *quic.Conn, dialer boo
 	t.sent(peer, f)
 
 	// Read the peer's Hello.
-	env, n, err := readFrame(s, t.maxFrame, t.version)
+	env, n, err := t.frames.Read(s)
 	var verr *messages.VersionError
 	switch {
 	case errors.As(err, &verr):
@@ -626,7 +628,7 @@ func (t *QUICTransport) checkPinned(raw [][]byte, expect *messages.DeviceID) err
 		t.obs.Rejected(messages.ReasonUnpaired)
 		return fmt.Errorf("%w: no certificate", ErrNotPaired)
 	}
-	id, err := DeviceIDFromCert(raw[0])
+	id, err := deviceIDFromCert(raw[0])
 	if err != nil {
 		t.obs.Rejected(messages.ReasonUnpaired)
 		return fmt.Errorf("%w: %v", ErrNotPaired, err)
@@ -641,7 +643,7 @@ func (t *QUICTransport) checkPinned(raw [][]byte, expect *messages.DeviceID) err
 		t.log.Warn("refused unpaired device", "peer", id)
 		return fmt.Errorf("%w: %s", ErrNotPaired, id)
 	}
-	if p.Fingerprint != FingerprintOf(raw[0]) {
+	if p.Fingerprint != fingerprintOf(raw[0]) {
 		t.obs.Rejected(messages.ReasonUnpaired)
 		t.log.Warn("refused device with an unpinned certificate", "peer", id)
 		return fmt.Errorf("%w: %s presented a certificate other than the pinned one", ErrNotPaired, id)
@@ -662,7 +664,7 @@ func verifyDeviceCert(raw [][]byte, _ [][]*x509.Certificate) error {
 	if len(raw) == 0 {
 		return errors.New("no certificate")
 	}
-	_, err := DeviceIDFromCert(raw[0])
+	_, err := deviceIDFromCert(raw[0])
 	return err
 }
 
@@ -672,5 +674,5 @@ func peerID(qc *quic.Conn) (messages.DeviceID, error) {
 	if len(certs) == 0 {
 		return messages.DeviceID{}, errors.New("no peer certificate")
 	}
-	return DeviceIDFromCert(certs[0].Raw)
+	return deviceIDFromCert(certs[0].Raw)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lsync/lsync/messages"
@@ -288,60 +289,64 @@ func TestSteppedModeIsDeterministic(t *testing.T) {
 }
 
 func TestSteppedModeDeliversOnlyWhenStepped(t *testing.T) {
-	n := NewSteppedNetwork(1)
-	_, _, ca, cb := pairOf(t, n)
-	ctx := ctxFor(t, 5*time.Second)
-	for i := range uint64(3) {
-		if err := ca.Send(ctx, libX, ping(i)); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		n := NewSteppedNetwork(1)
+		_, _, ca, cb := pairOf(t, n)
+		ctx := ctxFor(t, 5*time.Second)
+		for i := range uint64(3) {
+			if err := ca.Send(ctx, libX, ping(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+		defer cancel()
+		if _, err := cb.Recv(short); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("recv before step: %v", err)
+		}
+		if !n.Step() {
+			t.Fatal("nothing to step")
+		}
+		if got := recvNonces(t, cb, 1); got[0] != 0 {
+			t.Fatalf("first step delivered %v", got)
+		}
+		if k := n.Flush(); k != 2 {
+			t.Fatalf("flushed %d", k)
+		}
+		if got := recvNonces(t, cb, 2); got[0] != 1 || got[1] != 2 {
+			t.Fatalf("flush delivered %v", got)
+		}
+		if n.Step() {
+			t.Fatal("stepped an empty network")
+		}
+
+		// A request needs two steps: there and back.
+		resp := make(chan error, 1)
+		go func() {
+			_, err := ca.Request(ctx, libX, &messages.LibraryListRequest{})
+			resp <- err
+		}()
+		synctest.Wait() // the request is queued; Request waits for its response
+		if !n.Step() {
+			t.Fatal("no request to step")
+		}
+		in, err := cb.Recv(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
-	defer cancel()
-	if _, err := cb.Recv(short); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("recv before step: %v", err)
-	}
-	if !n.Step() {
-		t.Fatal("nothing to step")
-	}
-	if got := recvNonces(t, cb, 1); got[0] != 0 {
-		t.Fatalf("first step delivered %v", got)
-	}
-	if k := n.Flush(); k != 2 {
-		t.Fatalf("flushed %d", k)
-	}
-	if got := recvNonces(t, cb, 2); got[0] != 1 || got[1] != 2 {
-		t.Fatalf("flush delivered %v", got)
-	}
-	if n.Step() {
-		t.Fatal("stepped an empty network")
-	}
-
-	// A request needs two steps: there and back.
-	resp := make(chan error, 1)
-	go func() {
-		_, err := ca.Request(ctx, libX, &messages.LibraryListRequest{})
-		resp <- err
-	}()
-	for !n.Step() {
-		time.Sleep(time.Millisecond)
-	}
-	in, err := cb.Recv(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Reply(&messages.LibraryListResponse{}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-resp:
-		t.Fatalf("response before step: %v", err)
-	default:
-	}
-	if !n.Step() {
-		t.Fatal("no response to step")
-	}
-	if err := <-resp; err != nil {
-		t.Fatal(err)
-	}
+		if err := in.Reply(&messages.LibraryListResponse{}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		select {
+		case err := <-resp:
+			t.Fatalf("response before step: %v", err)
+		default:
+		}
+		if !n.Step() {
+			t.Fatal("no response to step")
+		}
+		if err := <-resp; err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -2,12 +2,12 @@ package memnet
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
 )
@@ -28,62 +28,6 @@ func dev(b byte) messages.DeviceID {
 		d[i] = b
 	}
 	return d
-}
-
-// recorder is an Observer that remembers what it saw.
-type recorder struct {
-	mu       sync.Mutex
-	in, out  map[messages.Type]int
-	bytesIn  int
-	bytesOut int
-	rejected map[messages.Reason]int
-	rtt      []time.Duration
-}
-
-func newRecorder() *recorder {
-	return &recorder{in: map[messages.Type]int{}, out: map[messages.Type]int{}, rejected: map[messages.Reason]int{}}
-}
-
-func (r *recorder) MessageIn(_ messages.DeviceID, t messages.Type, n int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.in[t]++
-	r.bytesIn += n
-}
-
-func (r *recorder) MessageOut(_ messages.DeviceID, t messages.Type, n int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.out[t]++
-	r.bytesOut += n
-}
-
-func (r *recorder) Rejected(reason messages.Reason) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.rejected[reason]++
-}
-
-func (r *recorder) RTT(_ messages.DeviceID, d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.rtt = append(r.rtt, d)
-}
-
-func (r *recorder) snapshot() (in, out map[messages.Type]int, rejected map[messages.Reason]int, rtt []time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	in, out, rejected = map[messages.Type]int{}, map[messages.Type]int{}, map[messages.Reason]int{}
-	for k, v := range r.in {
-		in[k] = v
-	}
-	for k, v := range r.out {
-		out[k] = v
-	}
-	for k, v := range r.rejected {
-		rejected[k] = v
-	}
-	return in, out, rejected, append([]time.Duration(nil), r.rtt...)
 }
 
 func listen(t *testing.T, n *Network, d messages.DeviceID, name string, obs net.Observer) *Transport {
@@ -144,3 +88,14 @@ func recvNonces(t *testing.T, c net.Conn, k int) []uint64 {
 	}
 	return got
 }
+
+// sum adds up a per-type count of a testutil.RecorderSnapshot.
+func sum(m map[messages.Type]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+var _ net.Observer = (*testutil.Recorder)(nil)

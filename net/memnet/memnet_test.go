@@ -5,10 +5,12 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
 )
@@ -16,7 +18,7 @@ import (
 func TestOrderedDeliveryWithoutFaults(t *testing.T) {
 	n := NewNetwork(1)
 	n.Pair(devA, devB)
-	obsA, obsB := newRecorder(), newRecorder()
+	obsA, obsB := testutil.NewRecorder(), testutil.NewRecorder()
 	ta := listen(t, n, devA, "alpha", obsA)
 	tb := listen(t, n, devB, "beta", obsB)
 	ca, cb := connect(t, ta, tb)
@@ -68,13 +70,12 @@ func TestOrderedDeliveryWithoutFaults(t *testing.T) {
 	if s := n.LinkStats(devA, devB); s.Sent != total || s.Delivered != total || s.Dropped+s.Duplicated+s.Reordered != 0 {
 		t.Fatalf("stats %+v", s)
 	}
-	_, outA, _, _ := obsA.snapshot()
-	inB, _, _, _ := obsB.snapshot()
-	if outA[messages.TypePing] != total || inB[messages.TypePing] != total || inB[messages.TypeHello] != 1 {
-		t.Fatalf("observers: out %v in %v", outA, inB)
+	seenA, seenB := obsA.Snapshot(), obsB.Snapshot()
+	if seenA.Out[messages.TypePing] != total || seenB.In[messages.TypePing] != total || seenB.In[messages.TypeHello] != 1 {
+		t.Fatalf("observers: out %v in %v", seenA.Out, seenB.In)
 	}
-	if obsB.bytesIn-bytes <= 0 || obsA.bytesOut != obsB.bytesIn {
-		t.Fatalf("observer bytes: out %d, in %d, pings %d", obsA.bytesOut, obsB.bytesIn, bytes)
+	if out, in := sum(seenA.BytesOut), sum(seenB.BytesIn); in-bytes <= 0 || out != in {
+		t.Fatalf("observer bytes: out %d, in %d, pings %d", out, in, bytes)
 	}
 }
 
@@ -166,7 +167,7 @@ func TestErrorResponseIsTheError(t *testing.T) {
 func TestBadInputFailsLoudly(t *testing.T) {
 	n := NewNetwork(1)
 	n.Pair(devA, devB)
-	obsB := newRecorder()
+	obsB := testutil.NewRecorder()
 	ta := listen(t, n, devA, "alpha", nil)
 	tb := listen(t, n, devB, "beta", obsB)
 	ca, cb := connect(t, ta, tb)
@@ -213,14 +214,14 @@ func TestBadInputFailsLoudly(t *testing.T) {
 	if s := n.LinkStats(devA, devB); s.Rejected != 2 {
 		t.Fatalf("rejected %d, want 2", s.Rejected)
 	}
-	if _, _, rej, _ := obsB.snapshot(); rej["malformed"] != 2 {
+	if rej := obsB.Snapshot().Rejected; rej[messages.ReasonMalformed] != 2 {
 		t.Fatalf("observer rejected %v", rej)
 	}
 }
 
 func TestDialRefused(t *testing.T) {
 	n := NewNetwork(1)
-	obsA := newRecorder()
+	obsA := testutil.NewRecorder()
 	ta := listen(t, n, devA, "alpha", obsA)
 	tb := listen(t, n, devB, "beta", nil)
 	tc := listen(t, n, devC, "gamma", nil)
@@ -236,7 +237,7 @@ func TestDialRefused(t *testing.T) {
 	if _, err := ta.Dial(ctx, devB, "mem:nowhere"); !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("dial of no listener: %v", err)
 	}
-	if _, _, rej, _ := obsA.snapshot(); rej["unpaired"] != 1 || rej["wrong_peer"] != 1 {
+	if rej := obsA.Snapshot().Rejected; rej[messages.ReasonUnpaired] != 1 || rej[messages.ReasonWrongPeer] != 1 {
 		t.Fatalf("observer rejected %v", rej)
 	}
 	if _, err := n.Listen(devB, "again", nil); err == nil {
@@ -317,59 +318,66 @@ func TestPartitionClosesAndBlocksUntilHeal(t *testing.T) {
 	connect(t, tc, ta)
 }
 
+// The calls blocked on a connection and a transport end when the
+// transport closes. In a synctest bubble: synctest.Wait says when every
+// call is blocked, and the bubble would report a goroutine left behind.
 func TestCloseEndsEverythingAndLeavesNoGoroutine(t *testing.T) {
-	n := NewNetwork(1)
-	n.SetQueueSize(1)
-	if err := n.SetFaults(Faults{DelayMin: time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	_, tb, ca, cb := pairOf(t, n)
-	tc := listen(t, n, devC, "gamma", nil)
-	n.Pair(devC, devB)
-	pending, err := tc.Dial(context.Background(), devB, tb.Addr()) // never accepted
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// One frame in flight fills the queue of one; everything else blocks.
-	ctx := context.Background()
-	if err := ca.Send(ctx, libX, ping(1)); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	run := func(f func() error) {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs <- f() }()
-	}
-	run(func() error { return ca.Send(ctx, libX, ping(2)) })
-	run(func() error { _, err := ca.Request(ctx, libX, &messages.LibraryListRequest{}); return err })
-	run(func() error { _, err := ca.Recv(ctx); return err })
-	run(func() error { _, err := cb.Recv(ctx); return err })
-	run(func() error { _, err := tc.Accept(ctx); return err })
-	time.Sleep(20 * time.Millisecond) // let them block; nothing can complete
-
-	tb.Close()
-	if pending.Err() == nil {
-		t.Fatal("unaccepted connection survived Close")
-	}
-	tc.Close()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("blocked call ended with %v", err)
+	synctest.Test(t, func(t *testing.T) {
+		n := NewNetwork(1)
+		n.SetQueueSize(1)
+		if err := n.SetFaults(Faults{DelayMin: time.Second}); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if err := cb.Err(); !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("local Err = %v", err)
-	}
-	if err := ca.Err(); !errors.Is(err, net.ErrClosed) || err == net.ErrClosed {
-		t.Fatalf("peer Err = %v, want closed by the peer", err)
-	}
-	if _, err := tb.Accept(ctx); !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("accept after close: %v", err)
-	}
+		_, tb, ca, cb := pairOf(t, n)
+		tc := listen(t, n, devC, "gamma", nil)
+		n.Pair(devC, devB)
+		pending, err := tc.Dial(context.Background(), devB, tb.Addr()) // never accepted
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		// One frame in flight fills the queue of one; everything else blocks.
+		ctx := context.Background()
+		if err := ca.Send(ctx, libX, ping(1)); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		run := func(f func() error) {
+			wg.Go(func() { errs <- f() })
+		}
+		run(func() error { return ca.Send(ctx, libX, ping(2)) })
+		run(func() error { _, err := ca.Request(ctx, libX, &messages.LibraryListRequest{}); return err })
+		run(func() error { _, err := ca.Recv(ctx); return err })
+		run(func() error { _, err := cb.Recv(ctx); return err })
+		run(func() error { _, err := tc.Accept(ctx); return err })
+		synctest.Wait() // all five are blocked; the delayed frame is not due
+		if len(errs) != 0 {
+			t.Fatalf("a call returned before Close: %v", <-errs)
+		}
+
+		tb.Close()
+		if pending.Err() == nil {
+			t.Fatal("unaccepted connection survived Close")
+		}
+		tc.Close()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("blocked call ended with %v", err)
+			}
+		}
+		if err := cb.Err(); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("local Err = %v", err)
+		}
+		if err := ca.Err(); !errors.Is(err, net.ErrClosed) || err == net.ErrClosed {
+			t.Fatalf("peer Err = %v, want closed by the peer", err)
+		}
+		if _, err := tb.Accept(ctx); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("accept after close: %v", err)
+		}
+	})
 	goleak.VerifyNone(t)
 }
 
@@ -406,48 +414,52 @@ func TestConnCloseAndAcceptSkipsClosed(t *testing.T) {
 }
 
 func TestBackPressure(t *testing.T) {
-	_, _, ca, cb := pairOf(t, NewNetwork(1))
-	ctx := ctxFor(t, 10*time.Second)
-	for i := range uint64(DefaultQueueSize) {
-		if err := ca.Send(ctx, libX, ping(i)); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		_, _, ca, cb := pairOf(t, NewNetwork(1))
+		ctx := ctxFor(t, 10*time.Second)
+		for i := range uint64(DefaultQueueSize) {
+			if err := ca.Send(ctx, libX, ping(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		// Full: Send waits until its ctx ends.
+		short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+		defer cancel()
+		if err := ca.Send(short, libX, ping(9999)); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("send on a full queue: %v", err)
+		}
+		cctx, cancel2 := context.WithCancel(ctx)
+		blocked := make(chan error, 1)
+		go func() { blocked <- ca.Send(cctx, libX, ping(9999)) }()
+		synctest.Wait()
+		select {
+		case err := <-blocked:
+			t.Fatalf("send on a full queue returned %v", err)
+		default:
+		}
+		cancel2()
+		if err := <-blocked; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled send: %v", err)
+		}
+
+		// One received frees one slot for a waiting sender.
+		go func() { blocked <- ca.Send(ctx, libX, ping(DefaultQueueSize)) }()
+		synctest.Wait()
+		select {
+		case err := <-blocked:
+			t.Fatalf("send on a full queue returned %v", err)
+		default:
+		}
+		recvNonces(t, cb, 1)
+		if err := <-blocked; err != nil {
 			t.Fatal(err)
 		}
-	}
-
-	// Full: Send waits until its ctx ends.
-	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
-	defer cancel()
-	if err := ca.Send(short, libX, ping(9999)); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("send on a full queue: %v", err)
-	}
-	cctx, cancel2 := context.WithCancel(ctx)
-	blocked := make(chan error, 1)
-	go func() { blocked <- ca.Send(cctx, libX, ping(9999)) }()
-	select {
-	case err := <-blocked:
-		t.Fatalf("send on a full queue returned %v", err)
-	case <-time.After(20 * time.Millisecond):
-	}
-	cancel2()
-	if err := <-blocked; !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled send: %v", err)
-	}
-
-	// One received frees one slot for a waiting sender.
-	go func() { blocked <- ca.Send(ctx, libX, ping(DefaultQueueSize)) }()
-	select {
-	case err := <-blocked:
-		t.Fatalf("send on a full queue returned %v", err)
-	case <-time.After(20 * time.Millisecond):
-	}
-	recvNonces(t, cb, 1)
-	if err := <-blocked; err != nil {
-		t.Fatal(err)
-	}
-	got := recvNonces(t, cb, DefaultQueueSize)
-	if got[len(got)-1] != DefaultQueueSize {
-		t.Fatalf("last nonce %d", got[len(got)-1])
-	}
+		got := recvNonces(t, cb, DefaultQueueSize)
+		if got[len(got)-1] != DefaultQueueSize {
+			t.Fatalf("last nonce %d", got[len(got)-1])
+		}
+	})
 }
 
 func TestDroppedMessagesFreeTheQueue(t *testing.T) {
@@ -470,7 +482,7 @@ func TestDroppedMessagesFreeTheQueue(t *testing.T) {
 func TestRTTAndObserver(t *testing.T) {
 	n := NewNetwork(1)
 	n.Pair(devA, devB)
-	obsA, obsB := newRecorder(), newRecorder()
+	obsA, obsB := testutil.NewRecorder(), testutil.NewRecorder()
 	ta := listen(t, n, devA, "alpha", obsA)
 	tb := listen(t, n, devB, "beta", obsB)
 	ca, _ := connect(t, ta, tb)
@@ -482,8 +494,7 @@ func TestRTTAndObserver(t *testing.T) {
 	if ca.RTT() != 7*time.Millisecond || cb.RTT() != 7*time.Millisecond {
 		t.Fatalf("RTT %v %v", ca.RTT(), cb.RTT())
 	}
-	_, _, _, rttA := obsA.snapshot()
-	_, _, _, rttB := obsB.snapshot()
+	rttA, rttB := obsA.Snapshot().RTT, obsB.Snapshot().RTT
 	want := []time.Duration{DefaultRTT, 7 * time.Millisecond}
 	for _, got := range [][]time.Duration{rttA, rttB} {
 		if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {

@@ -1,0 +1,124 @@
+package messages
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// lsync's one zstd codec: frame payloads above compressThreshold (Encode,
+// Envelope.Decode) and snapshot chunks (CompressChunk, DecompressChunk).
+// Both kinds share the decoder and its limits; each has its own encoder,
+// because they want different levels: a frame is compressed once per send
+// and is small, a snapshot chunk is megabytes of database pages served
+// while the source keeps working, where SpeedFastest compresses about
+// three times faster for a few percent larger output.
+//
+// Hazard: zstd output grows by a factor of up to thousands over its input,
+// so every decompression has an output cap, checked against the size the
+// zstd header declares before anything is allocated and enforced by the
+// decoder while it runs (a header may lie, or declare nothing).
+
+// MaxDecompressed is the most any decompression in lsync yields: a frame's
+// payload (4 × DefaultMaxFrame, so a compressed frame under the frame
+// limit may carry a larger message) and a snapshot chunk alike.
+const MaxDecompressed = 4 * DefaultMaxFrame
+
+var zstdCodec struct {
+	once    sync.Once
+	frames  *zstd.Encoder // SpeedDefault: frame payloads (pinned by the golden frames)
+	chunks  *zstd.Encoder // SpeedFastest: snapshot chunks
+	dec     *zstd.Decoder // both; refuses output over MaxDecompressed
+	initErr error
+}
+
+// zstdInit builds the codec on first use. Each encoder and the decoder run
+// on one core per call; the decoder takes two calls at once, so a
+// multi-megabyte chunk does not hold up the frames of other peers.
+func zstdInit() error {
+	c := &zstdCodec
+	c.once.Do(func() {
+		if c.frames, c.initErr = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1)); c.initErr != nil {
+			return
+		}
+		if c.chunks, c.initErr = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1)); c.initErr != nil {
+			return
+		}
+		c.dec, c.initErr = zstd.NewReader(nil, zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxMemory(MaxDecompressed))
+	})
+	if c.initErr != nil {
+		return fmt.Errorf("zstd: %w", c.initErr)
+	}
+	return nil
+}
+
+// compressPayload appends the zstd compression of a frame payload to dst.
+func compressPayload(dst, src []byte) ([]byte, error) {
+	if err := zstdInit(); err != nil {
+		return nil, err
+	}
+	return zstdCodec.frames.EncodeAll(src, dst), nil
+}
+
+// CompressChunk appends the zstd compression of src to dst and returns the
+// extended slice, for snapshot chunks (level SpeedFastest). The output is
+// one zstd frame that declares its content size. It panics only if the
+// zstd library cannot be initialised, which no input can cause.
+func CompressChunk(dst, src []byte) []byte {
+	if err := zstdInit(); err != nil {
+		panic(err)
+	}
+	return zstdCodec.chunks.EncodeAll(src, dst)
+}
+
+// DecompressChunk returns the decompression of src (a snapshot chunk, or
+// any zstd data), at most maxSize bytes; maxSize <= 0 or above
+// MaxDecompressed means MaxDecompressed. Data that would decompress to
+// more is refused with an error wrapping ErrFrameTooLarge, before any
+// allocation when its header says so; data that is not zstd is an error
+// wrapping ErrMalformed. The result never aliases src.
+func DecompressChunk(src []byte, maxSize int) ([]byte, error) {
+	out, tooLarge, err := decompress(src, maxSize)
+	switch {
+	case tooLarge:
+		return nil, fmt.Errorf("%w: %v", ErrFrameTooLarge, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return out, nil
+}
+
+// decompress is DecompressChunk with plain errors; tooLarge tells the cap
+// from bad data.
+func decompress(src []byte, maxSize int) (out []byte, tooLarge bool, err error) {
+	if maxSize <= 0 || maxSize > MaxDecompressed {
+		maxSize = MaxDecompressed
+	}
+	if err := zstdInit(); err != nil {
+		return nil, false, err
+	}
+	if n, ok := zstdContentSize(src); ok && n > uint64(maxSize) {
+		return nil, true, fmt.Errorf("zstd data declares %d bytes (limit %d)", n, maxSize)
+	}
+	out, err = zstdCodec.dec.DecodeAll(src, nil)
+	switch {
+	case err == zstd.ErrDecoderSizeExceeded:
+		return nil, true, fmt.Errorf("zstd data decompresses to more than %d bytes", MaxDecompressed)
+	case err != nil:
+		return nil, false, fmt.Errorf("zstd: %v", err)
+	case len(out) > maxSize:
+		return nil, true, fmt.Errorf("zstd data decompresses to more than %d bytes", maxSize)
+	}
+	return out, false, nil
+}
+
+// zstdContentSize is the decompressed size the header of the first zstd
+// frame in b declares, if it declares one.
+func zstdContentSize(b []byte) (uint64, bool) {
+	var h zstd.Header
+	if err := h.Decode(b); err != nil || !h.HasFCS {
+		return 0, false
+	}
+	return h.FrameContentSize, true
+}
