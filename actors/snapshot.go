@@ -9,10 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
-
-	"github.com/klauspost/compress/zstd"
 
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
@@ -115,7 +112,7 @@ func (s *serveActor) snapshotChunk(m *messages.SnapshotRequest) (*messages.Snaps
 		return nil, err
 	}
 	sum := sha256.Sum256(raw)
-	data := compressChunk(raw)
+	data := messages.CompressChunk(make([]byte, 0, len(raw)/2), raw)
 	if s.n.corruptChunk != nil && s.n.corruptChunk(m.Index) && len(data) > 0 {
 		data = bytes.Clone(data)
 		data[len(data)/2] ^= 0xff
@@ -192,25 +189,3 @@ func (p *snapshotProgress) restart() {
 
 // ErrBadChunk means a snapshot chunk failed its checksum too many times.
 var ErrBadChunk = errors.New("snapshot chunk failed its checksum")
-
-// TODO(lead): replace with the messages package's chunk codec once it lands.
-var (
-	zencOnce sync.Once
-	zenc     *zstd.Encoder
-	zdecOnce sync.Once
-	zdec     *zstd.Decoder
-)
-
-func compressChunk(raw []byte) []byte {
-	zencOnce.Do(func() {
-		zenc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
-	})
-	return zenc.EncodeAll(raw, make([]byte, 0, len(raw)/2))
-}
-
-func decompressChunk(data []byte) ([]byte, error) {
-	zdecOnce.Do(func() {
-		zdec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(64<<20))
-	})
-	return zdec.DecodeAll(data, nil)
-}

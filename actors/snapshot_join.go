@@ -148,7 +148,7 @@ func (j *snapshotJoinActor) chunk(ctx actor.Context, a *answered) {
 // fetched again, up to a limit.
 func (j *snapshotJoinActor) verified(ctx actor.Context, ch *messages.SnapshotChunk) bool {
 	p := j.p
-	raw, err := decompressChunk(ch.Data)
+	raw, err := messages.DecompressChunk(ch.Data, messages.MaxDecompressed)
 	sum := sha256.Sum256(raw)
 	if err == nil && bytes.Equal(sum[:], ch.Checksum) && ch.Index == p.Done {
 		return true
@@ -168,7 +168,7 @@ func (j *snapshotJoinActor) verified(ctx actor.Context, ch *messages.SnapshotChu
 // write appends a verified chunk to the staged file and saves progress.
 func (j *snapshotJoinActor) write(ch *messages.SnapshotChunk) error {
 	p := j.p
-	raw, err := decompressChunk(ch.Data)
+	raw, err := messages.DecompressChunk(ch.Data, messages.MaxDecompressed)
 	if err != nil {
 		return err
 	}

@@ -193,6 +193,7 @@ const (
 	CodeUnknownModel   = "unknown_model"
 	CodeNotFound       = "not_found"
 	CodeInternal       = "internal"
+	CodeUnavailable    = "unavailable" // the library is stopped on the responder (a storage failure)
 )
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }

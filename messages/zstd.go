@@ -33,7 +33,19 @@ var zstdCodec struct {
 	initErr error
 }
 
-// zstdInit builds the codec on first use. Each encoder and the decoder run
+// The codec is built when the package loads, not on first use: the zstd
+// library makes channels lazily (an encoder's on its first EncodeAll), and
+// a channel made inside a testing/synctest bubble cannot be used outside
+// it, so whichever bubble compressed first would own the process-wide
+// codec and crash every other test that compresses.
+func init() {
+	if zstdInit() == nil {
+		zstdCodec.frames.EncodeAll(nil, nil)
+		zstdCodec.chunks.EncodeAll(nil, nil)
+	}
+}
+
+// zstdInit builds the codec once. Each encoder and the decoder run
 // on one core per call; the decoder takes two calls at once, so a
 // multi-megabyte chunk does not hold up the frames of other peers.
 func zstdInit() error {
