@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
-	"github.com/lsync/lsync/net/memnet"
 )
 
 // seedLibrary gives devices 0..n-1 of c rows: each a location with entries
@@ -107,24 +107,6 @@ func (c *cluster) join(ctx context.Context) error {
 	return nil
 }
 
-// joinInBackground starts c.join and returns once the joiner's backfill
-// has applied at least pages pages; the channel gets join's result.
-func (c *cluster) joinInBackground(t *testing.T, pages int) <-chan error {
-	t.Helper()
-	ctx := ctxT(t)
-	done := make(chan error, 1)
-	go func() { done <- c.join(ctx) }()
-	testutil.Eventually(t, 20*time.Second, fmt.Sprintf("%d backfill pages", pages), func() bool {
-		l := c.joinerLib()
-		if l == nil {
-			return false
-		}
-		st, err := l.Status(ctx)
-		return err == nil && st.Backfill != nil && st.Backfill.Pages >= pages
-	})
-	return done
-}
-
 func (c *cluster) joinerLib() *Library {
 	c.joinedMu.Lock()
 	defer c.joinedMu.Unlock()
@@ -171,16 +153,16 @@ func TestJoinBackfillConvergesExactly(t *testing.T) {
 
 func TestJoinBuffersLiveWrites(t *testing.T) {
 	c := joinCluster(t, 3, 800, 50)
-	// Slow the bulk transfer so writes land mid-backfill.
-	if err := c.net.SetFaults(memnet.Faults{DelayMin: 3 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
 	joiner := 2
 	ctx := ctxT(t)
-	done := c.joinInBackground(t, 3)
+	// Hold the join at its third page until the live writes are done.
+	held, release := c.holdJoinAt(joiner, 3)
+	done := make(chan error, 1)
+	go func() { done <- c.join(ctx) }()
+	<-held
 	// Device 1's writes reach the joiner live, but not the source (device
-	// 0): the backfill cannot copy them, so if they show on the joiner
-	// before the join finishes they were applied early, from the stream.
+	// 0): the join cannot copy them, so if they show on the joiner before
+	// the join finishes they were applied early, from the stream.
 	c.net.Partition(c.devs[0], c.devs[1])
 	testutil.Eventually(t, 10*time.Second, "device 1 a partner of the joiner", func() bool {
 		st, err := c.joinerLib().Status(ctx)
@@ -203,11 +185,6 @@ func TestJoinBuffersLiveWrites(t *testing.T) {
 		}
 		return n
 	}
-	backfilling := func() bool {
-		st, err := c.libs[joiner].Status(ctx)
-		return err == nil && st.Backfill != nil
-	}
-	sawBuffered := false
 	for k := range 40 {
 		if _, err := c.libs[1].AddLocation(ctx, fmt.Sprintf("/live%d", k), "live", messages.UUID{}); err != nil {
 			t.Fatal(err)
@@ -215,28 +192,24 @@ func TestJoinBuffersLiveWrites(t *testing.T) {
 		if _, err := c.libs[1].CreateTag(ctx, TagInput{Name: fmt.Sprintf("live-%d", k)}); err != nil {
 			t.Fatal(err)
 		}
-		if backfilling() {
-			n := liveRows()
-			if backfilling() {
-				if n > 0 {
-					t.Fatalf("%d live rows applied to the joiner before its backfill finished", n)
-				}
-				sawBuffered = true
-			}
-		}
 	}
+	// Every live write has reached the joiner (its buffer) by now, and
+	// none may be applied while the join is held.
+	testutil.Eventually(t, 10*time.Second, "the live writes buffered", func() bool {
+		return c.nodes[joiner].Metrics().Value("lsync_messages_total", map[string]string{"direction": "in", "type": "shared_change"}) >= 40
+	})
+	if n := liveRows(); n > 0 {
+		t.Fatalf("%d live rows applied to the joiner before its join finished", n)
+	}
+	close(release)
 	c.net.HealAll()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	c.net.ClearFaults()
 	if err := c.libs[joiner].WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
 	c.converge(true, 30*time.Second)
-	if !sawBuffered {
-		t.Fatal("the backfill finished before any live write could be checked: slow it down")
-	}
 	if n := liveRows(); n != 40 {
 		t.Fatalf("joiner has %d live locations, want 40 (nothing lost)", n)
 	}
@@ -245,21 +218,45 @@ func TestJoinBuffersLiveWrites(t *testing.T) {
 	}
 }
 
+// holdJoinAt makes node's join wait before applying its page-th page:
+// held is closed when it gets there, and it goes on once release is
+// closed (the test must close it).
+func (c *cluster) holdJoinAt(node, page int) (held <-chan struct{}, release chan struct{}) {
+	h, r := make(chan struct{}), make(chan struct{})
+	var n atomic.Int32
+	hook := func(i int, p *joinPage) {
+		if i == node && p.req != nil && n.Add(1) == int32(page) {
+			close(h)
+			<-r
+		}
+	}
+	c.pageHook.Store(&hook)
+	return h, r
+}
+
 func TestJoinResumesAfterRestart(t *testing.T) {
 	c := joinCluster(t, 3, 1500, 40)
-	if err := c.net.SetFaults(memnet.Faults{DelayMin: 2 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
 	joiner := 2
 	ctx := ctxT(t)
-	done := c.joinInBackground(t, 10)
-	// "kill" the joiner: stop it mid-backfill and start it again on the
-	// same home. Its setup with the other partners may fail meanwhile.
+	// At its tenth page the joiner loses the network, so the join cannot
+	// get further; then it is stopped and started again on the same home.
+	var pages atomic.Int32
+	cut := func(i int, p *joinPage) {
+		if i == joiner && p.req != nil && pages.Add(1) == 10 {
+			c.net.Partition(c.devs[joiner], c.devs[0])
+			c.net.Partition(c.devs[joiner], c.devs[1])
+		}
+	}
+	c.pageHook.Store(&cut)
+	done := make(chan error, 1)
+	go func() { done <- c.join(ctx) }()
+	testutil.Eventually(t, 20*time.Second, "ten join pages", func() bool { return pages.Load() >= 10 })
 	c.stopNode(joiner)
-	<-done
+	<-done // its setup with the other partners may fail meanwhile
 	cp, _ := loadBackfillFromHome(t, c, joiner)
+	c.pageHook.Store(nil)
+	c.net.HealAll()
 	c.start(joiner)
-	c.net.ClearFaults()
 	if err := c.libs[joiner].WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +265,7 @@ func TestJoinResumesAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.converge(true, 30*time.Second)
-	// Every backfill page (a full-history request at a cursor) was served
+	// Every join page (a full-history request at a cursor) was served
 	// once, except at most the one in flight when the joiner stopped.
 	c.pagesMu.Lock()
 	defer c.pagesMu.Unlock()
@@ -281,6 +278,9 @@ func TestJoinResumesAfterRestart(t *testing.T) {
 	}
 	if again > 1 {
 		t.Fatalf("%d pages re-transferred after the restart, want at most 1", again)
+	}
+	if cp.Pages < 9 || cp.Pages > 11 {
+		t.Fatalf("the checkpoint held %d pages after the cut at page 10", cp.Pages)
 	}
 	t.Logf("checkpoint held %d pages; %d distinct pages served; %d re-transferred", cp.Pages, len(c.pages), again)
 }
@@ -302,12 +302,12 @@ func loadBackfillFromHome(t *testing.T, c *cluster, i int) (*backfillState, erro
 
 func TestJoinFailsOverWhenSourceDies(t *testing.T) {
 	c := joinCluster(t, 4, 1200, 40)
-	if err := c.net.SetFaults(memnet.Faults{DelayMin: 2 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
 	joiner := 3
 	ctx := ctxT(t)
-	done := c.joinInBackground(t, 5)
+	held, release := c.holdJoinAt(joiner, 5)
+	done := make(chan error, 1)
+	go func() { done <- c.join(ctx) }()
+	<-held
 	st, _ := c.joinerLib().Status(ctx)
 	src := -1
 	for i := range c.devs {
@@ -319,13 +319,17 @@ func TestJoinFailsOverWhenSourceDies(t *testing.T) {
 		t.Fatalf("unknown source %q", st.Backfill.Source)
 	}
 	c.stopNode(src)
-	c.net.ClearFaults()
+	close(release)
 	<-done // setup with the dead source may fail; the join goes on
 	if err := c.libs[joiner].WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
 	c.converge(false, 30*time.Second)
-	t.Logf("source %d died; the join finished from another partner", src)
+	st, _ = c.libs[joiner].Status(ctx)
+	if st.LastBackfill == nil || st.LastBackfill.Source == c.devs[src].String() || st.LastBackfill.Attempts < 1 {
+		t.Fatalf("the join did not fail over: %+v", st.LastBackfill)
+	}
+	t.Logf("source %d died; the join finished from %s after %d failed attempts", src, st.LastBackfill.Source, st.LastBackfill.Attempts)
 }
 
 // TestJoin100KEntries joins a library of 100,000 entries from three

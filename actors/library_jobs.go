@@ -236,6 +236,7 @@ func (a *libraryActor) onStoreFailed(ctx actor.Context, err error) {
 	}
 	a.failure = err
 	a.n.log.Error("library stopped: storage failure; fix the cause, then close and open the library", "library", a.id, "err", err)
+	ctx.Send(ctx.Parent(), &libraryFailed{id: a.id, err: a.errStopped()})
 	for _, pid := range ctx.Children() {
 		ctx.Stop(pid)
 	}

@@ -58,7 +58,7 @@ func newMetrics() *Metrics {
 			Name: "lsync_backfill_records_total", Help: "Records applied by backfill and catch-up jobs.",
 		}, []string{"library"}),
 		backfillPhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "lsync_backfill_phase", Help: "Backfill phase: 0 ready, 1 selecting, 2 backfilling, 3 catching up, 4 failed (backing off).",
+			Name: "lsync_backfill_phase", Help: "Sync phase: 0 ready, 1 selecting, 2 backfilling, 3 catching up, 4 failed (a join backing off), 5 stopped (a storage failure).",
 		}, []string{"library"}),
 		peerRTT: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "lsync_peer_rtt_seconds", Help: "Latest round-trip time to each peer.",

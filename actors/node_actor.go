@@ -80,6 +80,8 @@ func (na *nodeActor) Receive(ctx actor.Context) {
 		}
 	case *inboundMsg:
 		na.onRequest(ctx, m)
+	case *libraryFailed:
+		na.openErrs[m.id] = m.err.Error()
 	case *libraryStarted:
 		for _, pc := range na.connected {
 			ctx.Send(ctx.Sender(), &peerUp{dev: pc.dev, name: pc.name, pid: pc.pid, conn: pc.conn})
@@ -316,7 +318,7 @@ func (na *nodeActor) libraries() []LibraryInfo {
 	for _, id := range libraryDirs(na.n.cfg.Home) {
 		info := LibraryInfo{ID: id}
 		if h, ok := na.handles[id]; ok {
-			info.Name, info.Open = h.name, true
+			info.Name, info.Open, info.Error = h.name, true, na.openErrs[id]
 		} else if meta, err := readMeta(libraryDir(na.n.cfg.Home, id)); err == nil {
 			info.Name, info.Error = meta.Name, na.openErrs[id]
 		}

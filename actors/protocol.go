@@ -117,6 +117,13 @@ type peerDown struct {
 // peers connected now (a restart wiped what it knew).
 type libraryStarted struct{}
 
+// libraryFailed: a library stopped on a storage failure (the node lists
+// why with the library).
+type libraryFailed struct {
+	id  messages.LibraryID
+	err error
+}
+
 // setupPartner: the node hands a library a peer's SyncSetupRequest.
 type setupPartner struct {
 	from  messages.DeviceID
