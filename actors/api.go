@@ -83,7 +83,7 @@ type Volume struct {
 
 // AddVolume records a volume of this device.
 func (l *Library) AddVolume(ctx context.Context, v Volume) (messages.UUID, error) {
-	return l.WriteState(ctx, "volume", messages.UUID{}, map[string]any{
+	return l.WriteState(ctx, persistence.ModelVolume, messages.UUID{}, map[string]any{
 		"name": v.Name, "mount_point": v.MountPoint, "capacity": v.Capacity, "fs_type": v.FSType, "created_at": nowMS()})
 }
 
@@ -92,7 +92,7 @@ func (l *Library) AddLocation(ctx context.Context, path, name string, volume mes
 	if path == "" {
 		return messages.UUID{}, errors.New("add location: a path is required")
 	}
-	return l.WriteState(ctx, "location", messages.UUID{}, map[string]any{
+	return l.WriteState(ctx, persistence.ModelLocation, messages.UUID{}, map[string]any{
 		"path": path, "name": name, "volume_uuid": ub(volume), "created_at": nowMS()})
 }
 
@@ -130,7 +130,7 @@ func (l *Library) AddEntries(ctx context.Context, location messages.UUID, entrie
 	for i, e := range entries {
 		rows[i] = e.fields(location)
 	}
-	return l.WriteStateBatch(ctx, "entry", rows)
+	return l.WriteStateBatch(ctx, persistence.ModelEntry, rows)
 }
 
 // UpdateEntry merges fields into an existing entry of this device (rename,
@@ -150,7 +150,7 @@ func (l *Library) CreateTag(ctx context.Context, t TagInput) (messages.UUID, err
 	if t.Name == "" {
 		return messages.UUID{}, errors.New("create tag: a name is required")
 	}
-	return l.Commit(ctx, "tag", messages.UUID{}, messages.OpInsert, map[string]any{
+	return l.Commit(ctx, persistence.ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{
 		"canonical_name": t.Name, "namespace": t.Namespace, "display_name": t.DisplayName, "color": t.Color,
 		"icon": t.Icon, "tag_type": "standard", "privacy_level": "normal", "created_at": nowMS(),
 		"created_by_device": ub(messages.UUID(l.node.self))})
@@ -158,13 +158,13 @@ func (l *Library) CreateTag(ctx context.Context, t TagInput) (messages.UUID, err
 
 // UpdateTag changes some fields of a tag (last writer wins, per field).
 func (l *Library) UpdateTag(ctx context.Context, tag messages.UUID, fields map[string]any) error {
-	_, err := l.Commit(ctx, "tag", tag, messages.OpUpdate, fields)
+	_, err := l.Commit(ctx, persistence.ModelTag, tag, messages.OpUpdate, fields)
 	return err
 }
 
 // DeleteTag deletes a tag (a tombstone travels, never the tag's data).
 func (l *Library) DeleteTag(ctx context.Context, tag messages.UUID) error {
-	_, err := l.Commit(ctx, "tag", tag, messages.OpDelete, nil)
+	_, err := l.Commit(ctx, persistence.ModelTag, tag, messages.OpDelete, nil)
 	return err
 }
 
@@ -174,18 +174,18 @@ func (l *Library) RelateTags(ctx context.Context, parent, child messages.UUID, r
 	if relType == "" {
 		relType = "parent_child"
 	}
-	return l.Commit(ctx, "tag_relationship", messages.UUID{}, messages.OpInsert, map[string]any{
+	return l.Commit(ctx, persistence.ModelTagRelationship, messages.UUID{}, messages.OpInsert, map[string]any{
 		"parent_tag_uuid": ub(parent), "child_tag_uuid": ub(child), "relationship_type": relType,
 		"strength": 1.0, "created_at": nowMS()})
 }
 
 // UnrelateTags removes the parent→child edge.
 func (l *Library) UnrelateTags(ctx context.Context, parent, child messages.UUID) error {
-	u, err := l.pairUUID("tag_relationship", map[string]any{"parent_tag_uuid": ub(parent), "child_tag_uuid": ub(child)})
+	u, err := l.pairUUID(persistence.ModelTagRelationship, map[string]any{"parent_tag_uuid": ub(parent), "child_tag_uuid": ub(child)})
 	if err != nil {
 		return err
 	}
-	_, err = l.Commit(ctx, "tag_relationship", u, messages.OpDelete, nil)
+	_, err = l.Commit(ctx, persistence.ModelTagRelationship, u, messages.OpDelete, nil)
 	return err
 }
 
@@ -202,30 +202,30 @@ func (l *Library) CreateAlbum(ctx context.Context, name, description string) (me
 	if name == "" {
 		return messages.UUID{}, errors.New("create album: a name is required")
 	}
-	return l.Commit(ctx, "album", messages.UUID{}, messages.OpInsert, map[string]any{
+	return l.Commit(ctx, persistence.ModelAlbum, messages.UUID{}, messages.OpInsert, map[string]any{
 		"name": name, "description": description, "created_at": nowMS(), "created_by_device": ub(messages.UUID(l.node.self))})
 }
 
 // AddToAlbum adds an entry (of any device) to an album.
 func (l *Library) AddToAlbum(ctx context.Context, album, entry messages.UUID) error {
-	_, err := l.Commit(ctx, "album_entry", messages.UUID{}, messages.OpInsert, map[string]any{
+	_, err := l.Commit(ctx, persistence.ModelAlbumEntry, messages.UUID{}, messages.OpInsert, map[string]any{
 		"album_uuid": ub(album), "entry_uuid": ub(entry), "added_at": nowMS(), "added_by_device": ub(messages.UUID(l.node.self))})
 	return err
 }
 
 // RemoveFromAlbum removes an entry from an album.
 func (l *Library) RemoveFromAlbum(ctx context.Context, album, entry messages.UUID) error {
-	u, err := l.pairUUID("album_entry", map[string]any{"album_uuid": ub(album), "entry_uuid": ub(entry)})
+	u, err := l.pairUUID(persistence.ModelAlbumEntry, map[string]any{"album_uuid": ub(album), "entry_uuid": ub(entry)})
 	if err != nil {
 		return err
 	}
-	_, err = l.Commit(ctx, "album_entry", u, messages.OpDelete, nil)
+	_, err = l.Commit(ctx, persistence.ModelAlbumEntry, u, messages.OpDelete, nil)
 	return err
 }
 
 // contentOf returns the content identity of an entry.
 func (l *Library) contentOf(entry messages.UUID) (messages.UUID, error) {
-	row, err := l.store.Get("entry", entry)
+	row, err := l.store.Get(persistence.ModelEntry, entry)
 	if err != nil {
 		return messages.UUID{}, fmt.Errorf("entry %s: %w", entry, err)
 	}
@@ -244,14 +244,14 @@ func (l *Library) contentOf(entry messages.UUID) (messages.UUID, error) {
 // content, creating the row (deterministic uuid) if needed.
 func (l *Library) ensureContentMeta(ctx context.Context, content messages.UUID) (messages.UUID, error) {
 	f := map[string]any{"content_uuid": ub(content)}
-	u, err := l.pairUUID("user_metadata", f)
+	u, err := l.pairUUID(persistence.ModelUserMetadata, f)
 	if err != nil {
 		return u, err
 	}
-	if _, err := l.store.Get("user_metadata", u); err == nil {
+	if _, err := l.store.Get(persistence.ModelUserMetadata, u); err == nil {
 		return u, nil
 	}
-	return l.Commit(ctx, "user_metadata", u, messages.OpUpdate, f)
+	return l.Commit(ctx, persistence.ModelUserMetadata, u, messages.OpUpdate, f)
 }
 
 // ApplyTag tags an entry: the tag attaches to the entry's content (shared
@@ -265,7 +265,7 @@ func (l *Library) ApplyTag(ctx context.Context, tag, entry messages.UUID) error 
 	if err != nil {
 		return fmt.Errorf("apply tag: %w", err)
 	}
-	_, err = l.Commit(ctx, "user_metadata_tag", messages.UUID{}, messages.OpInsert, map[string]any{
+	_, err = l.Commit(ctx, persistence.ModelUserMetadataTag, messages.UUID{}, messages.OpInsert, map[string]any{
 		"user_metadata_uuid": ub(meta), "tag_uuid": ub(tag), "source": "user", "confidence": 1.0,
 		"created_at": nowMS(), "device_uuid": ub(messages.UUID(l.node.self))})
 	return err
@@ -278,13 +278,13 @@ func (l *Library) SetContentMeta(ctx context.Context, content messages.UUID, fie
 	if err != nil {
 		return err
 	}
-	_, err = l.Commit(ctx, "user_metadata", meta, messages.OpUpdate, fields)
+	_, err = l.Commit(ctx, persistence.ModelUserMetadata, meta, messages.OpUpdate, fields)
 	return err
 }
 
 // SetEntryMeta sets entry-scoped metadata; only the entry's owner may.
 func (l *Library) SetEntryMeta(ctx context.Context, entry messages.UUID, fields map[string]any) error {
-	row, err := l.store.Get("entry", entry)
+	row, err := l.store.Get(persistence.ModelEntry, entry)
 	if err != nil {
 		return fmt.Errorf("entry %s: %w", entry, err)
 	}
@@ -292,14 +292,14 @@ func (l *Library) SetEntryMeta(ctx context.Context, entry messages.UUID, fields 
 		return fmt.Errorf("entry %s belongs to device %s: %w (set metadata on its content instead)", entry, owner, persistence.ErrNotOwner)
 	}
 	f := map[string]any{"entry_uuid": ub(entry)}
-	u, err := l.pairUUID("entry_metadata", f)
+	u, err := l.pairUUID(persistence.ModelEntryMetadata, f)
 	if err != nil {
 		return err
 	}
 	for k, v := range fields {
 		f[k] = v
 	}
-	_, err = l.WriteState(ctx, "entry_metadata", u, f)
+	_, err = l.WriteState(ctx, persistence.ModelEntryMetadata, u, f)
 	return err
 }
 

@@ -2,23 +2,48 @@
 // libraries in sync with paired devices, and the embedding API host apps
 // use (Start, Node, Library).
 //
-//	node                          config, identity, transport, routing
-//	├── peer-<device>             one connection at a time, read loop,
-//	│                             live sends, redial with back-off + jitter
+//	node                          config, identity, transport, routing,
+//	│                             the libraries' stores
+//	├── peer-<device>             one connection at a time; its readLoop and
+//	│                             writeLoop, dials and pings run beside it
+//	├── snapshot-join-*           a snapshot join (the library is not here yet)
 //	└── library-<id>              commit path (clock, log, broadcast),
-//	    │                         inbound checks, ACKs, jobs, phases
+//	    │                         inbound checks, ACKs, jobs, phase
 //	    ├── applier-<model>       device-owned inbound changes, batched
 //	    ├── applier-shared        shared inbound changes, batched
 //	    ├── serve                 bulk requests: pages, log, state, chunks
-//	    ├── maintenance           prune, catch-up and anti-entropy ticks
-//	    └── catchup-*, backfill-*, antientropy-*   one-shot jobs
+//	    ├── maintenance           prune, retries, repair, catch-up and
+//	    │                         anti-entropy ticks
+//	    └── backfill-*, catchup-*, antientropy-*   jobs
+//
+// # Protocol
+//
+// Actors exchange typed messages (protocol.go); none carries code to run
+// in its receiver. The embedding API sends requests and waits for the
+// *reply (ask.go); actors only Send, and answer with ctx.Respond. Nothing
+// in a Receive waits on the network or on another actor: jobs send their
+// requests through a fetcher (goroutines that bring the answers back as
+// messages) and apply the answers in their Receive; the peer actor dials,
+// pings and writes in goroutines. SQLite work happens in the Receive of
+// the actor that owns it: the library's tree is the only writer of its
+// store.
+//
+// # The join
+//
+// A join is a state machine (join.go, in the style of raft's Progress):
+// the only code that changes its phase, checkpoint, source and counters.
+// The backfill actor feeds it answers and carries out the steps it
+// returns; the library's phase is derived from what runs (a join's phase,
+// else CATCHING_UP while catch-ups run, else READY). Join and catch-up
+// walk a peer's rows with the same pagers (pager.go).
 //
 // # Guarantees
 //
 // Nothing is lost to a crash: shared writes are logged (sync.db) before
 // they are applied and replayed on open; device-owned rows carry their
 // owner's HLC, so any peer can serve them later; joins checkpoint every page
-// in the page's own transaction.
+// in the page's own transaction, and keep the pages that arrived but were
+// not applied yet in a spool.
 //
 // Live changes are best effort, repair is not: a live message dropped or
 // refused is fetched again by catch-up (device-owned rows newer than the
@@ -35,12 +60,22 @@
 // the sender must be a partner of the library, live device-owned state must
 // come from its owner, live shared changes from their origin, and HLCs must
 // not be further ahead of the local clock than MaxSkew. Refusals are counted
-// in lsync_rejected_total{reason} and logged; they never stop the stream.
+// in lsync_rejected_total{reason} (messages.Reason) and logged; they never
+// stop the stream.
 //
-// An applier that panics is restarted by its supervisor, which re-sends the
-// batch one item at a time: the item that panics alone goes to
-// failed_records with the reason. Jobs apply pages through the same
-// isolation.
+// # Supervision
+//
+// Supervisors decide from the class of the failure (errors.Is/As on the
+// panic value), not from the message that was being handled, and write
+// nothing themselves (supervisor.go). A storage failure anywhere in a
+// library (disk full, I/O error, damaged file) stops the library with its
+// reason in the status; nothing is blamed on a record. An applier that
+// fails on a batch is restarted and the batch re-sent one item at a time:
+// the item that fails alone is filed in failed_records by the restarted
+// applier. A crashed join restarts after a back-off from its checkpoint; a
+// crashed catch-up or anti-entropy job is reported failed and retried. A
+// crashed library or node actor is restarted by its parent and reloads
+// from SQLite (a library asks the node for its connected peers again).
 //
 // # Hazards
 //

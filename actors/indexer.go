@@ -43,115 +43,142 @@ type IndexProgress struct {
 // content identity (BLAKE3 of the bytes, sampled for large files) for each
 // regular file, so two devices holding the same bytes agree on it.
 func (l *Library) IndexLocation(ctx context.Context, location messages.UUID, root string, opt IndexOptions) (IndexProgress, error) {
-	var prog IndexProgress
 	if opt.Batch <= 0 {
 		opt.Batch = 1000
 	}
 	root = filepath.Clean(root)
 	info, err := os.Stat(root)
 	if err != nil {
-		return prog, fmt.Errorf("index %s: %w", root, err)
+		return IndexProgress{}, fmt.Errorf("index %s: %w", root, err)
 	}
 	if !info.IsDir() {
-		return prog, fmt.Errorf("index %s: not a directory", root)
+		return IndexProgress{}, fmt.Errorf("index %s: not a directory", root)
 	}
-	dirs := map[string]messages.UUID{root: {}} // path → entry uuid; root = zero (top level)
-	known := map[messages.UUID]bool{}          // content identities this library has or will have
-	var batch []EntryInput
-	var contents []persistence.SharedWrite // new content identities of this batch
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		// Contents first, so no entry names one this library lacks.
-		if _, err := l.CommitBatch(ctx, contents); err != nil {
-			return fmt.Errorf("content identities: %w", err)
-		}
-		contents = contents[:0]
-		if _, err := l.AddEntries(ctx, location, batch); err != nil {
-			return err
-		}
-		batch = batch[:0]
-		if opt.Progress != nil {
-			opt.Progress(prog)
-		}
-		return nil
-	}
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, werr error) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if path == root {
-			return werr
-		}
-		if werr != nil {
-			prog.Skipped++ // unreadable: keep going, say so in the count
-			if d != nil && d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if opt.SkipHidden && strings.HasPrefix(d.Name(), ".") {
-			if d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			prog.Skipped++
-			return nil
-		}
-		e := EntryInput{UUID: persistence.NewUUID(), Parent: dirs[filepath.Dir(path)], Name: d.Name(),
-			Size: info.Size(), MTime: info.ModTime().UnixMilli()}
-		prog.Current = path
-		switch {
-		case d.IsDir():
-			e.Kind, e.Size = KindDirectory, 0
-			dirs[path] = e.UUID
-			prog.Dirs++
-		case d.Type()&fs.ModeSymlink != 0:
-			e.Kind = KindSymlink
-			prog.Files++
-		case d.Type().IsRegular():
-			e.Kind = KindFile
-			e.Extension = strings.TrimPrefix(strings.ToLower(filepath.Ext(d.Name())), ".")
-			prog.Files++
-			prog.Bytes += info.Size()
-			if info.Size() > 0 {
-				hash, err := contentHash(path, info.Size())
-				if err != nil {
-					prog.Skipped++
-					break
-				}
-				cu, w, err := l.contentWrite(hash, info.Size(), e.Extension, known)
-				if err != nil {
-					return err
-				}
-				if w != nil {
-					contents = append(contents, *w)
-					prog.Contents++
-				}
-				e.Content = cu
-			}
-		default:
-			prog.Skipped++ // sockets, devices, pipes
-			return nil
-		}
-		batch = append(batch, e)
-		prog.Entries++
-		if len(batch) >= opt.Batch {
-			return flush()
-		}
-		return nil
-	})
+	ix := &indexRun{l: l, ctx: ctx, location: location, root: root, opt: opt,
+		dirs: map[string]messages.UUID{root: {}}, known: map[messages.UUID]bool{}}
+	err = filepath.WalkDir(root, ix.visit)
 	if err == nil {
-		err = flush()
+		err = ix.flush()
 	}
 	if err != nil {
-		return prog, fmt.Errorf("index %s: %w", root, err)
+		return ix.prog, fmt.Errorf("index %s: %w", root, err)
 	}
-	return prog, nil
+	return ix.prog, nil
+}
+
+// indexRun is one IndexLocation walk.
+type indexRun struct {
+	l        *Library
+	ctx      context.Context
+	location messages.UUID
+	root     string
+	opt      IndexOptions
+	prog     IndexProgress
+	dirs     map[string]messages.UUID // path → entry uuid; root = zero (top level)
+	known    map[messages.UUID]bool   // content identities this library has or will have
+	batch    []EntryInput
+	contents []persistence.SharedWrite // new content identities of this batch
+}
+
+// flush writes the batch: contents first, so no entry names one this
+// library lacks.
+func (ix *indexRun) flush() error {
+	if len(ix.batch) == 0 {
+		return nil
+	}
+	if _, err := ix.l.CommitBatch(ix.ctx, ix.contents); err != nil {
+		return fmt.Errorf("content identities: %w", err)
+	}
+	ix.contents = ix.contents[:0]
+	if _, err := ix.l.AddEntries(ix.ctx, ix.location, ix.batch); err != nil {
+		return err
+	}
+	ix.batch = ix.batch[:0]
+	if ix.opt.Progress != nil {
+		ix.opt.Progress(ix.prog)
+	}
+	return nil
+}
+
+// visit is the WalkDir callback: one file-system entry.
+func (ix *indexRun) visit(path string, d fs.DirEntry, werr error) error {
+	if err := ix.ctx.Err(); err != nil {
+		return err
+	}
+	if path == ix.root {
+		return werr
+	}
+	skipDir := func() error {
+		if d != nil && d.IsDir() {
+			return fs.SkipDir
+		}
+		return nil
+	}
+	if werr != nil {
+		ix.prog.Skipped++ // unreadable: keep going, say so in the count
+		return skipDir()
+	}
+	if ix.opt.SkipHidden && strings.HasPrefix(d.Name(), ".") {
+		return skipDir()
+	}
+	info, err := d.Info()
+	if err != nil {
+		ix.prog.Skipped++
+		return nil
+	}
+	e := EntryInput{UUID: persistence.NewUUID(), Parent: ix.dirs[filepath.Dir(path)], Name: d.Name(),
+		Size: info.Size(), MTime: info.ModTime().UnixMilli()}
+	ix.prog.Current = path
+	keep, err := ix.classify(path, d, info, &e)
+	if err != nil || !keep {
+		return err
+	}
+	ix.batch = append(ix.batch, e)
+	ix.prog.Entries++
+	if len(ix.batch) >= ix.opt.Batch {
+		return ix.flush()
+	}
+	return nil
+}
+
+// classify fills in e's kind (and a file's content identity); keep is
+// false for what is not indexed (sockets, devices, pipes).
+func (ix *indexRun) classify(path string, d fs.DirEntry, info fs.FileInfo, e *EntryInput) (keep bool, err error) {
+	switch {
+	case d.IsDir():
+		e.Kind, e.Size = KindDirectory, 0
+		ix.dirs[path] = e.UUID
+		ix.prog.Dirs++
+	case d.Type()&fs.ModeSymlink != 0:
+		e.Kind = KindSymlink
+		ix.prog.Files++
+	case d.Type().IsRegular():
+		e.Kind = KindFile
+		e.Extension = strings.TrimPrefix(strings.ToLower(filepath.Ext(d.Name())), ".")
+		ix.prog.Files++
+		ix.prog.Bytes += info.Size()
+		if info.Size() == 0 {
+			break
+		}
+		hash, err := contentHash(path, info.Size())
+		if err != nil {
+			ix.prog.Skipped++
+			break
+		}
+		cu, w, err := ix.l.contentWrite(hash, info.Size(), e.Extension, ix.known)
+		if err != nil {
+			return false, err
+		}
+		if w != nil {
+			ix.contents = append(ix.contents, *w)
+			ix.prog.Contents++
+		}
+		e.Content = cu
+	default:
+		ix.prog.Skipped++
+		return false, nil
+	}
+	return true, nil
 }
 
 // contentWrite returns the content identity for hash (a shared row whose
@@ -159,7 +186,7 @@ func (l *Library) IndexLocation(ctx context.Context, location messages.UUID, roo
 // creates it.
 func (l *Library) contentWrite(hash string, size int64, ext string, known map[messages.UUID]bool) (messages.UUID, *persistence.SharedWrite, error) {
 	f := map[string]any{"content_hash": hash}
-	u, err := l.pairUUID("content_identity", f)
+	u, err := l.pairUUID(persistence.ModelContentIdentity, f)
 	if err != nil {
 		return u, nil, err
 	}
@@ -167,11 +194,11 @@ func (l *Library) contentWrite(hash string, size int64, ext string, known map[me
 		return u, nil, nil
 	}
 	known[u] = true
-	if _, err := l.store.Get("content_identity", u); err == nil {
+	if _, err := l.store.Get(persistence.ModelContentIdentity, u); err == nil {
 		return u, nil, nil
 	}
 	f["size"], f["kind"], f["created_at"] = size, contentKind(ext), nowMS()
-	return u, &persistence.SharedWrite{Model: "content_identity", UUID: u, Op: messages.OpInsert, Fields: f}, nil
+	return u, &persistence.SharedWrite{Model: persistence.ModelContentIdentity, UUID: u, Op: messages.OpInsert, Fields: f}, nil
 }
 
 func contentKind(ext string) string {
