@@ -135,7 +135,7 @@ func TestSimulation(t *testing.T) {
 	}
 	for seed := first; seed < first+seeds; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			runSimulation(t, uint64(seed), ops)
+			bubble(t, func(t *testing.T) { runSimulation(t, uint64(seed), ops) })
 		})
 	}
 }
