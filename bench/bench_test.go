@@ -58,8 +58,8 @@ func TestGenerationDeterministic(t *testing.T) {
 	if ca.Server != cb.Server || ca.Library != cb.Library {
 		t.Fatal("device or library id differs between generations with the same seed")
 	}
-	if ca.Stats["entry"] != p.Entries || ca.Stats["tag"] == 0 || ca.Stats["content_identity"] == 0 ||
-		ca.Stats["album_entry"] == 0 || ca.Stats["user_metadata"] == 0 || ca.Stats["tag_relationship"] == 0 {
+	if ca.Stats[persistence.ModelEntry] != p.Entries || ca.Stats[persistence.ModelTag] == 0 || ca.Stats[persistence.ModelContentIdentity] == 0 ||
+		ca.Stats[persistence.ModelAlbumEntry] == 0 || ca.Stats[persistence.ModelUserMetadata] == 0 || ca.Stats[persistence.ModelTagRelationship] == 0 {
 		t.Fatalf("library lacks a model: %v", ca.Stats)
 	}
 	if c, _ := dump(genParams{Entries: 3000, Seed: 8}); c == a {

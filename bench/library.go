@@ -188,7 +188,7 @@ type libSink struct {
 }
 
 func (s *libSink) state(owner messages.DeviceID, model string, recs []messages.StateRecord) error {
-	if owner == s.self && model == "device" {
+	if owner == s.self && model == persistence.ModelDevice {
 		// The library made its own device row on create; fill it in.
 		fields, err := s.lib.Registry().DecodeValues(model, recs[0].Values)
 		if err != nil {

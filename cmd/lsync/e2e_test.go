@@ -572,15 +572,15 @@ func TestE2EPairShareIndexConverge(t *testing.T) {
 		t.FailNow()
 	}
 	snap := converge(t, lib, 60*time.Second, a, b, c)
-	if n := countRows(t, snap["entry"]); n != entries {
+	if n := countRows(t, snap[persistence.ModelEntry]); n != entries {
 		t.Fatalf("%d entries synced, want %d", n, entries)
 	}
-	tags := rows(t, snap["tag"])
+	tags := rows(t, snap[persistence.ModelTag])
 	if len(tags) != 2 || tagIDs[0] == tagIDs[1] {
 		t.Fatalf("want two Vacation tags, got %v (created %v)", tags, tagIDs)
 	}
 	// A tag name two tags share is ambiguous; the uuid works.
-	entry := rows(t, snap["entry"])
+	entry := rows(t, snap[persistence.ModelEntry])
 	var file string
 	for _, e := range entry {
 		if e["name"] == "video.mp4" {
@@ -593,7 +593,7 @@ func TestE2EPairShareIndexConverge(t *testing.T) {
 	}
 	b.mustRun("tag", "apply", lib, tagIDs[0], file)
 	snap = converge(t, lib, 30*time.Second, a, b, c)
-	if n := countRows(t, snap["user_metadata_tag"]); n != 1 {
+	if n := countRows(t, snap[persistence.ModelUserMetadataTag]); n != 1 {
 		t.Fatalf("%d tag applications, want 1", n)
 	}
 
@@ -749,7 +749,7 @@ func TestE2EKillNineMidTraffic(t *testing.T) {
 
 	snap := converge(t, lib, 60*time.Second, a, b)
 	have := map[string]bool{}
-	for _, m := range []string{"tag", "location"} {
+	for _, m := range []string{persistence.ModelTag, persistence.ModelLocation} {
 		for _, r := range rows(t, snap[m]) {
 			have[r["uuid"].(string)] = true
 		}
@@ -760,7 +760,7 @@ func TestE2EKillNineMidTraffic(t *testing.T) {
 		}
 	}
 	// At most one write of B was in flight (committed, never acknowledged).
-	tags, locs := countRows(t, snap["tag"]), countRows(t, snap["location"])
+	tags, locs := countRows(t, snap[persistence.ModelTag]), countRows(t, snap[persistence.ModelLocation])
 	acked := 1 + len(ra.tags) + len(rb.tags) + len(ra.locs) + len(rb.locs) // 1: before-join
 	if tags+locs < acked || tags+locs > acked+1 {
 		t.Fatalf("%d tags + %d locations after the restart, %d acknowledged", tags, locs, acked)
