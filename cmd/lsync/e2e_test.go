@@ -428,7 +428,7 @@ func scrape(t *testing.T, d *daemon) string {
 }
 
 // metricValue sums the samples of name whose label set contains labels
-// (e.g. `reason="unpaired"`).
+// (e.g. `direction="in"`, or reasonLabel(messages.ReasonUnpaired)).
 func metricValue(text, name, labels string) float64 {
 	var sum float64
 	sc := bufio.NewScanner(strings.NewReader(text))
@@ -451,6 +451,9 @@ func metricValue(text, name, labels string) float64 {
 	}
 	return sum
 }
+
+// reasonLabel is the label of lsync_rejected_total{reason} for r.
+func reasonLabel(r messages.Reason) string { return fmt.Sprintf("reason=%q", r) }
 
 // makeTree writes a folder of dirs×files small files and one larger file;
 // it returns the folder and how many entries indexing it yields.
@@ -629,7 +632,7 @@ func TestE2EPairShareIndexConverge(t *testing.T) {
 	}
 	d.start("127.0.0.1:0")
 	eventually(t, 20*time.Second, "A to refuse the unpaired device", func() bool {
-		return metricValue(scrape(t, a), "lsync_rejected_total", `reason="unpaired"`) >= 1
+		return metricValue(scrape(t, a), "lsync_rejected_total", reasonLabel(messages.ReasonUnpaired)) >= 1
 	})
 	var dp []peerInfo
 	d.mustJSON(&dp, "network", "peers")
@@ -797,7 +800,7 @@ func TestE2ESchemaMismatch(t *testing.T) {
 		// A device counts the refusals it makes; the first one it logs may
 		// be the peer's (told, not counted), its own follows on a retry.
 		eventually(t, 20*time.Second, d.name+" to count a schema_mismatch refusal", func() bool {
-			return metricValue(scrape(t, d), "lsync_rejected_total", `reason="schema_mismatch"`) >= 1
+			return metricValue(scrape(t, d), "lsync_rejected_total", reasonLabel(messages.ReasonSchemaMismatch)) >= 1
 		})
 	}
 	// The refusal is a setup error, not something sync-setup can get past.
