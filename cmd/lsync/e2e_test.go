@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
 )
@@ -154,29 +155,41 @@ func (d *daemon) start(listen string) {
 	d.mu.Lock()
 	d.cmd, d.done = cmd, done
 	d.mu.Unlock()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var info deviceInfo
-		stdout, stderr, code := d.run("--json", "device", "show")
-		if code == 0 {
-			if err := json.Unmarshal([]byte(stdout), &info); err != nil {
-				d.t.Fatalf("%s: device show: %v: %q", d.name, err, stdout)
-			}
-			d.listen, d.metrics = info.Listen, info.Metrics
-			if info.ID != d.id {
-				d.t.Fatalf("%s: daemon serves device %s, init said %s", d.name, info.ID, d.id)
-			}
-			return
-		}
+	// Ready is the control socket answering `device show`; a daemon that
+	// exits first fails at once.
+	var (
+		info    deviceInfo
+		showOut string
+		last    string
+		exited  bool
+	)
+	ready := testutil.Within(15*time.Second, func() bool {
 		select {
 		case <-done:
-			d.t.Fatalf("%s: lsync serve exited early:\n%s", d.name, tail(d.logText(), 30))
+			exited = true
+			return true
 		default:
 		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("%s: daemon not ready after 15s (last: %d %s)", d.name, code, stderr)
+		stdout, stderr, code := d.run("--json", "device", "show")
+		if code != 0 {
+			last = fmt.Sprintf("%d %s", code, stderr)
+			return false
 		}
-		time.Sleep(30 * time.Millisecond)
+		showOut = stdout
+		return true
+	})
+	switch {
+	case exited:
+		d.t.Fatalf("%s: lsync serve exited early:\n%s", d.name, tail(d.logText(), 30))
+	case !ready:
+		d.t.Fatalf("%s: daemon not ready after 15s (last: %s)", d.name, last)
+	}
+	if err := json.Unmarshal([]byte(showOut), &info); err != nil {
+		d.t.Fatalf("%s: device show: %v: %q", d.name, err, showOut)
+	}
+	d.listen, d.metrics = info.Listen, info.Metrics
+	if info.ID != d.id {
+		d.t.Fatalf("%s: daemon serves device %s, init said %s", d.name, info.ID, d.id)
 	}
 }
 
@@ -344,39 +357,38 @@ func snapshot(d *daemon, lib string) (map[string]string, error) {
 // every model, and returns that output.
 func converge(t *testing.T, lib string, timeout time.Duration, ds ...*daemon) map[string]string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	var snap map[string]string
 	var why string
-	for {
-		snaps := make([]map[string]string, len(ds))
-		why = ""
-		for i, d := range ds {
-			s, err := snapshot(d, lib)
-			if err != nil {
-				why = err.Error()
-				break
-			}
-			snaps[i] = s
-		}
-		if why == "" {
-		cmp:
-			for i := 1; i < len(ds); i++ {
-				for _, m := range syncedModels {
-					if snaps[i][m] != snaps[0][m] {
-						why = fmt.Sprintf("%s and %s differ in %s: %d vs %d rows\n%s", ds[0].name, ds[i].name, m,
-							countRows(t, snaps[0][m]), countRows(t, snaps[i][m]), firstDiffLine(snaps[0][m], snaps[i][m]))
-						break cmp
-					}
-				}
-			}
-		}
-		if why == "" {
-			return snaps[0]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no convergence after %v: %s", timeout, why)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if !testutil.Within(timeout, func() bool {
+		snap, why = compareSnapshots(t, lib, ds)
+		return why == ""
+	}) {
+		t.Fatalf("no convergence after %v: %s", timeout, why)
 	}
+	return snap
+}
+
+// compareSnapshots takes every daemon's snapshot and returns the first one,
+// or why they are not (yet) all the same.
+func compareSnapshots(t *testing.T, lib string, ds []*daemon) (map[string]string, string) {
+	t.Helper()
+	snaps := make([]map[string]string, len(ds))
+	for i, d := range ds {
+		s, err := snapshot(d, lib)
+		if err != nil {
+			return nil, err.Error()
+		}
+		snaps[i] = s
+	}
+	for i := 1; i < len(ds); i++ {
+		for _, m := range syncedModels {
+			if snaps[i][m] != snaps[0][m] {
+				return nil, fmt.Sprintf("%s and %s differ in %s: %d vs %d rows\n%s", ds[0].name, ds[i].name, m,
+					countRows(t, snaps[0][m]), countRows(t, snaps[i][m]), firstDiffLine(snaps[0][m], snaps[i][m]))
+			}
+		}
+	}
+	return snaps[0], ""
 }
 
 func firstDiffLine(a, b string) string {
@@ -399,18 +411,6 @@ func rows(t *testing.T, s string) []map[string]any {
 }
 
 func countRows(t *testing.T, s string) int { return len(rows(t, s)) }
-
-// eventually polls cond until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // scrape fetches a daemon's /metrics.
 func scrape(t *testing.T, d *daemon) string {
@@ -631,7 +631,7 @@ func TestE2EPairShareIndexConverge(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.start("127.0.0.1:0")
-	eventually(t, 20*time.Second, "A to refuse the unpaired device", func() bool {
+	testutil.Eventually(t, 20*time.Second, "A to refuse the unpaired device", func() bool {
 		return metricValue(scrape(t, a), "lsync_rejected_total", reasonLabel(messages.ReasonUnpaired)) >= 1
 	})
 	var dp []peerInfo
@@ -723,7 +723,7 @@ func TestE2EKillNineMidTraffic(t *testing.T) {
 	go func() { defer close(doneB); writer(b, stopB, &rb) }()
 
 	// Let both write a while, then kill B mid-traffic.
-	eventually(t, 30*time.Second, "B to write 20 rows", func() bool {
+	testutil.Eventually(t, 30*time.Second, "B to write 20 rows", func() bool {
 		stdout, _, _ := a.run("--json", "query", lib, "tag")
 		return strings.Count(stdout, "bravo-") >= 10
 	})
@@ -736,12 +736,12 @@ func TestE2EKillNineMidTraffic(t *testing.T) {
 		t.Fatalf("after kill -9: exit %d, %q (want the no-daemon hint)", code, stderr)
 	}
 	// A keeps writing while B is down, then B restarts on the same port.
-	eventually(t, 30*time.Second, "A to write 10 more tags", func() bool {
+	testutil.Eventually(t, 30*time.Second, "A to write 10 more tags", func() bool {
 		stdout, _, _ := a.run("--json", "query", lib, "tag")
 		return strings.Count(stdout, "alpha-") >= atKill+10
 	})
 	b.start(b.listen)
-	eventually(t, 30*time.Second, "B to reconnect", func() bool {
+	testutil.Eventually(t, 30*time.Second, "B to reconnect", func() bool {
 		var ps []peerInfo
 		b.mustJSON(&ps, "network", "peers")
 		return len(ps) == 1 && ps[0].Connected
@@ -788,7 +788,7 @@ func TestE2ESchemaMismatch(t *testing.T) {
 		}
 		return
 	}
-	eventually(t, 20*time.Second, "both daemons to log the refusal", func() bool {
+	testutil.Eventually(t, 20*time.Second, "both daemons to log the refusal", func() bool {
 		return strings.Contains(a.logText(), "upgrade this device") && strings.Contains(b.logText(), "the peer must upgrade")
 	})
 	for _, d := range []*daemon{a, b} {
@@ -799,7 +799,7 @@ func TestE2ESchemaMismatch(t *testing.T) {
 		}
 		// A device counts the refusals it makes; the first one it logs may
 		// be the peer's (told, not counted), its own follows on a retry.
-		eventually(t, 20*time.Second, d.name+" to count a schema_mismatch refusal", func() bool {
+		testutil.Eventually(t, 20*time.Second, d.name+" to count a schema_mismatch refusal", func() bool {
 			return metricValue(scrape(t, d), "lsync_rejected_total", reasonLabel(messages.ReasonSchemaMismatch)) >= 1
 		})
 	}
@@ -837,7 +837,7 @@ func TestE2EJoinKillNineResumes(t *testing.T) {
 	}
 	defer join.Wait()
 	var pages int
-	eventually(t, 30*time.Second, "the backfill under way", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the backfill under way", func() bool {
 		stdout, _, code := b.run("--json", "sync", "status", lib)
 		if code != 0 {
 			return false
@@ -855,7 +855,7 @@ func TestE2EJoinKillNineResumes(t *testing.T) {
 	b.kill9()
 	t.Logf("killed bravo after %d pages of %d rows", pages, 25)
 	b.start(listen)
-	eventually(t, 60*time.Second, "the resumed join to finish", func() bool {
+	testutil.Eventually(t, 60*time.Second, "the resumed join to finish", func() bool {
 		stdout, _, code := b.run("--json", "sync", "status", lib)
 		if code != 0 {
 			return false
