@@ -10,11 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/lsync/lsync/persistence"
 )
 
 // TestMain lets the test binary stand in for the bench binary: the harness
 // re-executes itself (os.Executable) for the serve and join processes.
+// As the test binary, it fails the package if a test leaves a goroutine
+// behind (the harness reads its children's output in goroutines of its own).
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" && len(os.Args) > 1 {
 		if err := Run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
@@ -23,7 +27,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // TestGenerationDeterministic: the same seed gives the same rows, byte for

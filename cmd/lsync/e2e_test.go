@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
@@ -32,10 +34,16 @@ import (
 // lsyncBin is the binary built once by TestMain ("" with -short).
 var lsyncBin string
 
+// TestMain builds the lsync binary for the end-to-end tests, and fails the
+// package if a test leaves a goroutine behind: the demo, the latency test's
+// watch client and the handshake test run nodes, transports and control
+// clients in this process, and each must be stopped by the test that
+// started it. (Nothing third-party needs an exception.)
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
-		os.Exit(m.Run())
+		goleak.VerifyTestMain(m)
+		return
 	}
 	dir, err := os.MkdirTemp("", "lsync-e2e-bin-")
 	if err != nil {
@@ -56,9 +64,10 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}))
 }
 
 func needBinary(t *testing.T) {
