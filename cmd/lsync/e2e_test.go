@@ -143,6 +143,13 @@ func startDaemon(t *testing.T, name string, env ...string) *daemon {
 // start runs `lsync serve` and waits until its control socket answers.
 func (d *daemon) start(listen string) {
 	d.t.Helper()
+	d.mu.Lock()
+	running := d.cmd != nil
+	d.mu.Unlock()
+	if running {
+		// Starting over a running daemon would lose track of its process.
+		d.t.Fatalf("%s: start: the daemon is running already", d.name)
+	}
 	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		d.t.Fatal(err)
@@ -310,13 +317,10 @@ func pairWaiting(t *testing.T, a, b *daemon) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	background(t, cmd)
 	line, err := bufio.NewReader(stderr).ReadString('\n')
 	f := strings.Fields(line)
 	if err != nil || len(f) < 3 || f[0] != "pairing" {
-		_ = cmd.Process.Kill()
 		t.Fatalf("pair generate --wait: first stderr line %q (%v)", line, err)
 	}
 	b.mustRun("network", "pair", "join", f[2], "--addr", a.listen)
@@ -327,6 +331,24 @@ func pairWaiting(t *testing.T, a, b *daemon) {
 	if err := json.Unmarshal(out.Bytes(), &pc); err != nil || pc.Paired == nil || pc.Paired.ID != b.id {
 		t.Fatalf("pair generate --wait printed %q (%v), want the paired device %s", out.String(), err, b.id)
 	}
+}
+
+// background starts a CLI command that runs alongside the test (pair
+// generate --wait, a join): it dies with the test process, and the test's
+// cleanup kills it by its PID and reaps it unless the test waited for it.
+// Register it after the daemons it talks to, so it ends before they stop.
+func background(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
 }
 
 // share creates a library on the first daemon and makes every pair partners.
@@ -841,10 +863,7 @@ func TestE2EJoinKillNineResumes(t *testing.T) {
 	// B joins in the background; the CLI dies with the daemon.
 	join := exec.Command(lsyncBin, "--home", b.home, "network", "sync-setup", "--remote-device", a.id, "--remote-library", lib, "--action", "join")
 	join.Env = append(os.Environ(), b.env...)
-	if err := join.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer join.Wait()
+	background(t, join)
 	var pages int
 	testutil.Eventually(t, 30*time.Second, "the backfill under way", func() bool {
 		stdout, _, code := b.run("--json", "sync", "status", lib)
