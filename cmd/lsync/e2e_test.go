@@ -371,17 +371,13 @@ func share(t *testing.T, name string, ds ...*daemon) string {
 // syncedModels are every model `lsync query` serves.
 var syncedModels = persistence.DefaultRegistry().Order()
 
-// snapshot is `lsync --json query LIB MODEL` for every model, by model.
-func snapshot(d *daemon, lib string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, m := range syncedModels {
-		stdout, stderr, code := d.run("--json", "query", lib, m)
-		if code != 0 {
-			return nil, fmt.Errorf("%s: query %s: exit %d: %s", d.name, m, code, stderr)
-		}
-		out[m] = stdout
+// query is `lsync --json query LIB MODEL` on d.
+func query(d *daemon, lib, model string) (string, error) {
+	stdout, stderr, code := d.run("--json", "query", lib, model)
+	if code != 0 {
+		return "", fmt.Errorf("%s: query %s: exit %d: %s", d.name, model, code, stderr)
 	}
-	return out, nil
+	return stdout, nil
 }
 
 // converge polls until every daemon prints byte-identical query output for
@@ -399,27 +395,32 @@ func converge(t *testing.T, lib string, timeout time.Duration, ds ...*daemon) ma
 	return snap
 }
 
-// compareSnapshots takes every daemon's snapshot and returns the first one,
-// or why they are not (yet) all the same.
+// compareSnapshots queries every model on every daemon and returns the
+// output by model, or why the daemons do not (yet) agree. It stops at the
+// first model that differs: a round that cannot succeed spawns as few CLI
+// processes as it can, which matters on a 2-core machine where they compete
+// with the daemons that are converging.
 func compareSnapshots(t *testing.T, lib string, ds []*daemon) (map[string]string, string) {
 	t.Helper()
-	snaps := make([]map[string]string, len(ds))
-	for i, d := range ds {
-		s, err := snapshot(d, lib)
+	snap := map[string]string{}
+	for _, m := range syncedModels {
+		first, err := query(ds[0], lib, m)
 		if err != nil {
 			return nil, err.Error()
 		}
-		snaps[i] = s
-	}
-	for i := 1; i < len(ds); i++ {
-		for _, m := range syncedModels {
-			if snaps[i][m] != snaps[0][m] {
-				return nil, fmt.Sprintf("%s and %s differ in %s: %d vs %d rows\n%s", ds[0].name, ds[i].name, m,
-					countRows(t, snaps[0][m]), countRows(t, snaps[i][m]), firstDiffLine(snaps[0][m], snaps[i][m]))
+		for _, d := range ds[1:] {
+			out, err := query(d, lib, m)
+			if err != nil {
+				return nil, err.Error()
+			}
+			if out != first {
+				return nil, fmt.Sprintf("%s and %s differ in %s: %d vs %d rows\n%s", ds[0].name, d.name, m,
+					countRows(t, first), countRows(t, out), firstDiffLine(first, out))
 			}
 		}
+		snap[m] = first
 	}
-	return snaps[0], ""
+	return snap, ""
 }
 
 func firstDiffLine(a, b string) string {
