@@ -69,8 +69,8 @@ func rawInsertBaseline(dir string, lib *cachedLib) (rawResult, error) {
 	}
 	s := &rawSink{c: c, ids: map[messages.UUID]int64{}, owners: map[messages.DeviceID]int64{}}
 	defer s.close()
-	if s.ins, _, err = c.Prepare(`INSERT INTO "entry" (uuid, owner_id, hlc, location_id, parent_id, name, kind, extension, size, mtime, content_uuid)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
+	if s.ins, _, err = c.Prepare(fmt.Sprintf(`INSERT INTO %q (uuid, owner_id, hlc, location_id, parent_id, name, kind, extension, size, mtime, content_uuid)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, persistence.ModelEntry)); err != nil {
 		return rawResult{}, err
 	}
 	if err := newGenerator(lib.Params, lib.Server, s).run(); err != nil {
@@ -100,7 +100,7 @@ func (s *rawSink) owner(dev messages.DeviceID) (int64, error) {
 	if id, ok := s.owners[dev]; ok {
 		return id, nil
 	}
-	st, _, err := s.c.Prepare(`INSERT INTO "device" (uuid, owner_id) VALUES (?, 0) ON CONFLICT (uuid) DO UPDATE SET owner_id = 0 RETURNING id`)
+	st, _, err := s.c.Prepare(fmt.Sprintf(`INSERT INTO %q (uuid, owner_id) VALUES (?, 0) ON CONFLICT (uuid) DO UPDATE SET owner_id = 0 RETURNING id`, persistence.ModelDevice))
 	if err != nil {
 		return 0, err
 	}
@@ -120,15 +120,15 @@ func (s *rawSink) state(owner messages.DeviceID, model string, recs []messages.S
 		return err
 	}
 	switch model {
-	case "location":
+	case persistence.ModelLocation:
 		for _, r := range recs {
-			if err := s.c.Exec(fmt.Sprintf(`INSERT INTO "location" (uuid, owner_id, hlc, path) VALUES (x'%x', %d, x'%x', 'p')`,
-				r.UUID[:], own, r.HLC.Bytes())); err != nil {
+			if err := s.c.Exec(fmt.Sprintf(`INSERT INTO %q (uuid, owner_id, hlc, path) VALUES (x'%x', %d, x'%x', 'p')`,
+				persistence.ModelLocation, r.UUID[:], own, r.HLC.Bytes())); err != nil {
 				return err
 			}
 			s.ids[r.UUID] = s.c.LastInsertRowID()
 		}
-	case "entry":
+	case persistence.ModelEntry:
 		for len(recs) > 0 {
 			n := min(len(recs), rawTxRows)
 			if err := s.insertEntries(own, recs[:n]); err != nil {

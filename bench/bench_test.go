@@ -10,11 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/lsync/lsync/persistence"
 )
 
 // TestMain lets the test binary stand in for the bench binary: the harness
 // re-executes itself (os.Executable) for the serve and join processes.
+// As the test binary, it fails the package if a test leaves a goroutine
+// behind (the harness reads its children's output in goroutines of its own).
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" && len(os.Args) > 1 {
 		if err := Run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
@@ -23,7 +27,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // TestGenerationDeterministic: the same seed gives the same rows, byte for
@@ -58,8 +62,8 @@ func TestGenerationDeterministic(t *testing.T) {
 	if ca.Server != cb.Server || ca.Library != cb.Library {
 		t.Fatal("device or library id differs between generations with the same seed")
 	}
-	if ca.Stats["entry"] != p.Entries || ca.Stats["tag"] == 0 || ca.Stats["content_identity"] == 0 ||
-		ca.Stats["album_entry"] == 0 || ca.Stats["user_metadata"] == 0 || ca.Stats["tag_relationship"] == 0 {
+	if ca.Stats[persistence.ModelEntry] != p.Entries || ca.Stats[persistence.ModelTag] == 0 || ca.Stats[persistence.ModelContentIdentity] == 0 ||
+		ca.Stats[persistence.ModelAlbumEntry] == 0 || ca.Stats[persistence.ModelUserMetadata] == 0 || ca.Stats[persistence.ModelTagRelationship] == 0 {
 		t.Fatalf("library lacks a model: %v", ca.Stats)
 	}
 	if c, _ := dump(genParams{Entries: 3000, Seed: 8}); c == a {

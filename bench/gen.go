@@ -195,12 +195,12 @@ func (g *generator) record(o *genOwner, model string, u messages.UUID, h message
 func (g *generator) devices() error {
 	for i, o := range g.owners {
 		h := o.clock.next()
-		rec, err := g.record(o, "device", messages.UUID(o.dev), h, map[string]any{
+		rec, err := g.record(o, persistence.ModelDevice, messages.UUID(o.dev), h, map[string]any{
 			"name": ownerNames[i].name, "platform": ownerNames[i].platform, "created_at": int64(h.Timestamp)})
 		if err != nil {
 			return err
 		}
-		if err := g.sink.state(o.dev, "device", []messages.StateRecord{rec}); err != nil {
+		if err := g.sink.state(o.dev, persistence.ModelDevice, []messages.StateRecord{rec}); err != nil {
 			return err
 		}
 	}
@@ -217,7 +217,7 @@ func (g *generator) places() error {
 			h := o.clock.next()
 			u := uuidV7(o.rng, h.Timestamp, 0)
 			name := volumeNames[(i+v)%len(volumeNames)]
-			rec, err := g.record(o, "volume", u, h, map[string]any{"name": name, "mount_point": "/Volumes/" + name,
+			rec, err := g.record(o, persistence.ModelVolume, u, h, map[string]any{"name": name, "mount_point": "/Volumes/" + name,
 				"capacity": int64(256+o.rng.IntN(4096)) << 30, "fs_type": []string{"apfs", "ext4", "exfat"}[o.rng.IntN(3)],
 				"created_at": int64(h.Timestamp)})
 			if err != nil {
@@ -231,7 +231,7 @@ func (g *generator) places() error {
 			u := uuidV7(o.rng, h.Timestamp, 0)
 			name := locationNames[(i*3+l)%len(locationNames)]
 			path := fmt.Sprintf("/Users/%s/%s", ownerNames[i].name, name)
-			rec, err := g.record(o, "location", u, h, map[string]any{"volume_uuid": o.vols[l%len(o.vols)], "path": path,
+			rec, err := g.record(o, persistence.ModelLocation, u, h, map[string]any{"volume_uuid": o.vols[l%len(o.vols)], "path": path,
 				"name": name, "created_at": int64(h.Timestamp)})
 			if err != nil {
 				return err
@@ -239,10 +239,10 @@ func (g *generator) places() error {
 			locs = append(locs, rec)
 			o.locs = append(o.locs, genLocation{u: u})
 		}
-		if err := g.sink.state(o.dev, "volume", vols); err != nil {
+		if err := g.sink.state(o.dev, persistence.ModelVolume, vols); err != nil {
 			return err
 		}
-		if err := g.sink.state(o.dev, "location", locs); err != nil {
+		if err := g.sink.state(o.dev, persistence.ModelLocation, locs); err != nil {
 			return err
 		}
 	}
@@ -296,7 +296,7 @@ func (g *generator) tagGraph() error {
 		o := g.sharedOrigin()
 		w := tagWords[g.rng.IntN(len(tagWords))]
 		name := fmt.Sprintf("%s-%d", w, i)
-		u, err := g.addShared(o, "tag", messages.UUID{}, map[string]any{
+		u, err := g.addShared(o, persistence.ModelTag, messages.UUID{}, map[string]any{
 			"canonical_name": name, "namespace": []string{"", "people", "places", "events"}[g.rng.IntN(4)],
 			"display_name": strings.ToUpper(name[:1]) + name[1:], "color": tagColors[g.rng.IntN(len(tagColors))],
 			"tag_type": "standard", "privacy_level": "normal", "created_at": int64(o.clock.ms),
@@ -316,7 +316,7 @@ func (g *generator) tagGraph() error {
 		}
 		seen[[2]int{p, c}] = true
 		o := g.sharedOrigin()
-		if _, err := g.addShared(o, "tag_relationship", messages.UUID{}, map[string]any{
+		if _, err := g.addShared(o, persistence.ModelTagRelationship, messages.UUID{}, map[string]any{
 			"parent_tag_uuid": g.tags[p], "child_tag_uuid": g.tags[c], "relationship_type": "parent_child",
 			"strength": 1.0, "created_at": int64(o.clock.ms)}); err != nil {
 			return err
@@ -420,12 +420,12 @@ func (g *generator) ownerEntries(o *genOwner, n int) error {
 		if len(page) == 0 {
 			return nil
 		}
-		err := g.sink.state(o.dev, "entry", page)
+		err := g.sink.state(o.dev, persistence.ModelEntry, page)
 		page = page[:0]
 		return err
 	}
 	emit := func(h messages.HLC, u messages.UUID, fields map[string]any) error {
-		rec, err := g.record(o, "entry", u, h, fields)
+		rec, err := g.record(o, persistence.ModelEntry, u, h, fields)
 		if err != nil {
 			return err
 		}
@@ -510,8 +510,8 @@ func (g *generator) ownerEntries(o *genOwner, n int) error {
 					if r.IntN(3) == 0 {
 						fields["note"] = "checked " + tagWords[r.IntN(len(tagWords))]
 					}
-					mu, _ := g.reg.DeterministicUUID("entry_metadata", fields)
-					rec, err := g.record(o, "entry_metadata", mu, mh, fields)
+					mu, _ := g.reg.DeterministicUUID(persistence.ModelEntryMetadata, fields)
+					rec, err := g.record(o, persistence.ModelEntryMetadata, mu, mh, fields)
 					if err != nil {
 						return err
 					}
@@ -543,7 +543,7 @@ func (g *generator) contentFor(o *genOwner, size int64, kind string) (messages.U
 		hash[i], hash[8+i] = byte(a>>(8*i)), byte(b>>(8*i))
 	}
 	origin := g.sharedOrigin()
-	u, err := g.addShared(origin, "content_identity", messages.UUID{}, map[string]any{
+	u, err := g.addShared(origin, persistence.ModelContentIdentity, messages.UUID{}, map[string]any{
 		"content_hash": fmt.Sprintf("%x", hash), "size": size, "kind": kind, "created_at": int64(origin.clock.ms)})
 	if err != nil {
 		return u, err
@@ -558,7 +558,7 @@ func (g *generator) albumsAndEntries() error {
 	n := g.p.scaled(refAlbums, 2)
 	for i := 0; i < n; i++ {
 		o := g.sharedOrigin()
-		u, err := g.addShared(o, "album", messages.UUID{}, map[string]any{
+		u, err := g.addShared(o, persistence.ModelAlbum, messages.UUID{}, map[string]any{
 			"name":        fmt.Sprintf("%s %d", albumWords[g.rng.IntN(len(albumWords))], 2015+g.rng.IntN(10)),
 			"description": "", "created_at": int64(o.clock.ms), "created_by_device": messages.UUID(o.dev)})
 		if err != nil {
@@ -568,7 +568,7 @@ func (g *generator) albumsAndEntries() error {
 	}
 	for _, e := range g.albumPick {
 		o := g.sharedOrigin()
-		if _, err := g.addShared(o, "album_entry", messages.UUID{}, map[string]any{
+		if _, err := g.addShared(o, persistence.ModelAlbumEntry, messages.UUID{}, map[string]any{
 			"album_uuid": g.albums[g.rng.IntN(len(g.albums))], "entry_uuid": e, "added_at": int64(o.clock.ms),
 			"added_by_device": messages.UUID(o.dev)}); err != nil {
 			return err
@@ -592,7 +592,7 @@ func (g *generator) metadata() error {
 		if g.rng.IntN(8) == 0 {
 			f["note"] = "keep " + tagWords[g.rng.IntN(len(tagWords))]
 		}
-		mu, err := g.addShared(o, "user_metadata", messages.UUID{}, f)
+		mu, err := g.addShared(o, persistence.ModelUserMetadata, messages.UUID{}, f)
 		if err != nil {
 			return err
 		}
@@ -603,7 +603,7 @@ func (g *generator) metadata() error {
 				continue
 			}
 			picked[t] = true
-			if _, err := g.addShared(o, "user_metadata_tag", messages.UUID{}, map[string]any{
+			if _, err := g.addShared(o, persistence.ModelUserMetadataTag, messages.UUID{}, map[string]any{
 				"user_metadata_uuid": mu, "tag_uuid": g.tags[t], "applied_context": "manual", "confidence": 1.0,
 				"source": "user", "created_at": int64(o.clock.ms), "device_uuid": messages.UUID(o.dev)}); err != nil {
 				return err
@@ -616,7 +616,7 @@ func (g *generator) metadata() error {
 	for _, o := range g.owners {
 		for len(o.emeta) > 0 {
 			k := min(len(o.emeta), statePage)
-			if err := g.sink.state(o.dev, "entry_metadata", o.emeta[:k]); err != nil {
+			if err := g.sink.state(o.dev, persistence.ModelEntryMetadata, o.emeta[:k]); err != nil {
 				return err
 			}
 			o.emeta = o.emeta[k:]

@@ -188,7 +188,7 @@ type libSink struct {
 }
 
 func (s *libSink) state(owner messages.DeviceID, model string, recs []messages.StateRecord) error {
-	if owner == s.self && model == "device" {
+	if owner == s.self && model == persistence.ModelDevice {
 		// The library made its own device row on create; fill it in.
 		fields, err := s.lib.Registry().DecodeValues(model, recs[0].Values)
 		if err != nil {
@@ -224,7 +224,8 @@ func (s *libSink) watermarks(state, shared []messages.OriginWatermark) error {
 
 func checkApplied(what string, n int, res persistence.ApplyResult) error {
 	if len(res.Rejected) > 0 {
-		return fmt.Errorf("%s: %d rejected, first: %v", what, len(res.Rejected), res.Rejected[0].Err)
+		r := res.Rejected[0]
+		return fmt.Errorf("%s: %d rejected, first: %s %s (%s): %v", what, len(res.Rejected), r.Model, r.UUID, r.Reason, r.Err)
 	}
 	if res.Applied != n || res.Parked != 0 {
 		return fmt.Errorf("%s: applied %d of %d (stale %d, parked %d)", what, res.Applied, n, res.Stale, res.Parked)

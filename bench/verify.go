@@ -91,7 +91,7 @@ func verifyJoin(lib *cachedLib, run *scenarioRun, derived bool) (string, error) 
 	// 3. The server still holds what was generated.
 	for model, n := range lib.Stats {
 		got := sc[model]
-		if model == "device" {
+		if model == persistence.ModelDevice {
 			got = min(got, n) // the joiner's own device row may have reached it
 		}
 		if got != n {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/lsync/lsync/persistence"
 )
 
 // runCLI runs the CLI in-process.
@@ -187,7 +189,8 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo summary: %+v", sum)
 	}
 	for _, dev := range sum.Devices {
-		if sum.Rows["tag"][dev.Label] != 2 || sum.Rows["album_entry"][dev.Label] != 2 || sum.Rows["device"][dev.Label] != 4 {
+		if sum.Rows[persistence.ModelTag][dev.Label] != 2 || sum.Rows[persistence.ModelAlbumEntry][dev.Label] != 2 ||
+			sum.Rows[persistence.ModelDevice][dev.Label] != 4 {
 			t.Errorf("device %s: rows %v", dev.Label, sum.Rows)
 		}
 	}

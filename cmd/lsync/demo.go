@@ -177,7 +177,7 @@ func runDemo(ctx context.Context, g *globals, path string, keep bool) (err error
 	if err != nil {
 		return err
 	}
-	if err := d.waitRow(ctx, b, "album", album); err != nil {
+	if err := d.waitRow(ctx, b, persistence.ModelAlbum, album); err != nil {
 		return err
 	}
 	readme, err := d.firstFile(ctx, a, locA)
@@ -197,7 +197,7 @@ func runDemo(ctx context.Context, g *globals, path string, keep bool) (err error
 	if err != nil {
 		return err
 	}
-	if err := d.waitRow(ctx, c, "content_identity", content); err != nil {
+	if err := d.waitRow(ctx, c, persistence.ModelContentIdentity, content); err != nil {
 		return err
 	}
 	if err := a.lib.SetContentMeta(ctx, content, map[string]any{"favorite": true}); err != nil {
@@ -383,7 +383,7 @@ func parseRowUUID(s string) (messages.UUID, error) {
 }
 
 func (d *demo) entryNamed(ctx context.Context, dev *demoDev, loc messages.UUID, name string) (messages.UUID, error) {
-	rows, err := dev.lib.Query(ctx, "entry")
+	rows, err := dev.lib.Query(ctx, persistence.ModelEntry)
 	if err != nil {
 		return messages.UUID{}, err
 	}
@@ -397,7 +397,7 @@ func (d *demo) entryNamed(ctx context.Context, dev *demoDev, loc messages.UUID, 
 
 // firstFile picks A's entry for a well-known file (README.md, else any file).
 func (d *demo) firstFile(ctx context.Context, dev *demoDev, loc messages.UUID) (messages.UUID, error) {
-	rows, err := dev.lib.Query(ctx, "entry")
+	rows, err := dev.lib.Query(ctx, persistence.ModelEntry)
 	if err != nil {
 		return messages.UUID{}, err
 	}
@@ -420,7 +420,7 @@ func (d *demo) firstFile(ctx context.Context, dev *demoDev, loc messages.UUID) (
 }
 
 func (d *demo) contentOf(ctx context.Context, dev *demoDev, entry messages.UUID) (messages.UUID, error) {
-	r, err := dev.lib.Get(ctx, "entry", entry)
+	r, err := dev.lib.Get(ctx, persistence.ModelEntry, entry)
 	if err != nil {
 		return messages.UUID{}, err
 	}
@@ -428,7 +428,7 @@ func (d *demo) contentOf(ctx context.Context, dev *demoDev, entry messages.UUID)
 }
 
 func (d *demo) favorite(ctx context.Context, dev *demoDev, content messages.UUID) any {
-	rows, err := dev.lib.Query(ctx, "user_metadata")
+	rows, err := dev.lib.Query(ctx, persistence.ModelUserMetadata)
 	if err != nil {
 		return "?"
 	}

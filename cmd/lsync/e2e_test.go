@@ -24,6 +24,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
+	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
 )
@@ -31,10 +34,16 @@ import (
 // lsyncBin is the binary built once by TestMain ("" with -short).
 var lsyncBin string
 
+// TestMain builds the lsync binary for the end-to-end tests, and fails the
+// package if a test leaves a goroutine behind: the demo, the latency test's
+// watch client and the handshake test run nodes, transports and control
+// clients in this process, and each must be stopped by the test that
+// started it. (Nothing third-party needs an exception.)
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
-		os.Exit(m.Run())
+		goleak.VerifyTestMain(m)
+		return
 	}
 	dir, err := os.MkdirTemp("", "lsync-e2e-bin-")
 	if err != nil {
@@ -55,9 +64,10 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}))
 }
 
 func needBinary(t *testing.T) {
@@ -133,6 +143,13 @@ func startDaemon(t *testing.T, name string, env ...string) *daemon {
 // start runs `lsync serve` and waits until its control socket answers.
 func (d *daemon) start(listen string) {
 	d.t.Helper()
+	d.mu.Lock()
+	running := d.cmd != nil
+	d.mu.Unlock()
+	if running {
+		// Starting over a running daemon would lose track of its process.
+		d.t.Fatalf("%s: start: the daemon is running already", d.name)
+	}
 	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		d.t.Fatal(err)
@@ -154,29 +171,41 @@ func (d *daemon) start(listen string) {
 	d.mu.Lock()
 	d.cmd, d.done = cmd, done
 	d.mu.Unlock()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var info deviceInfo
-		stdout, stderr, code := d.run("--json", "device", "show")
-		if code == 0 {
-			if err := json.Unmarshal([]byte(stdout), &info); err != nil {
-				d.t.Fatalf("%s: device show: %v: %q", d.name, err, stdout)
-			}
-			d.listen, d.metrics = info.Listen, info.Metrics
-			if info.ID != d.id {
-				d.t.Fatalf("%s: daemon serves device %s, init said %s", d.name, info.ID, d.id)
-			}
-			return
-		}
+	// Ready is the control socket answering `device show`; a daemon that
+	// exits first fails at once.
+	var (
+		info    deviceInfo
+		showOut string
+		last    string
+		exited  bool
+	)
+	ready := testutil.Within(15*time.Second, func() bool {
 		select {
 		case <-done:
-			d.t.Fatalf("%s: lsync serve exited early:\n%s", d.name, tail(d.logText(), 30))
+			exited = true
+			return true
 		default:
 		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("%s: daemon not ready after 15s (last: %d %s)", d.name, code, stderr)
+		stdout, stderr, code := d.run("--json", "device", "show")
+		if code != 0 {
+			last = fmt.Sprintf("%d %s", code, stderr)
+			return false
 		}
-		time.Sleep(30 * time.Millisecond)
+		showOut = stdout
+		return true
+	})
+	switch {
+	case exited:
+		d.t.Fatalf("%s: lsync serve exited early:\n%s", d.name, tail(d.logText(), 30))
+	case !ready:
+		d.t.Fatalf("%s: daemon not ready after 15s (last: %s)", d.name, last)
+	}
+	if err := json.Unmarshal([]byte(showOut), &info); err != nil {
+		d.t.Fatalf("%s: device show: %v: %q", d.name, err, showOut)
+	}
+	d.listen, d.metrics = info.Listen, info.Metrics
+	if info.ID != d.id {
+		d.t.Fatalf("%s: daemon serves device %s, init said %s", d.name, info.ID, d.id)
 	}
 }
 
@@ -288,13 +317,10 @@ func pairWaiting(t *testing.T, a, b *daemon) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	background(t, cmd)
 	line, err := bufio.NewReader(stderr).ReadString('\n')
 	f := strings.Fields(line)
 	if err != nil || len(f) < 3 || f[0] != "pairing" {
-		_ = cmd.Process.Kill()
 		t.Fatalf("pair generate --wait: first stderr line %q (%v)", line, err)
 	}
 	b.mustRun("network", "pair", "join", f[2], "--addr", a.listen)
@@ -305,6 +331,24 @@ func pairWaiting(t *testing.T, a, b *daemon) {
 	if err := json.Unmarshal(out.Bytes(), &pc); err != nil || pc.Paired == nil || pc.Paired.ID != b.id {
 		t.Fatalf("pair generate --wait printed %q (%v), want the paired device %s", out.String(), err, b.id)
 	}
+}
+
+// background starts a CLI command that runs alongside the test (pair
+// generate --wait, a join): it dies with the test process, and the test's
+// cleanup kills it by its PID and reaps it unless the test waited for it.
+// Register it after the daemons it talks to, so it ends before they stop.
+func background(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
 }
 
 // share creates a library on the first daemon and makes every pair partners.
@@ -327,56 +371,56 @@ func share(t *testing.T, name string, ds ...*daemon) string {
 // syncedModels are every model `lsync query` serves.
 var syncedModels = persistence.DefaultRegistry().Order()
 
-// snapshot is `lsync --json query LIB MODEL` for every model, by model.
-func snapshot(d *daemon, lib string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, m := range syncedModels {
-		stdout, stderr, code := d.run("--json", "query", lib, m)
-		if code != 0 {
-			return nil, fmt.Errorf("%s: query %s: exit %d: %s", d.name, m, code, stderr)
-		}
-		out[m] = stdout
+// query is `lsync --json query LIB MODEL` on d.
+func query(d *daemon, lib, model string) (string, error) {
+	stdout, stderr, code := d.run("--json", "query", lib, model)
+	if code != 0 {
+		return "", fmt.Errorf("%s: query %s: exit %d: %s", d.name, model, code, stderr)
 	}
-	return out, nil
+	return stdout, nil
 }
 
 // converge polls until every daemon prints byte-identical query output for
 // every model, and returns that output.
 func converge(t *testing.T, lib string, timeout time.Duration, ds ...*daemon) map[string]string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	var snap map[string]string
 	var why string
-	for {
-		snaps := make([]map[string]string, len(ds))
-		why = ""
-		for i, d := range ds {
-			s, err := snapshot(d, lib)
-			if err != nil {
-				why = err.Error()
-				break
-			}
-			snaps[i] = s
-		}
-		if why == "" {
-		cmp:
-			for i := 1; i < len(ds); i++ {
-				for _, m := range syncedModels {
-					if snaps[i][m] != snaps[0][m] {
-						why = fmt.Sprintf("%s and %s differ in %s: %d vs %d rows\n%s", ds[0].name, ds[i].name, m,
-							countRows(t, snaps[0][m]), countRows(t, snaps[i][m]), firstDiffLine(snaps[0][m], snaps[i][m]))
-						break cmp
-					}
-				}
-			}
-		}
-		if why == "" {
-			return snaps[0]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no convergence after %v: %s", timeout, why)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if !testutil.Within(timeout, func() bool {
+		snap, why = compareSnapshots(t, lib, ds)
+		return why == ""
+	}) {
+		t.Fatalf("no convergence after %v: %s", timeout, why)
 	}
+	return snap
+}
+
+// compareSnapshots queries every model on every daemon and returns the
+// output by model, or why the daemons do not (yet) agree. It stops at the
+// first model that differs: a round that cannot succeed spawns as few CLI
+// processes as it can, which matters on a 2-core machine where they compete
+// with the daemons that are converging.
+func compareSnapshots(t *testing.T, lib string, ds []*daemon) (map[string]string, string) {
+	t.Helper()
+	snap := map[string]string{}
+	for _, m := range syncedModels {
+		first, err := query(ds[0], lib, m)
+		if err != nil {
+			return nil, err.Error()
+		}
+		for _, d := range ds[1:] {
+			out, err := query(d, lib, m)
+			if err != nil {
+				return nil, err.Error()
+			}
+			if out != first {
+				return nil, fmt.Sprintf("%s and %s differ in %s: %d vs %d rows\n%s", ds[0].name, d.name, m,
+					countRows(t, first), countRows(t, out), firstDiffLine(first, out))
+			}
+		}
+		snap[m] = first
+	}
+	return snap, ""
 }
 
 func firstDiffLine(a, b string) string {
@@ -400,18 +444,6 @@ func rows(t *testing.T, s string) []map[string]any {
 
 func countRows(t *testing.T, s string) int { return len(rows(t, s)) }
 
-// eventually polls cond until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // scrape fetches a daemon's /metrics.
 func scrape(t *testing.T, d *daemon) string {
 	t.Helper()
@@ -428,7 +460,7 @@ func scrape(t *testing.T, d *daemon) string {
 }
 
 // metricValue sums the samples of name whose label set contains labels
-// (e.g. `reason="unpaired"`).
+// (e.g. `direction="in"`, or reasonLabel(messages.ReasonUnpaired)).
 func metricValue(text, name, labels string) float64 {
 	var sum float64
 	sc := bufio.NewScanner(strings.NewReader(text))
@@ -451,6 +483,9 @@ func metricValue(text, name, labels string) float64 {
 	}
 	return sum
 }
+
+// reasonLabel is the label of lsync_rejected_total{reason} for r.
+func reasonLabel(r messages.Reason) string { return fmt.Sprintf("reason=%q", r) }
 
 // makeTree writes a folder of dirs×files small files and one larger file;
 // it returns the folder and how many entries indexing it yields.
@@ -572,15 +607,15 @@ func TestE2EPairShareIndexConverge(t *testing.T) {
 		t.FailNow()
 	}
 	snap := converge(t, lib, 60*time.Second, a, b, c)
-	if n := countRows(t, snap["entry"]); n != entries {
+	if n := countRows(t, snap[persistence.ModelEntry]); n != entries {
 		t.Fatalf("%d entries synced, want %d", n, entries)
 	}
-	tags := rows(t, snap["tag"])
+	tags := rows(t, snap[persistence.ModelTag])
 	if len(tags) != 2 || tagIDs[0] == tagIDs[1] {
 		t.Fatalf("want two Vacation tags, got %v (created %v)", tags, tagIDs)
 	}
 	// A tag name two tags share is ambiguous; the uuid works.
-	entry := rows(t, snap["entry"])
+	entry := rows(t, snap[persistence.ModelEntry])
 	var file string
 	for _, e := range entry {
 		if e["name"] == "video.mp4" {
@@ -593,7 +628,7 @@ func TestE2EPairShareIndexConverge(t *testing.T) {
 	}
 	b.mustRun("tag", "apply", lib, tagIDs[0], file)
 	snap = converge(t, lib, 30*time.Second, a, b, c)
-	if n := countRows(t, snap["user_metadata_tag"]); n != 1 {
+	if n := countRows(t, snap[persistence.ModelUserMetadataTag]); n != 1 {
 		t.Fatalf("%d tag applications, want 1", n)
 	}
 
@@ -628,8 +663,8 @@ func TestE2EPairShareIndexConverge(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.start("127.0.0.1:0")
-	eventually(t, 20*time.Second, "A to refuse the unpaired device", func() bool {
-		return metricValue(scrape(t, a), "lsync_rejected_total", `reason="unpaired"`) >= 1
+	testutil.Eventually(t, 20*time.Second, "A to refuse the unpaired device", func() bool {
+		return metricValue(scrape(t, a), "lsync_rejected_total", reasonLabel(messages.ReasonUnpaired)) >= 1
 	})
 	var dp []peerInfo
 	d.mustJSON(&dp, "network", "peers")
@@ -720,7 +755,7 @@ func TestE2EKillNineMidTraffic(t *testing.T) {
 	go func() { defer close(doneB); writer(b, stopB, &rb) }()
 
 	// Let both write a while, then kill B mid-traffic.
-	eventually(t, 30*time.Second, "B to write 20 rows", func() bool {
+	testutil.Eventually(t, 30*time.Second, "B to write 20 rows", func() bool {
 		stdout, _, _ := a.run("--json", "query", lib, "tag")
 		return strings.Count(stdout, "bravo-") >= 10
 	})
@@ -733,12 +768,12 @@ func TestE2EKillNineMidTraffic(t *testing.T) {
 		t.Fatalf("after kill -9: exit %d, %q (want the no-daemon hint)", code, stderr)
 	}
 	// A keeps writing while B is down, then B restarts on the same port.
-	eventually(t, 30*time.Second, "A to write 10 more tags", func() bool {
+	testutil.Eventually(t, 30*time.Second, "A to write 10 more tags", func() bool {
 		stdout, _, _ := a.run("--json", "query", lib, "tag")
 		return strings.Count(stdout, "alpha-") >= atKill+10
 	})
 	b.start(b.listen)
-	eventually(t, 30*time.Second, "B to reconnect", func() bool {
+	testutil.Eventually(t, 30*time.Second, "B to reconnect", func() bool {
 		var ps []peerInfo
 		b.mustJSON(&ps, "network", "peers")
 		return len(ps) == 1 && ps[0].Connected
@@ -749,7 +784,7 @@ func TestE2EKillNineMidTraffic(t *testing.T) {
 
 	snap := converge(t, lib, 60*time.Second, a, b)
 	have := map[string]bool{}
-	for _, m := range []string{"tag", "location"} {
+	for _, m := range []string{persistence.ModelTag, persistence.ModelLocation} {
 		for _, r := range rows(t, snap[m]) {
 			have[r["uuid"].(string)] = true
 		}
@@ -760,7 +795,7 @@ func TestE2EKillNineMidTraffic(t *testing.T) {
 		}
 	}
 	// At most one write of B was in flight (committed, never acknowledged).
-	tags, locs := countRows(t, snap["tag"]), countRows(t, snap["location"])
+	tags, locs := countRows(t, snap[persistence.ModelTag]), countRows(t, snap[persistence.ModelLocation])
 	acked := 1 + len(ra.tags) + len(rb.tags) + len(ra.locs) + len(rb.locs) // 1: before-join
 	if tags+locs < acked || tags+locs > acked+1 {
 		t.Fatalf("%d tags + %d locations after the restart, %d acknowledged", tags, locs, acked)
@@ -785,7 +820,7 @@ func TestE2ESchemaMismatch(t *testing.T) {
 		}
 		return
 	}
-	eventually(t, 20*time.Second, "both daemons to log the refusal", func() bool {
+	testutil.Eventually(t, 20*time.Second, "both daemons to log the refusal", func() bool {
 		return strings.Contains(a.logText(), "upgrade this device") && strings.Contains(b.logText(), "the peer must upgrade")
 	})
 	for _, d := range []*daemon{a, b} {
@@ -796,8 +831,8 @@ func TestE2ESchemaMismatch(t *testing.T) {
 		}
 		// A device counts the refusals it makes; the first one it logs may
 		// be the peer's (told, not counted), its own follows on a retry.
-		eventually(t, 20*time.Second, d.name+" to count a schema_mismatch refusal", func() bool {
-			return metricValue(scrape(t, d), "lsync_rejected_total", `reason="schema_mismatch"`) >= 1
+		testutil.Eventually(t, 20*time.Second, d.name+" to count a schema_mismatch refusal", func() bool {
+			return metricValue(scrape(t, d), "lsync_rejected_total", reasonLabel(messages.ReasonSchemaMismatch)) >= 1
 		})
 	}
 	// The refusal is a setup error, not something sync-setup can get past.
@@ -829,12 +864,9 @@ func TestE2EJoinKillNineResumes(t *testing.T) {
 	// B joins in the background; the CLI dies with the daemon.
 	join := exec.Command(lsyncBin, "--home", b.home, "network", "sync-setup", "--remote-device", a.id, "--remote-library", lib, "--action", "join")
 	join.Env = append(os.Environ(), b.env...)
-	if err := join.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer join.Wait()
+	background(t, join)
 	var pages int
-	eventually(t, 30*time.Second, "the backfill under way", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the backfill under way", func() bool {
 		stdout, _, code := b.run("--json", "sync", "status", lib)
 		if code != 0 {
 			return false
@@ -852,7 +884,7 @@ func TestE2EJoinKillNineResumes(t *testing.T) {
 	b.kill9()
 	t.Logf("killed bravo after %d pages of %d rows", pages, 25)
 	b.start(listen)
-	eventually(t, 60*time.Second, "the resumed join to finish", func() bool {
+	testutil.Eventually(t, 60*time.Second, "the resumed join to finish", func() bool {
 		stdout, _, code := b.run("--json", "sync", "status", lib)
 		if code != 0 {
 			return false

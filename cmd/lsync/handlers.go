@@ -565,11 +565,11 @@ func hTagCreate(ctx context.Context, s *server, lib *actors.Library, a tagCreate
 }
 
 func hTagApply(ctx context.Context, s *server, lib *actors.Library, a tagApplyArgs, _ func(any)) (any, error) {
-	tag, err := rowUUID(ctx, lib, "tag", "canonical_name", a.Tag)
+	tag, err := rowUUID(ctx, lib, persistence.ModelTag, "canonical_name", a.Tag)
 	if err != nil {
 		return nil, err
 	}
-	entry, err := rowUUID(ctx, lib, "entry", "", a.Entry)
+	entry, err := rowUUID(ctx, lib, persistence.ModelEntry, "", a.Entry)
 	if err != nil {
 		return nil, err
 	}
@@ -589,13 +589,13 @@ func hAlbumCreate(ctx context.Context, s *server, lib *actors.Library, a albumCr
 
 func hAlbumEntry(add bool) handler {
 	return libHandler(func(ctx context.Context, s *server, lib *actors.Library, a albumEntryArgs, _ func(any)) (any, error) {
-		album, err := rowUUID(ctx, lib, "album", "name", a.Album)
+		album, err := rowUUID(ctx, lib, persistence.ModelAlbum, "name", a.Album)
 		if err != nil {
 			return nil, err
 		}
 		var entry messages.UUID
 		if add {
-			entry, err = rowUUID(ctx, lib, "entry", "", a.Entry)
+			entry, err = rowUUID(ctx, lib, persistence.ModelEntry, "", a.Entry)
 		} else {
 			// The entry may be gone already; removing its membership is still fine.
 			entry, err = parseUUIDArg("entry", a.Entry)
@@ -635,7 +635,7 @@ func hMetaSet(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) 
 		if a.Fields.Rating != nil {
 			return nil, usageErrorf("rating is content metadata: use --content")
 		}
-		entry, err := rowUUID(ctx, lib, "entry", "", a.Entry)
+		entry, err := rowUUID(ctx, lib, persistence.ModelEntry, "", a.Entry)
 		if err != nil {
 			return nil, err
 		}
@@ -644,7 +644,7 @@ func hMetaSet(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) 
 		}
 		return metaSetResult{Scope: "entry", UUID: entry.String(), Fields: a.Fields}, nil
 	}
-	content, err := rowUUID(ctx, lib, "content_identity", "", a.Content)
+	content, err := rowUUID(ctx, lib, persistence.ModelContentIdentity, "", a.Content)
 	if err != nil {
 		return nil, err
 	}

@@ -29,16 +29,19 @@ func TestE2ELiveLatency(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	// B's arrivals, by uuid.
+	// B's arrivals, by uuid; arrival is poked (without blocking the
+	// watcher) after each one, so the writer waits for it, not for a timer.
 	var mu sync.Mutex
 	arrived := map[string]time.Time{}
+	arrival := make(chan struct{}, 1)
 	ready := make(chan struct{})
 	wctx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
+	var watchErr error
 	go func() {
 		defer close(watchDone)
 		var once sync.Once
-		_, _ = gb.call(wctx, opWatch, libArgs{Lib: lib}, func(p json.RawMessage) error {
+		_, watchErr = gb.call(wctx, opWatch, libArgs{Lib: lib}, func(p json.RawMessage) error {
 			now := time.Now()
 			var e eventDoc
 			if err := json.Unmarshal(p, &e); err != nil {
@@ -49,12 +52,20 @@ func TestE2ELiveLatency(t *testing.T) {
 				mu.Lock()
 				arrived[e.UUID] = now
 				mu.Unlock()
+				select {
+				case arrival <- struct{}{}:
+				default: // a poke is pending already
+				}
 			}
 			return nil
 		})
 	}()
 	defer func() { stopWatch(); <-watchDone }()
-	<-ready
+	select {
+	case <-ready:
+	case <-watchDone:
+		t.Fatalf("lsync watch on B ended before it started: %v", watchErr)
+	}
 
 	const n = 100
 	dirs := newHome(t)
@@ -66,7 +77,7 @@ func TestE2ELiveLatency(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s write %d: %v", kind, i, err)
 			}
-			deadline := time.Now().Add(10 * time.Second)
+			timeout := time.NewTimer(10 * time.Second)
 			for {
 				mu.Lock()
 				at, ok := arrived[u]
@@ -75,11 +86,13 @@ func TestE2ELiveLatency(t *testing.T) {
 					lat = append(lat, at.Sub(t0))
 					break
 				}
-				if time.Now().After(deadline) {
+				select {
+				case <-arrival:
+				case <-timeout.C:
 					t.Fatalf("%s change %s never arrived on B", kind, u)
 				}
-				time.Sleep(200 * time.Microsecond)
 			}
+			timeout.Stop()
 		}
 		slices.Sort(lat)
 		t.Logf("live %s change A→B over loopback QUIC (n=%d): p50 %v, p99 %v, max %v",
