@@ -78,6 +78,10 @@ func aeCluster(t *testing.T, seed uint64) *cluster {
 // no longer is, see TestTombstonesWaitForAwayPartner) reaches a partner
 // that was away through anti-entropy: catch-up has nothing left to send.
 func TestAntiEntropyRepairsDeleteWithoutTombstone(t *testing.T) {
+	bubble(t, testAntiEntropyRepairsDeleteWithoutTombstone)
+}
+
+func testAntiEntropyRepairsDeleteWithoutTombstone(t *testing.T) {
 	c := aeCluster(t, 19)
 	ctx := ctxT(t)
 	es := addEntries(t, c, 0, 30)
@@ -121,7 +125,9 @@ func TestAntiEntropyRepairsDeleteWithoutTombstone(t *testing.T) {
 // Tombstones older than the retention stay while a partner is away (it has
 // not reported holding them), so it still learns of the deletes when it
 // returns; once it reports, they are pruned.
-func TestTombstonesWaitForAwayPartner(t *testing.T) {
+func TestTombstonesWaitForAwayPartner(t *testing.T) { bubble(t, testTombstonesWaitForAwayPartner) }
+
+func testTombstonesWaitForAwayPartner(t *testing.T) {
 	c := newCluster(t, 3, 24)
 	c.retention.TombstoneMaxAge = time.Millisecond
 	// A device's state watermark for an owner moves with its catch-up
@@ -190,7 +196,9 @@ func TestTombstonesWaitForAwayPartner(t *testing.T) {
 
 // A row lost on one device (corruption, a hand-edited database) comes back
 // from a partner that still has it.
-func TestAntiEntropyRestoresLostRows(t *testing.T) {
+func TestAntiEntropyRestoresLostRows(t *testing.T) { bubble(t, testAntiEntropyRestoresLostRows) }
+
+func testAntiEntropyRestoresLostRows(t *testing.T) {
 	c := aeCluster(t, 20)
 	ctx := ctxT(t)
 	tag, err := c.libs[0].CreateTag(ctx, TagInput{Name: "precious"})
@@ -248,6 +256,10 @@ func TestAntiEntropyRestoresLostRows(t *testing.T) {
 // Removing a partner that is gone for good releases the tombstones held
 // for it, and its messages are refused from then on.
 func TestRemovePartnerReleasesTombstones(t *testing.T) {
+	bubble(t, testRemovePartnerReleasesTombstones)
+}
+
+func testRemovePartnerReleasesTombstones(t *testing.T) {
 	c := newCluster(t, 3, 25)
 	c.retention.TombstoneMaxAge = time.Millisecond
 	c.sync.CatchUpInterval = 300 * time.Millisecond // B's report covers the delete after its next scan

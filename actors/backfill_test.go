@@ -113,7 +113,9 @@ func (c *cluster) joinerLib() *Library {
 	return c.libs[len(c.libs)-1]
 }
 
-func TestJoinBackfillConvergesExactly(t *testing.T) {
+func TestJoinBackfillConvergesExactly(t *testing.T) { bubble(t, testJoinBackfillConvergesExactly) }
+
+func testJoinBackfillConvergesExactly(t *testing.T) {
 	c := joinCluster(t, 4, 600, 100)
 	if err := c.join(ctxT(t)); err != nil {
 		t.Fatal(err)
@@ -151,7 +153,9 @@ func TestJoinBackfillConvergesExactly(t *testing.T) {
 	t.Logf("expected %d, applied %d, holds %d", st.LastBackfill.Expected, st.LastBackfill.Records, total)
 }
 
-func TestJoinBuffersLiveWrites(t *testing.T) {
+func TestJoinBuffersLiveWrites(t *testing.T) { bubble(t, testJoinBuffersLiveWrites) }
+
+func testJoinBuffersLiveWrites(t *testing.T) {
 	c := joinCluster(t, 3, 800, 50)
 	joiner := 2
 	ctx := ctxT(t)
@@ -234,7 +238,9 @@ func (c *cluster) holdJoinAt(node, page int) (held <-chan struct{}, release chan
 	return h, r
 }
 
-func TestJoinResumesAfterRestart(t *testing.T) {
+func TestJoinResumesAfterRestart(t *testing.T) { bubble(t, testJoinResumesAfterRestart) }
+
+func testJoinResumesAfterRestart(t *testing.T) {
 	c := joinCluster(t, 3, 1500, 40)
 	joiner := 2
 	ctx := ctxT(t)
@@ -300,7 +306,9 @@ func loadBackfillFromHome(t *testing.T, c *cluster, i int) (*backfillState, erro
 	return st, nil
 }
 
-func TestJoinFailsOverWhenSourceDies(t *testing.T) {
+func TestJoinFailsOverWhenSourceDies(t *testing.T) { bubble(t, testJoinFailsOverWhenSourceDies) }
+
+func testJoinFailsOverWhenSourceDies(t *testing.T) {
 	c := joinCluster(t, 4, 1200, 40)
 	joiner := 3
 	ctx := ctxT(t)
@@ -335,7 +343,9 @@ func TestJoinFailsOverWhenSourceDies(t *testing.T) {
 // TestJoin100KEntries joins a library of 100,000 entries from three
 // owners and requires exact convergence, zero parked rows and correct
 // derived caches at READY.
-func TestJoin100KEntries(t *testing.T) {
+func TestJoin100KEntries(t *testing.T) { bubble(t, testJoin100KEntries) }
+
+func testJoin100KEntries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100K-entry join skipped in -short mode")
 	}

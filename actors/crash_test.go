@@ -22,6 +22,10 @@ import (
 // restarts it, it resumes from its checkpoint, and no page is applied
 // twice: the page it crashed on comes back from the spool, not the wire.
 func TestJoinActorCrashResumesFromCheckpoint(t *testing.T) {
+	bubble(t, testJoinActorCrashResumesFromCheckpoint)
+}
+
+func testJoinActorCrashResumesFromCheckpoint(t *testing.T) {
 	c := joinCluster(t, 3, 1200, 40)
 	joiner := 2
 	var mu sync.Mutex
@@ -82,7 +86,9 @@ func TestJoinActorCrashResumesFromCheckpoint(t *testing.T) {
 // The library actor crashes on an inbound change; the node's supervisor
 // restarts it, it reloads from SQLite, learns its connected peers again,
 // and the change it lost comes back by catch-up. Syncing goes on both ways.
-func TestLibraryActorCrashRestarts(t *testing.T) {
+func TestLibraryActorCrashRestarts(t *testing.T) { bubble(t, testLibraryActorCrashRestarts) }
+
+func testLibraryActorCrashRestarts(t *testing.T) {
 	c := newCluster(t, 2, 31)
 	c.share()
 	c.converge(true, 10*time.Second)
@@ -124,7 +130,9 @@ func TestLibraryActorCrashRestarts(t *testing.T) {
 // change is applied stops the library with a clear status. It is not
 // filed as a poison record: the record was fine, the store was not.
 // Closing and opening the library, once the cause is gone, brings it back.
-func TestStorageFailureStopsTheLibrary(t *testing.T) {
+func TestStorageFailureStopsTheLibrary(t *testing.T) { bubble(t, testStorageFailureStopsTheLibrary) }
+
+func testStorageFailureStopsTheLibrary(t *testing.T) {
 	c := newCluster(t, 2, 32)
 	c.share()
 	c.converge(true, 10*time.Second)

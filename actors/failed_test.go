@@ -16,7 +16,9 @@ import (
 // Records that poisoned B's appliers are kept with their message and
 // applied again: by RetryFailed (still failing while the cause remains,
 // recovered once it is gone) and by the maintenance timer.
-func TestFailedRecordsAreRetried(t *testing.T) {
+func TestFailedRecordsAreRetried(t *testing.T) { bubble(t, testFailedRecordsAreRetried) }
+
+func testFailedRecordsAreRetried(t *testing.T) {
 	var poisoned atomic.Bool
 	var badLoc, badTag messages.UUID
 	c := newClusterWithHook(t, 2, 21, func(model string, u messages.UUID) {
@@ -113,7 +115,9 @@ func TestFailedRecordsAreRetried(t *testing.T) {
 // A device whose sync.db is damaged while a partner is behind reopens the
 // library with a fresh log; the partner, finding the missed changes
 // pruned, gets the shared state and both converge with empty logs.
-func TestDamagedSyncLogRecovers(t *testing.T) {
+func TestDamagedSyncLogRecovers(t *testing.T) { bubble(t, testDamagedSyncLogRecovers) }
+
+func testDamagedSyncLogRecovers(t *testing.T) {
 	c := newCluster(t, 2, 23)
 	c.share()
 	ctx := ctxT(t)

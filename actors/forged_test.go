@@ -15,7 +15,9 @@ import (
 // A partner that sends device-owned state it does not own is refused:
 // claiming another owner outright, or claiming as its own a row another
 // device owns. Both are counted and change nothing.
-func TestForgedStateChangeRefused(t *testing.T) {
+func TestForgedStateChangeRefused(t *testing.T) { bubble(t, testForgedStateChangeRefused) }
+
+func testForgedStateChangeRefused(t *testing.T) {
 	c := newCluster(t, 3, 13)
 	c.share()
 	ctx := ctxT(t)
@@ -81,7 +83,9 @@ func send(t *testing.T, conn interface {
 }
 
 // A non-partner (paired, but not a partner of this library) is refused.
-func TestNonPartnerRefused(t *testing.T) {
+func TestNonPartnerRefused(t *testing.T) { bubble(t, testNonPartnerRefused) }
+
+func testNonPartnerRefused(t *testing.T) {
 	c := newCluster(t, 2, 14)
 	ctx := ctxT(t)
 	lib, err := c.nodes[0].CreateLibrary(ctx, "private")
@@ -112,7 +116,9 @@ func TestNonPartnerRefused(t *testing.T) {
 
 // Clock skew: a partner whose HLC is far in the future is refused and the
 // clock of the receiver is left alone.
-func TestSkewedChangeRefused(t *testing.T) {
+func TestSkewedChangeRefused(t *testing.T) { bubble(t, testSkewedChangeRefused) }
+
+func testSkewedChangeRefused(t *testing.T) {
 	c := newCluster(t, 3, 15)
 	c.share()
 	c.converge(true, 10*time.Second)

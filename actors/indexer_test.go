@@ -8,7 +8,9 @@ import (
 	"time"
 )
 
-func TestIndexLocation(t *testing.T) {
+func TestIndexLocation(t *testing.T) { bubble(t, testIndexLocation) }
+
+func testIndexLocation(t *testing.T) {
 	root := t.TempDir()
 	write := func(rel string, data []byte) {
 		p := filepath.Join(root, rel)

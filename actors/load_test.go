@@ -11,7 +11,9 @@ import (
 )
 
 // With every partner online and acknowledging, the shared log stays small
-// under continuous load: it is pruned as ACKs arrive.
+// under continuous load: it is pruned as ACKs arrive. It runs on the real
+// clock, not in a bubble: the load is measured against real time (in fake
+// time the writes would all land at one instant, before any ACK timer).
 func TestLogStaysSmallUnderLoad(t *testing.T) {
 	c := newCluster(t, 3, 16)
 	c.share()

@@ -9,7 +9,9 @@ import (
 	"github.com/lsync/lsync/messages"
 )
 
-func TestJoinBySnapshot(t *testing.T) {
+func TestJoinBySnapshot(t *testing.T) { bubble(t, testJoinBySnapshot) }
+
+func testJoinBySnapshot(t *testing.T) {
 	c := joinCluster(t, 3, 2000, 500, func(c *cluster) { c.sync.SnapshotChunk = 64 << 10 })
 	// The first delivery of chunk 1 arrives corrupted.
 	var corrupted atomic.Bool
@@ -48,7 +50,9 @@ func TestJoinBySnapshot(t *testing.T) {
 	c.converge(true, 10*time.Second)
 }
 
-func TestSnapshotJoinResumesByChunk(t *testing.T) {
+func TestSnapshotJoinResumesByChunk(t *testing.T) { bubble(t, testSnapshotJoinResumesByChunk) }
+
+func testSnapshotJoinResumesByChunk(t *testing.T) {
 	c := joinCluster(t, 2, 3000, 500, func(c *cluster) { c.sync.SnapshotChunk = 32 << 10 })
 	// The source serves five chunks, then holds the sixth until the
 	// joiner has been stopped.

@@ -24,7 +24,9 @@ func mustUUID(t testing.TB, s any) messages.UUID {
 }
 
 // The spec's test_peer_to_peer_location_sync.
-func TestPeerToPeerLocationSync(t *testing.T) {
+func TestPeerToPeerLocationSync(t *testing.T) { bubble(t, testPeerToPeerLocationSync) }
+
+func testPeerToPeerLocationSync(t *testing.T) {
 	c := newCluster(t, 2, 1)
 	c.share()
 	ctx := ctxT(t)
@@ -46,7 +48,9 @@ func TestPeerToPeerLocationSync(t *testing.T) {
 }
 
 // The spec's test_concurrent_tag_creation.
-func TestConcurrentTagCreation(t *testing.T) {
+func TestConcurrentTagCreation(t *testing.T) { bubble(t, testConcurrentTagCreation) }
+
+func testConcurrentTagCreation(t *testing.T) {
 	c := newCluster(t, 2, 2)
 	c.share()
 	ctx := ctxT(t)
@@ -101,7 +105,9 @@ func addEntries(t *testing.T, c *cluster, i, n int) []messages.UUID {
 	return us
 }
 
-func TestAlbumUnionFromTwoDevices(t *testing.T) {
+func TestAlbumUnionFromTwoDevices(t *testing.T) { bubble(t, testAlbumUnionFromTwoDevices) }
+
+func testAlbumUnionFromTwoDevices(t *testing.T) {
 	c := newCluster(t, 2, 3)
 	c.share()
 	ctx := ctxT(t)
@@ -138,7 +144,9 @@ func TestAlbumUnionFromTwoDevices(t *testing.T) {
 	}
 }
 
-func TestFavoriteLastWriterWins(t *testing.T) {
+func TestFavoriteLastWriterWins(t *testing.T) { bubble(t, testFavoriteLastWriterWins) }
+
+func testFavoriteLastWriterWins(t *testing.T) {
 	c := newCluster(t, 2, 4)
 	c.share()
 	ctx := ctxT(t)
@@ -160,7 +168,9 @@ func TestFavoriteLastWriterWins(t *testing.T) {
 	}
 }
 
-func TestPerFieldLWWOnTags(t *testing.T) {
+func TestPerFieldLWWOnTags(t *testing.T) { bubble(t, testPerFieldLWWOnTags) }
+
+func testPerFieldLWWOnTags(t *testing.T) {
 	c := newCluster(t, 2, 5)
 	c.share()
 	ctx := ctxT(t)
@@ -187,7 +197,9 @@ func TestPerFieldLWWOnTags(t *testing.T) {
 
 // Three devices, one offline during 1,000 mixed changes; back online, all
 // converge and every log prunes to empty.
-func TestThreeDevicesOneOffline(t *testing.T) {
+func TestThreeDevicesOneOffline(t *testing.T) { bubble(t, testThreeDevicesOneOffline) }
+
+func testThreeDevicesOneOffline(t *testing.T) {
 	c := newCluster(t, 3, 6)
 	c.share()
 	ctx := ctxT(t)
@@ -222,7 +234,9 @@ func summary(c *cluster, i int) string {
 
 // An ACK gap: one shared change of three is dropped on the way to B. A
 // must not prune past it, and B repairs the gap by asking for the range.
-func TestAckGapIsRepaired(t *testing.T) {
+func TestAckGapIsRepaired(t *testing.T) { bubble(t, testAckGapIsRepaired) }
+
+func testAckGapIsRepaired(t *testing.T) {
 	c := newCluster(t, 2, 7)
 	c.share()
 	ctx := ctxT(t)
@@ -260,7 +274,9 @@ func TestAckGapIsRepaired(t *testing.T) {
 	_ = t1
 }
 
-func TestPoisonMessageRestartsApplier(t *testing.T) {
+func TestPoisonMessageRestartsApplier(t *testing.T) { bubble(t, testPoisonMessageRestartsApplier) }
+
+func testPoisonMessageRestartsApplier(t *testing.T) {
 	c := &cluster{}
 	poison := make(chan messages.UUID, 1)
 	var bad messages.UUID
@@ -317,7 +333,9 @@ func newClusterWithHook(t *testing.T, n int, seed uint64, hook func(string, mess
 	return c
 }
 
-func TestStopLeavesNothingRunning(t *testing.T) {
+func TestStopLeavesNothingRunning(t *testing.T) { bubble(t, testStopLeavesNothingRunning) }
+
+func testStopLeavesNothingRunning(t *testing.T) {
 	c := newCluster(t, 2, 9)
 	c.share()
 	if _, err := c.libs[0].CreateTag(ctxT(t), TagInput{Name: "x"}); err != nil {
@@ -334,6 +352,10 @@ func TestStopLeavesNothingRunning(t *testing.T) {
 // snapshot (with per-field HLCs, so no newer local edit is overwritten)
 // and the chain resumes from the snapshot's watermarks.
 func TestSnapshotWhenLogPrunedPastPartner(t *testing.T) {
+	bubble(t, testSnapshotWhenLogPrunedPastPartner)
+}
+
+func testSnapshotWhenLogPrunedPastPartner(t *testing.T) {
 	c := newCluster(t, 2, 12)
 	c.retention.MaxEntries = 5
 	for i := range c.nodes {
@@ -382,7 +404,9 @@ func TestSnapshotWhenLogPrunedPastPartner(t *testing.T) {
 // A poison record inside a catch-up page is isolated the same way: the
 // page is retried record by record, the poison one lands in failed_records
 // and the rest of the page applies.
-func TestPoisonInCatchUpPage(t *testing.T) {
+func TestPoisonInCatchUpPage(t *testing.T) { bubble(t, testPoisonInCatchUpPage) }
+
+func testPoisonInCatchUpPage(t *testing.T) {
 	var bad messages.UUID
 	c := newClusterWithHook(t, 2, 18, func(model string, u messages.UUID) {
 		if model == "location" && u == bad && !bad.IsZero() {
