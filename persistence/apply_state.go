@@ -27,152 +27,180 @@ type applyMode struct {
 	local bool
 }
 
-// applyRecord applies one device-owned record of owner own. The outcome is
-// counted by the caller; rejections are recorded here. The error is fatal
-// (SQL), never a property of the record.
+// applyRecord applies one device-owned record (or delete) of owner own:
+// it gathers the facts decideState asks for, then carries out its
+// verdict. The outcome is counted by the caller; rejections are recorded
+// here. The error is fatal (SQL), never a property of the record.
 func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord, mode applyMode) (outcome, error) {
-	h, u := rec.HLC, rec.UUID
-	if u.IsZero() || h.IsZero() {
-		return tx.reject(m.Name, u, messages.ReasonBadValue, fmt.Errorf("%w: %s record without uuid or hlc", ErrBadValue, m.Name)), nil
+	f := stateFacts{m: m, own: own, u: rec.UUID, h: rec.HLC, deleted: rec.Deleted, mode: mode}
+	var vals, sqlVals []any
+	var ex *stateRow
+	var tb *tombstone
+	var err error
+	if !rec.Deleted {
+		vals, f.valuesErr = m.normalizeValues(rec.Values)
 	}
-	if rec.Deleted {
-		return tx.deleteState(m, own, u, h, mode)
+	v := decideState(&f)
+	// Merge a remote HLC into the clock, which refuses one too far ahead.
+	if v.kind == gatherClock {
+		f.clockSeen, f.clockErr = true, tx.observe(rec.HLC)
+		v = decideState(&f)
 	}
-	vals, err := m.normalizeValues(rec.Values)
-	if err != nil {
-		return tx.reject(m.Name, u, messages.ReasonBadValue, err), nil
-	}
-	if m.Name == deviceModel && messages.DeviceID(u) != own.dev {
-		return tx.reject(m.Name, u, messages.ReasonForgedOwner,
-			fmt.Errorf("%w: device row %s sent as owned by %s", ErrForgedOwner, u, own.dev)), nil
-	}
-	if !mode.local && !mode.releasing {
-		if err := tx.observe(h); err != nil {
-			return tx.reject(m.Name, u, messages.ReasonClockSkew, err), nil
+	// Map every reference to a local id, noting its owner or tombstone.
+	if v.kind == gatherRefs {
+		if f.refs, sqlVals, err = tx.gatherRefs(m, own, rec.HLC, vals); err != nil {
+			return 0, err
 		}
+		f.refsSeen = true
+		f.batching, f.parked, f.modelTombs = tx.bulkOK, tx.l.parked > 0, tx.l.tombs[m.Name] > 0
+		v = decideState(&f)
 	}
+	// Fast paths: a fresh row joins the bulk batch, or is inserted unless
+	// its uuid turns out to be here.
+	switch v.kind {
+	case verdictBulkInsert:
+		return tx.bulkAdd(m, own, rec, sqlVals, mode)
+	case verdictTryInsert:
+		if err := tx.flushBulk(); err != nil {
+			return 0, err
+		}
+		id, inserted, err := tx.insertRow(m, rec.UUID, own.id, rec.HLC, sqlVals)
+		if err != nil {
+			return 0, err
+		}
+		if inserted {
+			return outApplied, tx.afterWrite(m, id, rec.UUID, own, rec.HLC, nil, sqlVals)
+		}
+		v = gather(gatherStored)
+	}
+	// Read the stored row and its tombstone (the bulk batch first).
+	if v.kind == gatherStored {
+		if ex, tb, err = tx.readStored(m, rec.UUID); err != nil {
+			return 0, err
+		}
+		f.storedSeen, f.stored, f.tomb = true, ex, tb
+		if !rec.Deleted {
+			f.movesTo = entryMove(m, ex, vals, sqlVals)
+		}
+		v = decideState(&f)
+	}
+	// Check whether an entry's new parent lies inside its own subtree.
+	if v.kind == gatherSubtree {
+		if f.intoSubtree, err = tx.inSubtree(ex.id, sqlVals[m.parentCol].(int64)); err != nil {
+			return 0, err
+		}
+		f.subtreeSeen = true
+		v = decideState(&f)
+	}
+	return tx.carryOut(v, m, own, rec, mode, ex, tb, vals, sqlVals)
+}
 
-	// Map every ref to a local id of the same owner.
+// gatherRefs looks up the target of each reference in vals of a record
+// of own written at h, sums up what is here of them (sumRefs) and returns
+// the values in SQL form: a found target's local id, or nil.
+func (tx *txn) gatherRefs(m *modelInfo, own ownerRef, h messages.HLC, vals []any) (refsSum, []any, error) {
+	var buf [4]refFact
+	refs := buf[:0]
 	sqlVals := make([]any, len(vals))
 	copy(sqlVals, vals)
-	var wait *landing
-	var dropAt messages.HLC
-	var dropFor landing
 	for _, i := range m.refs {
 		ref, ok := vals[i].(messages.UUID)
 		if !ok {
 			continue
 		}
+		sqlVals[i] = nil
 		target := tx.l.reg.models[m.Columns[i].Ref]
+		r := refFact{target: landing{m: target, u: ref}}
 		info, found, err := tx.lookupRef(target, ref)
 		if err != nil {
-			return 0, err
+			return refsSum{}, nil, err
 		}
 		if found {
-			if info.ownerID != own.id {
-				return tx.reject(m.Name, u, messages.ReasonForgedOwner, fmt.Errorf("%w: %s %s of %s refers to %s %s of another device",
-					ErrForgedOwner, m.Name, u, own.dev, target.Name, ref)), nil
-			}
+			r.state, r.ownerID = refFound, info.ownerID
 			sqlVals[i] = info.id
-			continue
-		}
-		sqlVals[i] = nil
-		tb, err := tx.getTomb(target, ref)
-		if err != nil {
-			return 0, err
-		}
-		if tb != nil {
-			if tb.ownerID != own.id {
-				return tx.reject(m.Name, u, messages.ReasonForgedOwner, fmt.Errorf("%w: %s %s refers to deleted %s %s of another device",
-					ErrForgedOwner, m.Name, u, target.Name, ref)), nil
+		} else {
+			tb, err := tx.getTomb(target, ref)
+			if err != nil {
+				return refsSum{}, nil, err
 			}
-			if tb.hlc.Compare(h) >= 0 {
-				if tb.hlc.Compare(dropAt) > 0 {
-					dropAt, dropFor = tb.hlc, landing{m: target, u: ref}
-				}
-				continue
+			if tb != nil {
+				r.state, r.ownerID, r.deletedAt = refDeleted, tb.ownerID, tb.hlc
 			}
 		}
-		if wait == nil {
-			wait = &landing{m: target, u: ref}
-		}
+		refs = append(refs, r)
 	}
+	return sumRefs(refs, own.id, h), sqlVals, nil
+}
 
-	// Bulk fast path: nothing in the way of a plain insert.
-	if wait == nil && dropAt.IsZero() && tx.l.tombs[m.Name] == 0 {
-		if tx.bulkOK && tx.l.parked == 0 && !mode.releasing && m.Name != deviceModel {
-			return tx.bulkAdd(m, own, rec, sqlVals, mode)
-		}
-		if err := tx.flushBulk(); err != nil {
-			return 0, err
-		}
-		id, inserted, err := tx.insertRow(m, u, own.id, h, sqlVals)
-		if err != nil {
-			return 0, err
-		}
-		if inserted {
-			return outApplied, tx.afterWrite(m, id, u, own, h, nil, sqlVals)
-		}
-	}
-
+// readStored reads the row (m, u) and its tombstone, after inserting the
+// bulk batch.
+func (tx *txn) readStored(m *modelInfo, u messages.UUID) (*stateRow, *tombstone, error) {
 	if err := tx.flushBulk(); err != nil {
-		return 0, err
+		return nil, nil, err
 	}
 	ex, err := tx.readRow(m, u)
 	if err != nil {
-		return 0, err
-	}
-	if ex != nil {
-		if ex.ownerID != own.id {
-			return tx.reject(m.Name, u, messages.ReasonForgedOwner,
-				fmt.Errorf("%w: %s %s is owned by another device than %s", ErrForgedOwner, m.Name, u, own.dev)), nil
-		}
-		if h.Compare(ex.hlc) <= 0 {
-			return outStale, nil
-		}
+		return nil, nil, err
 	}
 	tb, err := tx.getTomb(m, u)
-	if err != nil {
-		return 0, err
-	}
-	if tb != nil {
-		if tb.ownerID != own.id {
-			return tx.reject(m.Name, u, messages.ReasonForgedOwner,
-				fmt.Errorf("%w: deleted %s %s was owned by another device than %s", ErrForgedOwner, m.Name, u, own.dev)), nil
-		}
-		if c := h.Compare(tb.floor); c < 0 || c == 0 && !mode.held {
-			return outStale, nil
-		}
-	}
+	return ex, tb, err
+}
 
-	// A parent deleted at or after this write takes the record with it.
-	if !dropAt.IsZero() {
-		return outDropped, tx.dropRecord(m, own, rec, vals, ex, tb, dropAt, dropFor, mode)
+// entryMove returns the new parent of an entry whose record (vals, in SQL
+// form sqlVals) moves its stored row ex under another parent that is
+// here; otherwise the zero landing.
+func entryMove(m *modelInfo, ex *stateRow, vals, sqlVals []any) landing {
+	if m.derived != derivedEntry || ex == nil {
+		return landing{}
 	}
-	if wait != nil {
-		return tx.park(m, own.id, rec, vals, *wait, mode)
+	np, _ := sqlVals[m.parentCol].(int64)
+	op, _ := ex.vals[m.parentCol].(int64)
+	if np == 0 || np == op {
+		return landing{}
 	}
-	if m.derived == derivedEntry && ex != nil {
-		np, _ := sqlVals[m.parentCol].(int64)
-		op, _ := ex.vals[m.parentCol].(int64)
-		if np != 0 && np != op {
-			cyc, err := tx.inSubtree(ex.id, np)
-			if err != nil {
-				return 0, err
-			}
-			if cyc {
-				// The new parent is still inside this entry's subtree here:
-				// its own move has not arrived yet. Wait for it.
-				return tx.park(m, own.id, rec, vals, landing{m: m, u: vals[m.parentCol].(messages.UUID)}, mode)
-			}
-		}
-	}
+	return landing{m: m, u: vals[m.parentCol].(messages.UUID)}
+}
 
-	id := int64(0)
-	if ex == nil {
-		var inserted bool
-		id, inserted, err = tx.insertRow(m, u, own.id, h, sqlVals)
+// carryOut does what v says of rec (ex and tomb are its stored row and
+// tombstone, if gathered).
+func (tx *txn) carryOut(v stateVerdict, m *modelInfo, own ownerRef, rec messages.StateRecord, mode applyMode,
+	ex *stateRow, tb *tombstone, vals, sqlVals []any) (outcome, error) {
+	u := rec.UUID
+	switch v.kind {
+	case verdictReject:
+		return tx.reject(m.Name, u, v.reason, v.err), nil
+	case verdictStale:
+		return outStale, nil
+	case verdictPark:
+		return tx.park(m, own.id, rec, vals, v.wait, mode)
+	case verdictDrop:
+		return outDropped, tx.dropRecord(m, own, rec, vals, ex, tb, v, mode)
+	case verdictDeleteRow:
+		return outApplied, tx.removeCascade(m, ex, u, v.at, v.floor, nil, mode)
+	case verdictTombstone:
+		if err := tx.putTomb(m, u, own.id, v.at, v.floor, tb != nil); err != nil {
+			return 0, err
+		}
+		return outApplied, tx.parkedDeleted(m, u, v.at, v.floor, mode)
+	case verdictInsert, verdictUpdate:
+		id, err := tx.writeRow(v, m, own, rec, ex, sqlVals)
 		if err != nil {
+			return 0, err
+		}
+		return outApplied, tx.afterWrite(m, id, u, own, rec.HLC, ex, sqlVals)
+	}
+	panic(fmt.Sprintf("persistence: %s %s: verdict %v after gathering", m.Name, u, v.kind))
+}
+
+// writeRow inserts rec's row or updates ex (v.kind), lifting its
+// tombstone if v says so, and returns its id.
+func (tx *txn) writeRow(v stateVerdict, m *modelInfo, own ownerRef, rec messages.StateRecord, ex *stateRow, sqlVals []any) (int64, error) {
+	u := rec.UUID
+	var id int64
+	if v.kind == verdictInsert {
+		var inserted bool
+		var err error
+		if id, inserted, err = tx.insertRow(m, u, own.id, rec.HLC, sqlVals); err != nil {
 			return 0, err
 		}
 		if !inserted {
@@ -180,16 +208,16 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 		}
 	} else {
 		id = ex.id
-		if err := tx.updateRow(m, id, h, sqlVals); err != nil {
+		if err := tx.updateRow(m, id, rec.HLC, sqlVals); err != nil {
 			return 0, err
 		}
 	}
-	if tb != nil {
+	if v.liftTomb {
 		if err := tx.delTomb(m, u); err != nil {
 			return 0, err
 		}
 	}
-	return outApplied, tx.afterWrite(m, id, u, own, h, ex, sqlVals)
+	return id, nil
 }
 
 // afterWrite runs after a row was inserted or updated: derived caches,

@@ -1,81 +1,32 @@
 package persistence
 
 import (
-	"fmt"
-
 	"github.com/ncruces/go-sqlite3"
 
 	"github.com/lsync/lsync/messages"
 )
 
-// deleteState applies a delete of (m, u) at h by own, with its cascade.
-func (tx *txn) deleteState(m *modelInfo, own ownerRef, u messages.UUID, h messages.HLC, mode applyMode) (outcome, error) {
-	if m.Name == deviceModel && messages.DeviceID(u) != own.dev {
-		return tx.reject(m.Name, u, messages.ReasonForgedOwner,
-			fmt.Errorf("%w: delete of device row %s by %s", ErrForgedOwner, u, own.dev)), nil
-	}
-	if !mode.local && !mode.releasing {
-		if err := tx.observe(h); err != nil {
-			return tx.reject(m.Name, u, messages.ReasonClockSkew, err), nil
-		}
-	}
-	if err := tx.flushBulk(); err != nil {
-		return 0, err
-	}
-	ex, err := tx.readRow(m, u)
-	if err != nil {
-		return 0, err
-	}
-	if ex != nil && ex.ownerID != own.id {
-		return tx.reject(m.Name, u, messages.ReasonForgedOwner,
-			fmt.Errorf("%w: delete of %s %s owned by another device than %s", ErrForgedOwner, m.Name, u, own.dev)), nil
-	}
-	tb, err := tx.getTomb(m, u)
-	if err != nil {
-		return 0, err
-	}
-	if tb != nil && tb.ownerID != own.id {
-		return tx.reject(m.Name, u, messages.ReasonForgedOwner,
-			fmt.Errorf("%w: delete of %s %s deleted by another device than %s", ErrForgedOwner, m.Name, u, own.dev)), nil
-	}
-	if ex != nil && ex.hlc.IsZero() {
-		ex = nil // a placeholder device row holds nothing to delete
-	}
-	if ex != nil && h.Compare(ex.hlc) <= 0 {
-		return outStale, nil
-	}
-	if ex == nil && tb != nil && h.Compare(tb.floor) <= 0 {
-		return outStale, nil
-	}
-	if ex != nil {
-		return outApplied, tx.removeCascade(m, ex, u, h, h, nil, mode)
-	}
-	if err := tx.putTomb(m, u, own.id, h, h, tb != nil); err != nil {
-		return 0, err
-	}
-	return outApplied, tx.parkedDeleted(m, u, h, h, mode)
-}
-
-// dropRecord handles a record whose ref target was deleted at dropAt, at
-// or after the record was written: on the owner the record's row went with
-// that delete. The row (if any) is removed with its cascade, and the record
-// is held in case the delete turns out not to cover it here.
+// dropRecord carries out a drop (v): a ref target of the record was
+// deleted at v.at, at or after the record was written, so on the owner the
+// record's row went with that delete. The row (if any) is removed with its
+// cascade, and the record is held in case the delete turns out not to
+// cover it here.
 func (tx *txn) dropRecord(m *modelInfo, own ownerRef, rec messages.StateRecord, vals []any, ex *stateRow, tb *tombstone,
-	dropAt messages.HLC, dropFor landing, mode applyMode) error {
-	held := &heldRecord{rec: rec, vals: vals, wait: dropFor}
+	v stateVerdict, mode applyMode) error {
+	held := &heldRecord{rec: rec, vals: vals, wait: v.wait}
 	if ex != nil {
-		return tx.removeCascade(m, ex, rec.UUID, dropAt, rec.HLC, held, mode)
+		return tx.removeCascade(m, ex, rec.UUID, v.at, v.floor, held, mode)
 	}
-	if err := tx.putTomb(m, rec.UUID, own.id, dropAt, rec.HLC, tb != nil); err != nil {
+	if err := tx.putTomb(m, rec.UUID, own.id, v.at, v.floor, tb != nil); err != nil {
 		return err
 	}
-	if err := tx.parkedDeleted(m, rec.UUID, dropAt, rec.HLC, mode); err != nil {
+	if err := tx.parkedDeleted(m, rec.UUID, v.at, v.floor, mode); err != nil {
 		return err
 	}
 	if mode.local {
 		return nil
 	}
-	_, err := tx.parkRecord(m, own.id, rec, vals, dropFor, true)
+	_, err := tx.parkRecord(m, own.id, rec, vals, v.wait, true)
 	return err
 }
 
@@ -96,57 +47,30 @@ type childRow struct {
 	hlc         messages.HLC
 }
 
+// victim is a row a delete's cascade removes.
+type victim struct {
+	m     *modelInfo
+	row   *stateRow
+	u     messages.UUID
+	floor messages.HLC // its tombstone's
+	held  *heldRecord  // its record, to hold (nil: none)
+}
+
 // removeCascade deletes root (a row of m) at T and, through every TypeRef
 // pointing at it, its dependants: an entry's subtree and metadata, a
 // location's entries. Each removed row gets a tombstone at T whose floor is
 // its own HLC. A dependant written after T (its parent was written again
 // here after the delete) is parked instead, with its own dependants, until
 // its parent returns. Unless the delete is this device's own, each removed
-// dependant's record is held (see doc.go).
+// dependant's record is held (see doc.go and decideDependant).
 func (tx *txn) removeCascade(m *modelInfo, root *stateRow, u messages.UUID, T, rootFloor messages.HLC, rootHeld *heldRecord, mode applyMode) error {
-	type victim struct {
-		m     *modelInfo
-		row   *stateRow
-		u     messages.UUID
-		floor messages.HLC
-		held  *heldRecord
-	}
-	queue := []victim{{m: m, row: root, u: u, floor: maxHLC(root.hlc, rootFloor), held: rootHeld}}
-	seen := map[rowKey]bool{{m, root.id}: true}
-	for i := 0; i < len(queue); i++ {
-		v := queue[i]
-		for k, rb := range v.m.referencedBy {
-			kids, err := tx.children(v.m, k, v.row.id)
-			if err != nil {
-				return err
-			}
-			for _, ch := range kids {
-				key := rowKey{rb.m, ch.id}
-				if seen[key] {
-					continue
-				}
-				seen[key] = true
-				if ch.hlc.Compare(T) > 0 {
-					if err := tx.parkAway(rb.m, ch, landing{m: v.m, u: v.u}, seen); err != nil {
-						return err
-					}
-					continue
-				}
-				nv := victim{m: rb.m, row: &stateRow{id: ch.id, ownerID: ch.ownerID, hlc: ch.hlc}, u: ch.u, floor: ch.hlc}
-				if !mode.local {
-					rec, _, err := tx.readRecord(rb.m, ch.u)
-					if err != nil {
-						return err
-					}
-					if rec != nil {
-						nv.held = &heldRecord{rec: *rec, vals: rec.Values, wait: landing{m: v.m, u: v.u}}
-					}
-				}
-				queue = append(queue, nv)
-			}
-		}
+	// Collect the rows the delete takes (parking those written after it).
+	queue, err := tx.cascadeVictims(victim{m: m, row: root, u: u, floor: maxHLC(root.hlc, rootFloor), held: rootHeld}, T, mode)
+	if err != nil {
+		return err
 	}
 	for _, v := range queue {
+		// Remove the row, leaving a tombstone at T with its floor.
 		tb, err := tx.getTomb(v.m, v.u)
 		if err != nil {
 			return err
@@ -158,6 +82,7 @@ func (tx *txn) removeCascade(m *modelInfo, root *stateRow, u messages.UUID, T, r
 			return err
 		}
 		tx.change(v.m.Name, v.u, true)
+		// Settle the records parked for it, then hold its own record.
 		if err := tx.parkedDeleted(v.m, v.u, T, v.floor, mode); err != nil {
 			return err
 		}
@@ -168,6 +93,50 @@ func (tx *txn) removeCascade(m *modelInfo, root *stateRow, u messages.UUID, T, r
 		}
 	}
 	return nil
+}
+
+// cascadeVictims walks the dependants of root, breadth first, and returns
+// root and the dependants a delete at T removes; those it parks instead
+// (decideDependant) are parked away on the way.
+func (tx *txn) cascadeVictims(root victim, T messages.HLC, mode applyMode) ([]victim, error) {
+	queue := []victim{root}
+	seen := map[rowKey]bool{{root.m, root.row.id}: true}
+	for i := 0; i < len(queue); i++ {
+		v := queue[i]
+		parent := landing{m: v.m, u: v.u}
+		for k, rb := range v.m.referencedBy {
+			kids, err := tx.children(v.m, k, v.row.id)
+			if err != nil {
+				return nil, err
+			}
+			for _, ch := range kids {
+				key := rowKey{rb.m, ch.id}
+				if seen[key] {
+					continue
+				}
+				seen[key] = true
+				fate := decideDependant(ch.hlc, T, mode.local)
+				if fate.park {
+					if err := tx.parkAway(rb.m, ch, parent, seen); err != nil {
+						return nil, err
+					}
+					continue
+				}
+				nv := victim{m: rb.m, row: &stateRow{id: ch.id, ownerID: ch.ownerID, hlc: ch.hlc}, u: ch.u, floor: fate.floor}
+				if fate.hold {
+					rec, _, err := tx.readRecord(rb.m, ch.u)
+					if err != nil {
+						return nil, err
+					}
+					if rec != nil {
+						nv.held = &heldRecord{rec: *rec, vals: rec.Values, wait: parent}
+					}
+				}
+				queue = append(queue, nv)
+			}
+		}
+	}
+	return queue, nil
 }
 
 // parkAway removes a row written after the delete of the row it refers to,

@@ -73,11 +73,49 @@ func (tx *txn) dropParkedUpTo(m *modelInfo, u messages.UUID, h messages.HLC) err
 	return nil
 }
 
+// parkedRow is a row of fk_parked.
+type parkedRow struct {
+	id, ownerID int64
+	model       string
+	u           messages.UUID
+	hlc         messages.HLC
+	held        bool
+	rec         []byte // encoded record
+}
+
+const parkedCols = `id, owner_id, model, uuid, hlc, held, record`
+
+// parkedFor reads the records parked waiting for ld (query: parkedCols
+// FROM fk_parked, filtered by wait_model and wait_uuid, then args).
+func (tx *txn) parkedFor(query string, ld landing, args ...any) ([]parkedRow, error) {
+	var rows []parkedRow
+	err := tx.c.query(query, append([]any{ld.m.Name, ld.u}, args...), func(s *sqlite3.Stmt) error {
+		h, err := columnHLC(s, 4)
+		rows = append(rows, parkedRow{id: s.ColumnInt64(0), ownerID: s.ColumnInt64(1), model: s.ColumnText(2),
+			u: columnUUID(s, 3), hlc: h, held: s.ColumnBool(5), rec: s.ColumnBlob(6, nil)})
+		return err
+	})
+	return rows, err
+}
+
+// unpark deletes a parked record; false if it was gone already.
+func (tx *txn) unpark(id int64) (bool, error) {
+	if err := tx.c.exec(`DELETE FROM fk_parked WHERE id = ?`, id); err != nil {
+		return false, err
+	}
+	if tx.c.c.Changes() == 0 {
+		return false, nil
+	}
+	tx.l.parked--
+	return true, nil
+}
+
 // parkedDeleted settles parked records after (m, u) was deleted at T:
 // versions of the row itself up to floor are superseded; records waiting
 // for it and written at or before T went with it on the owner, so they are
 // held (or, for this device's own delete, discarded), recursively. If such
-// a record's older row is here, that row goes too, with its cascade.
+// a record's older row is here, that row goes too, with its cascade (see
+// decideParked).
 func (tx *txn) parkedDeleted(m *modelInfo, u messages.UUID, T, floor messages.HLC, mode applyMode) error {
 	if tx.l.parked == 0 {
 		return nil
@@ -85,27 +123,12 @@ func (tx *txn) parkedDeleted(m *modelInfo, u messages.UUID, T, floor messages.HL
 	if err := tx.dropParkedUpTo(m, u, floor); err != nil {
 		return err
 	}
-	type parkedRow struct {
-		id, ownerID int64
-		model       string
-		u           messages.UUID
-		hlc         messages.HLC
-		held        bool
-		rec         []byte
-	}
 	queue := []landing{{m: m, u: u}}
 	for len(queue) > 0 && tx.l.parked > 0 {
 		ld := queue[0]
 		queue = queue[1:]
-		var rows []parkedRow
-		err := tx.c.query(`SELECT id, owner_id, model, uuid, hlc, held, record FROM fk_parked
-			WHERE wait_model = ? AND wait_uuid = ? AND hlc <= ?`,
-			[]any{ld.m.Name, ld.u, cmpHLC(T)}, func(s *sqlite3.Stmt) error {
-				h, err := columnHLC(s, 4)
-				rows = append(rows, parkedRow{id: s.ColumnInt64(0), ownerID: s.ColumnInt64(1), model: s.ColumnText(2),
-					u: columnUUID(s, 3), hlc: h, held: s.ColumnBool(5), rec: s.ColumnBlob(6, nil)})
-				return err
-			})
+		rows, err := tx.parkedFor(`SELECT `+parkedCols+` FROM fk_parked
+			WHERE wait_model = ? AND wait_uuid = ? AND hlc <= ?`, ld, cmpHLC(T))
 		if err != nil {
 			return err
 		}
@@ -114,60 +137,61 @@ func (tx *txn) parkedDeleted(m *modelInfo, u messages.UUID, T, floor messages.HL
 			if !ok {
 				continue
 			}
-			ex, err := tx.readRow(pm, r.u)
+			next, err := tx.settleParked(pm, r, ld, T, mode)
 			if err != nil {
 				return err
 			}
-			if ex != nil && !ex.hlc.IsZero() {
-				rec, err := decodeRecord(r.rec)
-				if err != nil {
-					return fmt.Errorf("parked %s record: %w", r.model, err)
-				}
-				if err := tx.c.exec(`DELETE FROM fk_parked WHERE id = ?`, r.id); err != nil {
-					return err
-				}
-				tx.l.parked--
-				var held *heldRecord
-				if !mode.local {
-					held = &heldRecord{rec: rec, vals: rec.Values, wait: ld}
-				}
-				if err := tx.removeCascade(pm, ex, r.u, T, r.hlc, held, mode); err != nil {
-					return err
-				}
-				continue
+			if next {
+				queue = append(queue, landing{m: pm, u: r.u})
 			}
-			tb, err := tx.getTomb(pm, r.u)
-			if err != nil {
-				return err
-			}
-			if err := tx.putTomb(pm, r.u, r.ownerID, T, r.hlc, tb != nil); err != nil {
-				return err
-			}
-			if mode.local {
-				if err := tx.c.exec(`DELETE FROM fk_parked WHERE id = ?`, r.id); err != nil {
-					return err
-				}
-				tx.l.parked--
-			} else if !r.held {
-				if err := tx.c.exec(`UPDATE fk_parked SET held = 1 WHERE id = ?`, r.id); err != nil {
-					return err
-				}
-			}
-			queue = append(queue, landing{m: pm, u: r.u})
 		}
 	}
 	return nil
 }
 
+// settleParked carries out decideParked for r (a record of pm parked for
+// ld, deleted at T). next says whether the records parked for r's row are
+// to be settled in turn (a removed row's cascade settles its own).
+func (tx *txn) settleParked(pm *modelInfo, r parkedRow, ld landing, T messages.HLC, mode applyMode) (next bool, err error) {
+	ex, err := tx.readRow(pm, r.u)
+	if err != nil {
+		return false, err
+	}
+	fate := decideParked(ex != nil && !ex.hlc.IsZero(), mode.local)
+	if fate == parkedRemoveRow {
+		rec, err := decodeRecord(r.rec)
+		if err != nil {
+			return false, fmt.Errorf("parked %s record: %w", r.model, err)
+		}
+		if _, err := tx.unpark(r.id); err != nil {
+			return false, err
+		}
+		var held *heldRecord
+		if !mode.local {
+			held = &heldRecord{rec: rec, vals: rec.Values, wait: ld}
+		}
+		return false, tx.removeCascade(pm, ex, r.u, T, r.hlc, held, mode)
+	}
+	// Tombstone its row at T, floored at its own write.
+	tb, err := tx.getTomb(pm, r.u)
+	if err != nil {
+		return false, err
+	}
+	if err := tx.putTomb(pm, r.u, r.ownerID, T, r.hlc, tb != nil); err != nil {
+		return false, err
+	}
+	switch {
+	case fate == parkedDiscard:
+		_, err = tx.unpark(r.id)
+	case !r.held:
+		err = tx.c.exec(`UPDATE fk_parked SET held = 1 WHERE id = ?`, r.id)
+	}
+	return true, err
+}
+
 // drain retries parked records whose targets landed in this transaction,
 // until nothing more lands.
 func (tx *txn) drain() error {
-	type parkedRow struct {
-		id, ownerID int64
-		model       string
-		rec         []byte
-		held        bool
-	}
 	for len(tx.landed) > 0 {
 		if tx.l.parked == 0 {
 			tx.landed = tx.landed[:0]
@@ -175,53 +199,50 @@ func (tx *txn) drain() error {
 		}
 		ld := tx.landed[0]
 		tx.landed = tx.landed[1:]
-		var rows []parkedRow
-		err := tx.c.query(`SELECT id, owner_id, model, record, held FROM fk_parked WHERE wait_model = ? AND wait_uuid = ? ORDER BY hlc`,
-			[]any{ld.m.Name, ld.u}, func(s *sqlite3.Stmt) error {
-				rows = append(rows, parkedRow{id: s.ColumnInt64(0), ownerID: s.ColumnInt64(1), model: s.ColumnText(2),
-					rec: s.ColumnBlob(3, nil), held: s.ColumnBool(4)})
-				return nil
-			})
+		rows, err := tx.parkedFor(`SELECT `+parkedCols+` FROM fk_parked
+			WHERE wait_model = ? AND wait_uuid = ? ORDER BY hlc`, ld)
 		if err != nil {
 			return err
 		}
 		for _, r := range rows {
-			if err := tx.c.exec(`DELETE FROM fk_parked WHERE id = ?`, r.id); err != nil {
+			if err := tx.release(r, ld); err != nil {
 				return err
-			}
-			if tx.c.c.Changes() == 0 {
-				continue // settled by an earlier release in this loop
-			}
-			tx.l.parked--
-			pm, ok := tx.l.reg.models[r.model]
-			if !ok {
-				continue
-			}
-			rec, err := decodeRecord(r.rec)
-			if err != nil {
-				return fmt.Errorf("parked %s record: %w", r.model, err)
-			}
-			if r.held {
-				// Held by a delete at T: if its parent came back written
-				// after T, the parent was re-created and the record stays
-				// deleted.
-				tb, err := tx.getTomb(pm, rec.UUID)
-				if err != nil {
-					return err
-				}
-				if tb != nil && ld.h.Compare(tb.hlc) > 0 {
-					continue
-				}
-			}
-			own := ownerRef{id: r.ownerID, dev: tx.l.ownerDev[r.ownerID]}
-			out, err := tx.applyRecord(pm, own, rec, applyMode{releasing: true, held: r.held})
-			if err != nil {
-				return err
-			}
-			if out == outApplied {
-				tx.res.Released++
 			}
 		}
+	}
+	return nil
+}
+
+// release applies r, parked for ld, which landed: unless an earlier
+// release settled it, or it is held and ld was re-created (heldReturns).
+func (tx *txn) release(r parkedRow, ld landing) error {
+	if ok, err := tx.unpark(r.id); err != nil || !ok {
+		return err // !ok: settled by an earlier release
+	}
+	pm, ok := tx.l.reg.models[r.model]
+	if !ok {
+		return nil
+	}
+	rec, err := decodeRecord(r.rec)
+	if err != nil {
+		return fmt.Errorf("parked %s record: %w", r.model, err)
+	}
+	if r.held {
+		tb, err := tx.getTomb(pm, rec.UUID)
+		if err != nil {
+			return err
+		}
+		if !heldReturns(ld.h, tb) {
+			return nil
+		}
+	}
+	own := ownerRef{id: r.ownerID, dev: tx.l.ownerDev[r.ownerID]}
+	out, err := tx.applyRecord(pm, own, rec, applyMode{releasing: true, held: r.held})
+	if err != nil {
+		return err
+	}
+	if out == outApplied {
+		tx.res.Released++
 	}
 	return nil
 }

@@ -207,7 +207,7 @@ func (l *Library) DeleteState(model string, u messages.UUID) (messages.StateDele
 		}
 		own := ownerRef{id: l.selfID, dev: l.self}
 		d = messages.StateDelete{Model: model, Owner: l.self, UUID: u, HLC: l.clock.Now()}
-		out, err := tx.deleteState(mi, own, u, d.HLC, applyMode{local: true})
+		out, err := tx.applyRecord(mi, own, messages.StateRecord{UUID: u, HLC: d.HLC, Deleted: true}, applyMode{local: true})
 		if err != nil {
 			return fmt.Errorf("delete %s %s: %w", model, u, err)
 		}
