@@ -212,6 +212,13 @@ func decideState(f *stateFacts) stateVerdict {
 	if !f.storedSeen {
 		return gather(gatherStored)
 	}
+	return decideAgainstStored(f)
+}
+
+// decideAgainstStored decides a record whose references are its owner's,
+// given its stored row and tombstone.
+func decideAgainstStored(f *stateFacts) stateVerdict {
+	m, u, h := f.m, f.u, f.h
 	// Only the owner writes its row, and only forward.
 	if ex := f.stored; ex != nil {
 		if ex.ownerID != f.own.id {
