@@ -213,12 +213,12 @@ func (tx *txn) removeRow(m *modelInfo, id int64, u messages.UUID) error {
 	case derivedLocation:
 		delete(tx.locPaths, id)
 	}
-	if m.Name == deviceModel {
+	if m.Name == ModelDevice {
 		sets := "hlc = NULL"
 		for i := range m.Columns {
 			sets += ", " + quote(m.sqlCol[i]) + " = NULL"
 		}
-		return tx.c.exec(`UPDATE "device" SET `+sets+` WHERE id = ?`, id)
+		return tx.c.exec(`UPDATE `+m.table+` SET `+sets+` WHERE id = ?`, id)
 	}
 	return tx.c.exec(m.sql.delete, id)
 }

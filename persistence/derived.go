@@ -255,7 +255,7 @@ func (tx *txn) locationWritten(m *modelInfo, id int64, ex *stateRow, vals []any)
 	if ex == nil || ex.vals[m.pathCol] == path {
 		return nil
 	}
-	if e, ok := tx.l.reg.models["entry"]; !ok || e.derived != derivedEntry {
+	if e, ok := tx.l.reg.models[ModelEntry]; !ok || e.derived != derivedEntry {
 		return nil
 	}
 	var tops []int64
@@ -663,7 +663,7 @@ func (tx *txn) rebuildTagGraph(mi *modelInfo, edges []tagEdge) error {
 func (l *Library) VerifyDerived() error {
 	return l.readTx(func(c *conn) error {
 		var errs []error
-		if e, ok := l.reg.models["entry"]; ok && e.derived == derivedEntry {
+		if e, ok := l.reg.models[ModelEntry]; ok && e.derived == derivedEntry {
 			errs = append(errs, verifyEntries(c))
 		}
 		if mi := (&txn{l: l}).edgeModel(); mi != nil {
@@ -856,7 +856,7 @@ func (l *Library) RebuildDerived() (DerivedRebuild, error) {
 	}
 	defer l.mu.Unlock()
 	err := l.writeTx(nil, func(tx *txn) error {
-		if e, ok := l.reg.models["entry"]; ok && e.derived == derivedEntry {
+		if e, ok := l.reg.models[ModelEntry]; ok && e.derived == derivedEntry {
 			for _, q := range []string{`DELETE FROM entry_closure`, `DELETE FROM directory_paths`} {
 				if err := tx.c.exec(q); err != nil {
 					return err

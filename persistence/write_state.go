@@ -34,7 +34,7 @@ func (l *Library) writeStateLocked(mi *modelInfo, u messages.UUID, fields map[st
 	if err != nil {
 		return rec, res, fmt.Errorf("write %s: %w", mi.Name, err)
 	}
-	if mi.Name == deviceModel {
+	if mi.Name == ModelDevice {
 		if u.IsZero() {
 			u = messages.UUID(l.self)
 		}
@@ -115,7 +115,7 @@ func (l *Library) WriteStateBatch(model string, rows []map[string]any) ([]messag
 	if err != nil {
 		return nil, ApplyResult{}, fmt.Errorf("write state batch: %w", err)
 	}
-	if mi.Kind != DeviceOwned || mi.Name == deviceModel {
+	if mi.Kind != DeviceOwned || mi.Name == ModelDevice {
 		return nil, ApplyResult{}, fmt.Errorf("write state batch: %w: %q", ErrUnknownModel, model)
 	}
 	type prepared struct {
