@@ -32,6 +32,7 @@ type applyMode struct {
 // verdict. The outcome is counted by the caller; rejections are recorded
 // here. The error is fatal (SQL), never a property of the record.
 func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord, mode applyMode) (outcome, error) {
+	// Decide on the record alone first.
 	f := stateFacts{m: m, own: own, u: rec.UUID, h: rec.HLC, deleted: rec.Deleted, mode: mode}
 	var vals, sqlVals []any
 	var ex *stateRow
@@ -399,15 +400,12 @@ func (l *Library) ApplyState(owner messages.DeviceID, model string, recs []messa
 	if opts.Local && owner != l.self {
 		return res, fmt.Errorf("apply state: %w: local write for %s", ErrNotOwner, owner)
 	}
+	// Refuse every record of a model that is not device-owned (a page's
+	// checkpoint is still saved).
 	mi, ok := l.reg.models[model]
 	if !ok || mi.Kind != DeviceOwned {
-		reason, sentinel := messages.ReasonUnknownModel, ErrUnknownModel
-		if ok {
-			reason = messages.ReasonWrongKind
-		}
 		for _, r := range recs {
-			res.Rejected = append(res.Rejected, Rejection{Model: model, UUID: r.UUID, Reason: reason,
-				Err: fmt.Errorf("%w: %q is not a device-owned model", sentinel, model)})
+			res.Rejected = append(res.Rejected, notDeviceOwned(model, ok, r.UUID))
 		}
 		if opts.Checkpoint == nil {
 			return res, nil
@@ -424,6 +422,9 @@ func (l *Library) ApplyState(owner messages.DeviceID, model string, recs []messa
 			if err != nil {
 				return err
 			}
+			// Apply each record, fresh rows in bulk, releasing what
+			// waited for it; then save the checkpoint in the same
+			// transaction.
 			tx.bulkOK = true
 			mode := applyMode{local: opts.Local}
 			for _, rec := range recs {
@@ -450,12 +451,7 @@ func (l *Library) ApplyStateDelete(d messages.StateDelete) (ApplyResult, error) 
 	var res ApplyResult
 	mi, ok := l.reg.models[d.Model]
 	if !ok || mi.Kind != DeviceOwned {
-		reason, sentinel := messages.ReasonUnknownModel, ErrUnknownModel
-		if ok {
-			reason = messages.ReasonWrongKind
-		}
-		res.Rejected = append(res.Rejected, Rejection{Model: d.Model, UUID: d.UUID, Reason: reason,
-			Err: fmt.Errorf("%w: %q is not a device-owned model", sentinel, d.Model)})
+		res.Rejected = append(res.Rejected, notDeviceOwned(d.Model, ok, d.UUID))
 		return res, nil
 	}
 	if d.Owner.IsZero() {
@@ -481,4 +477,14 @@ func (l *Library) ApplyStateDelete(d messages.StateDelete) (ApplyResult, error) 
 		return ApplyResult{}, err
 	}
 	return res, nil
+}
+
+// notDeviceOwned is the rejection of a record u of model, which is not a
+// device-owned model (known: it is a shared one).
+func notDeviceOwned(model string, known bool, u messages.UUID) Rejection {
+	reason, sentinel := messages.ReasonUnknownModel, ErrUnknownModel
+	if known {
+		reason = messages.ReasonWrongKind
+	}
+	return Rejection{Model: model, UUID: u, Reason: reason, Err: fmt.Errorf("%w: %q is not a device-owned model", sentinel, model)}
 }

@@ -71,6 +71,7 @@ func (tx *txn) flushBulk() error {
 	}
 	rows, m := b.rows, b.m
 	b.rows = nil
+	// Insert the rows; if all went in, write their derived caches.
 	if err := tx.c.c.Exec(`SAVEPOINT bulk`); err != nil {
 		return err
 	}
@@ -86,6 +87,7 @@ func (tx *txn) flushBulk() error {
 	if err != nil {
 		return err
 	}
+	// A uuid was here: undo the batch and apply its records one by one.
 	if err := tx.c.c.Exec(`ROLLBACK TO bulk; RELEASE bulk`); err != nil {
 		return err
 	}

@@ -47,17 +47,15 @@ func (l *Library) writeStateLocked(mi *modelInfo, u messages.UUID, fields map[st
 		if err != nil {
 			return err
 		}
+		// A new row takes the model's deterministic uuid, or a fresh one.
 		vals := make([]any, len(mi.Columns))
 		if u.IsZero() {
 			for name, v := range norm {
 				vals[mi.colIdx[name]] = v
 			}
-			if det, ok := mi.detFromValues(vals); ok {
-				u = det
-			} else {
-				u = NewUUID()
-			}
+			u = mi.newRowUUID(vals)
 		}
+		// Merge the fields into the stored row, which must be ours.
 		cur, owner, err := tx.readRecord(mi, u)
 		if err != nil {
 			return err
@@ -80,7 +78,8 @@ func (l *Library) writeStateLocked(mi *modelInfo, u messages.UUID, fields map[st
 	return rec, res, nil
 }
 
-// writeOneLocked stamps and applies one local record.
+// writeOneLocked stamps and applies one local record; a record that does
+// not apply is the write's error.
 func (l *Library) writeOneLocked(tx *txn, mi *modelInfo, own ownerRef, u messages.UUID, vals []any) (messages.StateRecord, error) {
 	rec := messages.StateRecord{UUID: u, HLC: l.clock.Now(), Values: vals}
 	n := len(tx.res.Rejected)
@@ -122,6 +121,7 @@ func (l *Library) WriteStateBatch(model string, rows []map[string]any) ([]messag
 		u    messages.UUID
 		vals []any
 	}
+	// Encode each row and choose its uuid before taking the writer.
 	batch := make([]prepared, 0, len(rows))
 	for _, row := range rows {
 		var u messages.UUID
@@ -144,11 +144,7 @@ func (l *Library) WriteStateBatch(model string, rows []map[string]any) ([]messag
 			return nil, ApplyResult{}, fmt.Errorf("write %s: %w", model, err)
 		}
 		if u.IsZero() {
-			if det, ok := mi.detFromValues(vals); ok {
-				u = det
-			} else {
-				u = NewUUID()
-			}
+			u = mi.newRowUUID(vals)
 		}
 		batch = append(batch, prepared{u: u, vals: vals})
 	}
@@ -163,6 +159,7 @@ func (l *Library) WriteStateBatch(model string, rows []map[string]any) ([]messag
 		if err != nil {
 			return err
 		}
+		// Stamp and apply each row; one that does not apply fails all.
 		for _, p := range batch {
 			rec, err := l.writeOneLocked(tx, mi, own, p.u, p.vals)
 			if err != nil {
@@ -195,6 +192,7 @@ func (l *Library) DeleteState(model string, u messages.UUID) (messages.StateDele
 	defer l.mu.Unlock()
 	var d messages.StateDelete
 	err = l.writeTx(&res, func(tx *txn) error {
+		// Only a row of ours that is here can be deleted.
 		ex, err := tx.readRow(mi, u)
 		if err != nil {
 			return err
@@ -218,4 +216,13 @@ func (l *Library) DeleteState(model string, u messages.UUID) (messages.StateDele
 		return messages.StateDelete{}, ApplyResult{}, err
 	}
 	return d, res, nil
+}
+
+// newRowUUID is the uuid of a new row of mi with values vals: the
+// model's deterministic one, or a fresh UUIDv7.
+func (mi *modelInfo) newRowUUID(vals []any) messages.UUID {
+	if det, ok := mi.detFromValues(vals); ok {
+		return det
+	}
+	return NewUUID()
 }
