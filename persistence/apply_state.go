@@ -33,7 +33,8 @@ type applyMode struct {
 // here. The error is fatal (SQL), never a property of the record.
 func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord, mode applyMode) (outcome, error) {
 	// Decide on the record alone first.
-	f := stateFacts{m: m, own: own, u: rec.UUID, h: rec.HLC, deleted: rec.Deleted, mode: mode}
+	var f stateFacts // (not a literal: that would build it twice)
+	f.m, f.own, f.u, f.h, f.deleted, f.mode = m, own, rec.UUID, rec.HLC, rec.Deleted, mode
 	var vals, sqlVals []any
 	var ex *stateRow
 	var tb *tombstone
@@ -49,7 +50,7 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 	}
 	// Map every reference to a local id, noting its owner or tombstone.
 	if v.kind == gatherRefs {
-		if f.refs, sqlVals, err = tx.gatherRefs(m, own, rec.HLC, vals); err != nil {
+		if sqlVals, err = tx.gatherRefs(m, own, rec.HLC, vals, &f.refs); err != nil {
 			return 0, err
 		}
 		f.refsSeen = true
@@ -97,11 +98,9 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 }
 
 // gatherRefs looks up the target of each reference in vals of a record
-// of own written at h, sums up what is here of them (sumRefs) and returns
+// of own written at h, sums up what is here of them in *sum, and returns
 // the values in SQL form: a found target's local id, or nil.
-func (tx *txn) gatherRefs(m *modelInfo, own ownerRef, h messages.HLC, vals []any) (refsSum, []any, error) {
-	var buf [4]refFact
-	refs := buf[:0]
+func (tx *txn) gatherRefs(m *modelInfo, own ownerRef, h messages.HLC, vals []any, sum *refsSum) ([]any, error) {
 	sqlVals := make([]any, len(vals))
 	copy(sqlVals, vals)
 	for _, i := range m.refs {
@@ -111,10 +110,10 @@ func (tx *txn) gatherRefs(m *modelInfo, own ownerRef, h messages.HLC, vals []any
 		}
 		sqlVals[i] = nil
 		target := tx.l.reg.models[m.Columns[i].Ref]
-		r := refFact{target: landing{m: target, u: ref}}
+		r := refFact{target: rowRef{m: target, u: ref}}
 		info, found, err := tx.lookupRef(target, ref)
 		if err != nil {
-			return refsSum{}, nil, err
+			return nil, err
 		}
 		if found {
 			r.state, r.ownerID = refFound, info.ownerID
@@ -122,15 +121,15 @@ func (tx *txn) gatherRefs(m *modelInfo, own ownerRef, h messages.HLC, vals []any
 		} else {
 			tb, err := tx.getTomb(target, ref)
 			if err != nil {
-				return refsSum{}, nil, err
+				return nil, err
 			}
 			if tb != nil {
 				r.state, r.ownerID, r.deletedAt = refDeleted, tb.ownerID, tb.hlc
 			}
 		}
-		refs = append(refs, r)
+		sum.add(&r, own.id, h)
 	}
-	return sumRefs(refs, own.id, h), sqlVals, nil
+	return sqlVals, nil
 }
 
 // readStored reads the row (m, u) and its tombstone, after inserting the
@@ -149,17 +148,17 @@ func (tx *txn) readStored(m *modelInfo, u messages.UUID) (*stateRow, *tombstone,
 
 // entryMove returns the new parent of an entry whose record (vals, in SQL
 // form sqlVals) moves its stored row ex under another parent that is
-// here; otherwise the zero landing.
-func entryMove(m *modelInfo, ex *stateRow, vals, sqlVals []any) landing {
+// here; otherwise the zero rowRef.
+func entryMove(m *modelInfo, ex *stateRow, vals, sqlVals []any) rowRef {
 	if m.derived != derivedEntry || ex == nil {
-		return landing{}
+		return rowRef{}
 	}
 	np, _ := sqlVals[m.parentCol].(int64)
 	op, _ := ex.vals[m.parentCol].(int64)
 	if np == 0 || np == op {
-		return landing{}
+		return rowRef{}
 	}
-	return landing{m: m, u: vals[m.parentCol].(messages.UUID)}
+	return rowRef{m: m, u: vals[m.parentCol].(messages.UUID)}
 }
 
 // carryOut does what v says of rec (ex and tomb are its stored row and
@@ -173,7 +172,7 @@ func (tx *txn) carryOut(v stateVerdict, m *modelInfo, own ownerRef, rec messages
 	case verdictStale:
 		return outStale, nil
 	case verdictPark:
-		return tx.park(m, own.id, rec, vals, v.wait, mode)
+		return tx.park(m, own.id, rec, vals, v.wait.landing(), mode)
 	case verdictDrop:
 		return outDropped, tx.dropRecord(m, own, rec, vals, ex, tb, v, mode)
 	case verdictDeleteRow:

@@ -13,7 +13,7 @@ import (
 // cover it here.
 func (tx *txn) dropRecord(m *modelInfo, own ownerRef, rec messages.StateRecord, vals []any, ex *stateRow, tb *tombstone,
 	v stateVerdict, mode applyMode) error {
-	held := &heldRecord{rec: rec, vals: vals, wait: v.wait}
+	held := &heldRecord{rec: rec, vals: vals, wait: v.wait.landing()}
 	if ex != nil {
 		return tx.removeCascade(m, ex, rec.UUID, v.at, v.floor, held, mode)
 	}
@@ -26,7 +26,7 @@ func (tx *txn) dropRecord(m *modelInfo, own ownerRef, rec messages.StateRecord, 
 	if mode.local {
 		return nil
 	}
-	_, err := tx.parkRecord(m, own.id, rec, vals, v.wait, true)
+	_, err := tx.parkRecord(m, own.id, rec, vals, v.wait.landing(), true)
 	return err
 }
 

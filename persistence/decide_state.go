@@ -33,11 +33,11 @@ type stateFacts struct {
 	valuesErr error
 
 	// clockErr is the clock's refusal of h (too far ahead). Only remote
-	// records are observed; a released one was observed when it arrived.
+	// records are observed (needsClock).
 	clockSeen bool
 	clockErr  error
 
-	// refs sums up the record's references (sumRefs).
+	// refs sums up the record's references (refsSum.add).
 	refsSeen bool
 	refs     refsSum
 	// batching: this transaction collects fresh rows for bulk inserts
@@ -53,7 +53,7 @@ type stateFacts struct {
 	storedSeen bool
 	stored     *stateRow
 	tomb       *tombstone
-	movesTo    landing
+	movesTo    rowRef
 
 	// intoSubtree: the new parent lies inside the entry's own subtree here.
 	subtreeSeen bool
@@ -69,42 +69,58 @@ const (
 	refDeleted                 // a tombstone
 )
 
+// rowRef names a row: its model and uuid.
+type rowRef struct {
+	m *modelInfo
+	u messages.UUID
+}
+
+func (r rowRef) landing() landing { return landing{m: r.m, u: r.u} }
+
 // refFact is one reference of a record.
 type refFact struct {
-	target    landing // model and uuid referred to
+	target    rowRef // the row referred to
 	state     refState
 	ownerID   int64        // owner of the row or of the tombstone
 	deletedAt messages.HLC // the tombstone's delete (refDeleted)
 }
 
-// refsSum is what decideState needs of a record's references. A field
-// whose target.m (m) is nil is absent.
+// refsSum is what decideState needs of a record's references. A rowRef
+// whose m is nil is absent.
 type refsSum struct {
-	// forged is the first reference to a row or tombstone of another
-	// owner than the record's.
-	forged refFact
+	// forged is the first reference to a row or tombstone (forgedState
+	// says which) of another owner than the record's.
+	forged      rowRef
+	forgedState refState
 	// wait is the first target not here, or deleted before the write.
-	wait landing
-	// drop is the target deleted last at or after the write.
-	drop refFact
+	wait rowRef
+	// drop is the target deleted last (at dropAt) at or after the write.
+	drop   rowRef
+	dropAt messages.HLC
+}
+
+// add notes reference r of a record written by owner at h. After a forged
+// reference nothing else matters: the record is refused.
+func (s *refsSum) add(r *refFact, owner int64, h messages.HLC) {
+	switch {
+	case s.forged.m != nil:
+	case r.state != refMissing && r.ownerID != owner:
+		s.forged, s.forgedState = r.target, r.state
+	case r.state == refFound:
+	case r.state == refDeleted && r.deletedAt.Compare(h) >= 0:
+		if s.drop.m == nil || r.deletedAt.Compare(s.dropAt) > 0 {
+			s.drop, s.dropAt = r.target, r.deletedAt
+		}
+	case s.wait.m == nil:
+		s.wait = r.target
+	}
 }
 
 // sumRefs sums up the references of a record written by owner at h.
 func sumRefs(refs []refFact, owner int64, h messages.HLC) refsSum {
 	var s refsSum
-	for _, r := range refs {
-		switch {
-		case r.state != refMissing && r.ownerID != owner:
-			s.forged = r
-			return s
-		case r.state == refFound:
-		case r.state == refDeleted && r.deletedAt.Compare(h) >= 0:
-			if s.drop.target.m == nil || r.deletedAt.Compare(s.drop.deletedAt) > 0 {
-				s.drop = r
-			}
-		case s.wait.m == nil:
-			s.wait = r.target
-		}
+	for i := range refs {
+		s.add(&refs[i], owner, h)
 	}
 	return s
 }
@@ -152,7 +168,7 @@ type stateVerdict struct {
 	err    error           // verdictReject
 	// wait: verdictPark's target; verdictDrop's deleted target, which
 	// holds the record.
-	wait landing
+	wait rowRef
 	// at, floor: the tombstone a drop or delete leaves (see doc.go).
 	at, floor messages.HLC
 	// liftTomb: the write supersedes the row's tombstone.
@@ -188,22 +204,26 @@ func decideState(f *stateFacts) stateVerdict {
 	if m.Name == ModelDevice && messages.DeviceID(u) != f.own.dev {
 		return forged("device row %s sent as owned by %s", u, f.own.dev)
 	}
-	if v, ok := decideClock(f); !ok {
-		return v
+	// A remote HLC goes through the clock, which refuses one too far ahead.
+	if f.needsClock() {
+		return gather(gatherClock)
+	}
+	if f.clockErr != nil {
+		return rejectVerdict(messages.ReasonClockSkew, f.clockErr)
 	}
 	if !f.refsSeen {
 		return gather(gatherRefs)
 	}
 	// A reference reaches only rows (and tombstones) of the same owner.
-	if r := f.refs.forged; r.target.m != nil {
-		if r.state == refFound {
-			return forged("%s %s of %s refers to %s %s of another device", m.Name, u, f.own.dev, r.target.m.Name, r.target.u)
+	if r := f.refs.forged; r.m != nil {
+		if f.refs.forgedState == refFound {
+			return forged("%s %s of %s refers to %s %s of another device", m.Name, u, f.own.dev, r.m.Name, r.u)
 		}
-		return forged("%s %s refers to deleted %s %s of another device", m.Name, u, r.target.m.Name, r.target.u)
+		return forged("%s %s refers to deleted %s %s of another device", m.Name, u, r.m.Name, r.u)
 	}
 	// Nothing in the way of a plain insert: no reference waits, the model
 	// has no tombstones, and the row is not known to be here.
-	if f.refs.wait.m == nil && f.refs.drop.target.m == nil && !f.modelTombs && !f.storedSeen {
+	if f.refs.wait.m == nil && f.refs.drop.m == nil && !f.modelTombs && !f.storedSeen {
 		if f.batching && !f.parked && !f.mode.releasing && m.Name != ModelDevice {
 			return stateVerdict{kind: verdictBulkInsert}
 		}
@@ -239,8 +259,8 @@ func decideAgainstStored(f *stateFacts) stateVerdict {
 		}
 	}
 	// A parent deleted at or after this write takes the record with it.
-	if r := f.refs.drop; r.target.m != nil {
-		return stateVerdict{kind: verdictDrop, wait: r.target, at: r.deletedAt, floor: h}
+	if f.refs.drop.m != nil {
+		return stateVerdict{kind: verdictDrop, wait: f.refs.drop, at: f.refs.dropAt, floor: h}
 	}
 	// A parent not here yet (or deleted before this write) is waited for.
 	if f.refs.wait.m != nil {
@@ -268,8 +288,11 @@ func decideDelete(f *stateFacts) stateVerdict {
 	if m.Name == ModelDevice && messages.DeviceID(u) != f.own.dev {
 		return forged("delete of device row %s by %s", u, f.own.dev)
 	}
-	if v, ok := decideClock(f); !ok {
-		return v
+	if f.needsClock() {
+		return gather(gatherClock)
+	}
+	if f.clockErr != nil {
+		return rejectVerdict(messages.ReasonClockSkew, f.clockErr)
 	}
 	if !f.storedSeen {
 		return gather(gatherStored)
@@ -294,19 +317,10 @@ func decideDelete(f *stateFacts) stateVerdict {
 	return stateVerdict{kind: verdictTombstone, at: h, floor: h}
 }
 
-// decideClock refuses a remote record whose HLC the clock refused; ok is
-// false when v is the verdict (a refusal, or gatherClock).
-func decideClock(f *stateFacts) (v stateVerdict, ok bool) {
-	if f.mode.local || f.mode.releasing {
-		return v, true
-	}
-	if !f.clockSeen {
-		return gather(gatherClock), false
-	}
-	if f.clockErr != nil {
-		return rejectVerdict(messages.ReasonClockSkew, f.clockErr), false
-	}
-	return v, true
+// needsClock: the record is remote (neither this device's own nor a
+// released one, observed when it arrived) and the clock has not seen it.
+func (f *stateFacts) needsClock() bool {
+	return !f.mode.local && !f.mode.releasing && !f.clockSeen
 }
 
 // ---- the delete's cascade and parked records ----

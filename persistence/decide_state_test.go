@@ -17,19 +17,19 @@ import (
 const ownID, otherID = 1, 2
 
 var (
-	locTarget    = landing{m: DefaultRegistry().models[ModelLocation], u: uid(20)}
-	parentTarget = landing{m: DefaultRegistry().models[ModelEntry], u: uid(10)}
-	otherParent  = landing{m: DefaultRegistry().models[ModelEntry], u: uid(11)}
+	locTarget    = rowRef{m: DefaultRegistry().models[ModelLocation], u: uid(20)}
+	parentTarget = rowRef{m: DefaultRegistry().models[ModelEntry], u: uid(10)}
+	otherParent  = rowRef{m: DefaultRegistry().models[ModelEntry], u: uid(11)}
 )
 
 func at(ts uint64) messages.HLC { return hlcAt(ts, 0, devA) }
 
 // Reference facts.
-func found(t landing, owner int64) refFact {
+func found(t rowRef, owner int64) refFact {
 	return refFact{target: t, state: refFound, ownerID: owner}
 }
-func missing(t landing) refFact { return refFact{target: t} }
-func deletedAt(t landing, owner int64, ts uint64) refFact {
+func missing(t rowRef) refFact { return refFact{target: t} }
+func deletedAt(t rowRef, owner int64, ts uint64) refFact {
 	return refFact{target: t, state: refDeleted, ownerID: owner, deletedAt: at(ts)}
 }
 
@@ -103,7 +103,7 @@ var (
 	update = stateVerdict{kind: verdictUpdate}
 )
 
-func park(wait landing) stateVerdict { return stateVerdict{kind: verdictPark, wait: wait} }
+func park(wait rowRef) stateVerdict { return stateVerdict{kind: verdictPark, wait: wait} }
 func refused(reason messages.Reason) stateVerdict {
 	return stateVerdict{kind: verdictReject, reason: reason}
 }
@@ -234,7 +234,7 @@ func TestDecideTombstoneFloor(t *testing.T) {
 // Records arriving after their parent's delete: "the floor is that row's
 // own HLC", and they are held (doc.go, Held records).
 func TestDecideDrop(t *testing.T) {
-	drop := func(target landing, deleted, floor uint64) stateVerdict {
+	drop := func(target rowRef, deleted, floor uint64) stateVerdict {
 		return stateVerdict{kind: verdictDrop, wait: target, at: at(deleted), floor: at(floor)}
 	}
 	checkVerdicts(t, []verdictCase{
