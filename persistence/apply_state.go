@@ -103,13 +103,13 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 func (tx *txn) gatherRefs(m *modelInfo, own ownerRef, h messages.HLC, vals []any, sum *refsSum) ([]any, error) {
 	sqlVals := make([]any, len(vals))
 	copy(sqlVals, vals)
-	for _, i := range m.refs {
+	for k, i := range m.refs {
 		ref, ok := vals[i].(messages.UUID)
 		if !ok {
 			continue
 		}
 		sqlVals[i] = nil
-		target := tx.l.reg.models[m.Columns[i].Ref]
+		target := m.refModels[k]
 		r := refFact{target: rowRef{m: target, u: ref}}
 		info, found, err := tx.lookupRef(target, ref)
 		if err != nil {

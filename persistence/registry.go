@@ -103,8 +103,10 @@ type modelInfo struct {
 	// referencedBy lists device-owned (model, column) pairs whose TypeRef
 	// points at this model: the cascade of a delete follows them.
 	referencedBy []refBy
-	// refs lists the indexes of TypeRef columns.
-	refs []int
+	// refs lists the indexes of TypeRef columns; refModels the model each
+	// refers to (the appliers look them up per record).
+	refs      []int
+	refModels []*modelInfo
 	// entry hook positions (derivedEntry) and location path (derivedLocation)
 	parentCol, locationCol, nameCol, kindCol, pathCol int
 	// tag edge ends (derivedTagEdge)
@@ -210,6 +212,7 @@ func (r *Registry) prepare(mi *modelInfo) error {
 		seenSQL[sqlName] = true
 		if c.Type == TypeRef {
 			mi.refs = append(mi.refs, i)
+			mi.refModels = append(mi.refModels, r.models[c.Ref])
 		}
 		mi.colIdx[c.Name] = i
 		mi.sqlCol = append(mi.sqlCol, sqlName)
