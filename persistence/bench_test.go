@@ -67,15 +67,15 @@ func (w *entryWalker) page(tb testing.TB, n int) []messages.StateRecord {
 	for i := range recs {
 		u, f := w.next()
 		w.ts++
-		recs[i] = recordFor(tb, "entry", u, messages.HLC{Timestamp: baseTS + w.ts, Device: w.owner.UUID()}, f)
+		recs[i] = recordFor(tb, ModelEntry, u, messages.HLC{Timestamp: baseTS + w.ts, Device: w.owner.UUID()}, f)
 	}
 	return recs
 }
 
 func benchLibrary(b testing.TB) (*Library, messages.StateRecord) {
 	l := newLib(b, devR)
-	loc := recordFor(b, "location", NewUUID(), hlcAt(1, 0, devA), map[string]any{"path": "/Volumes/Photos"})
-	mustApply(b, l, devA, "location", loc)
+	loc := recordFor(b, ModelLocation, NewUUID(), hlcAt(1, 0, devA), map[string]any{"path": "/Volumes/Photos"})
+	mustApply(b, l, devA, ModelLocation, loc)
 	return l, loc
 }
 
@@ -89,7 +89,7 @@ func BenchmarkApplyStateEntries(b *testing.B) {
 		b.StopTimer()
 		recs := w.page(b, benchPage)
 		b.StartTimer()
-		res, err := l.ApplyState(devA, "entry", recs, ApplyOptions{})
+		res, err := l.ApplyState(devA, ModelEntry, recs, ApplyOptions{})
 		if err != nil || res.Applied != benchPage {
 			b.Fatalf("apply: %+v %v", res.Applied, err)
 		}
@@ -148,7 +148,7 @@ func BenchmarkRawInsertEntries(b *testing.B) {
 // 10,000 new entries per transaction.
 func BenchmarkWriteStateBatchEntries(b *testing.B) {
 	l := newLib(b, devA)
-	loc, _, err := l.WriteState("location", messages.UUID{}, map[string]any{"path": "/Volumes/Photos"})
+	loc, _, err := l.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/Volumes/Photos"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func BenchmarkWriteStateBatchEntries(b *testing.B) {
 			batch[j] = f
 		}
 		b.StartTimer()
-		if _, _, err := l.WriteStateBatch("entry", batch); err != nil {
+		if _, _, err := l.WriteStateBatch(ModelEntry, batch); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -173,7 +173,7 @@ func BenchmarkWriteStateBatchEntries(b *testing.B) {
 // typicalEntry is an indexed photo: a file in a directory, with a content
 // identity.
 func typicalEntry(tb testing.TB) messages.StateRecord {
-	return recordFor(tb, "entry", NewUUID(), messages.HLC{Timestamp: baseTS, Counter: 3, Device: devA.UUID()}, map[string]any{
+	return recordFor(tb, ModelEntry, NewUUID(), messages.HLC{Timestamp: baseTS, Counter: 3, Device: devA.UUID()}, map[string]any{
 		"location_uuid": NewUUID(), "parent_uuid": NewUUID(), "name": "IMG_20240612_183355.jpg", "kind": EntryFile,
 		"extension": "jpg", "size": 4_718_592, "mtime": int64(1_718_210_035_000), "content_uuid": NewUUID(),
 	})
@@ -228,11 +228,11 @@ func BenchmarkApplySharedStateContent(b *testing.B) {
 			ts++
 			f := map[string]any{"content_hash": fmt.Sprintf("%016x%016x", rng.Uint64(), rng.Uint64()),
 				"size": int64(rng.Intn(8 << 20)), "kind": []string{"image", "video", "document"}[rng.Intn(3)], "created_at": int64(1_700_000_000_000 + ts)}
-			u, ok := reg.DeterministicUUID("content_identity", f)
+			u, ok := reg.DeterministicUUID(ModelContentIdentity, f)
 			if !ok {
 				u = NewUUID()
 			}
-			out[i] = messages.SharedChange{HLC: messages.HLC{Timestamp: baseTS + ts, Device: devA.UUID()}, Model: "content_identity",
+			out[i] = messages.SharedChange{HLC: messages.HLC{Timestamp: baseTS + ts, Device: devA.UUID()}, Model: ModelContentIdentity,
 				Record: u, Op: messages.OpInsert, Fields: f}
 		}
 		return out

@@ -16,7 +16,7 @@ import (
 
 func bulkFixture(t *testing.T, n int) (loc messages.StateRecord, recs []messages.StateRecord) {
 	t.Helper()
-	loc = recordFor(t, "location", NewUUID(), hlcAt(1, 0, devA), map[string]any{"path": "/Volumes/Photos"})
+	loc = recordFor(t, ModelLocation, NewUUID(), hlcAt(1, 0, devA), map[string]any{"path": "/Volumes/Photos"})
 	w := newEntryWalker(devA, loc.UUID)
 	return loc, w.page(t, n)
 }
@@ -24,7 +24,7 @@ func bulkFixture(t *testing.T, n int) (loc messages.StateRecord, recs []messages
 func bulkLib(t *testing.T, loc messages.StateRecord) *Library {
 	t.Helper()
 	l := newLib(t, devR)
-	mustApply(t, l, devA, "location", loc)
+	mustApply(t, l, devA, ModelLocation, loc)
 	return l
 }
 
@@ -32,7 +32,7 @@ func bulkLib(t *testing.T, loc messages.StateRecord) *Library {
 // rows differ: each has its own clock).
 func entriesJSON(t *testing.T, l *Library) string {
 	t.Helper()
-	b, err := json.Marshal(rows(t, l, "entry"))
+	b, err := json.Marshal(rows(t, l, ModelEntry))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func entriesJSON(t *testing.T, l *Library) string {
 func TestBulkApplyMatchesRecordAtATime(t *testing.T) {
 	loc, recs := bulkFixture(t, 700)
 	bulk := bulkLib(t, loc)
-	res := mustApply(t, bulk, devA, "entry", recs...)
+	res := mustApply(t, bulk, devA, ModelEntry, recs...)
 	if res.Applied != len(recs) || res.Parked != 0 {
 		t.Fatalf("bulk apply: %+v", res)
 	}
@@ -51,7 +51,7 @@ func TestBulkApplyMatchesRecordAtATime(t *testing.T) {
 	twin := bulkLib(t, loc)
 	rev := slices.Clone(recs)
 	slices.Reverse(rev)
-	mustApply(t, twin, devA, "entry", rev...)
+	mustApply(t, twin, devA, ModelEntry, rev...)
 	mustVerify(t, bulk)
 	mustVerify(t, twin)
 	if a, b := entriesJSON(t, bulk), entriesJSON(t, twin); a != b {
@@ -62,7 +62,7 @@ func TestBulkApplyMatchesRecordAtATime(t *testing.T) {
 func TestBulkApplyShuffled(t *testing.T) {
 	loc, recs := bulkFixture(t, 400)
 	want := bulkLib(t, loc)
-	mustApply(t, want, devA, "entry", recs...)
+	mustApply(t, want, devA, ModelEntry, recs...)
 	for seed := int64(1); seed <= 5; seed++ {
 		l := bulkLib(t, loc)
 		shuffled := slices.Clone(recs)
@@ -70,7 +70,7 @@ func TestBulkApplyShuffled(t *testing.T) {
 		// Split into pages of random sizes, as pages of a resumed backfill.
 		for len(shuffled) > 0 {
 			k := min(len(shuffled), 1+int(seed*37)%150)
-			mustApply(t, l, devA, "entry", shuffled[:k]...)
+			mustApply(t, l, devA, ModelEntry, shuffled[:k]...)
 			shuffled = shuffled[k:]
 		}
 		mustVerify(t, l)
@@ -83,11 +83,11 @@ func TestBulkApplyShuffled(t *testing.T) {
 func TestBulkApplyTwice(t *testing.T) {
 	loc, recs := bulkFixture(t, 300)
 	l := bulkLib(t, loc)
-	mustApply(t, l, devA, "entry", recs...)
+	mustApply(t, l, devA, ModelEntry, recs...)
 	before := entriesJSON(t, l)
 	// The same page again (a page re-transferred after a crash): nothing
 	// changes, every record is stale.
-	res := mustApply(t, l, devA, "entry", recs...)
+	res := mustApply(t, l, devA, ModelEntry, recs...)
 	if res.Applied != 0 || res.Stale != len(recs) {
 		t.Fatalf("second apply: applied %d, stale %d, want 0, %d", res.Applied, res.Stale, len(recs))
 	}
@@ -98,14 +98,14 @@ func TestBulkApplyTwice(t *testing.T) {
 	// row, is undone, and the records go one by one.
 	loc2, recs2 := bulkFixture(t, 300)
 	l2 := bulkLib(t, loc2)
-	mustApply(t, l2, devA, "entry", recs2[:150]...)
-	res = mustApply(t, l2, devA, "entry", recs2...)
+	mustApply(t, l2, devA, ModelEntry, recs2[:150]...)
+	res = mustApply(t, l2, devA, ModelEntry, recs2...)
 	if res.Applied != 150 || res.Stale != 150 {
 		t.Fatalf("overlapping apply: applied %d, stale %d, want 150, 150", res.Applied, res.Stale)
 	}
 	mustVerify(t, l2)
 	want := bulkLib(t, loc2)
-	mustApply(t, want, devA, "entry", recs2...)
+	mustApply(t, want, devA, ModelEntry, recs2...)
 	if entriesJSON(t, l2) != entriesJSON(t, want) {
 		t.Fatal("overlapping apply differs from a single apply")
 	}

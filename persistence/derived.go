@@ -255,7 +255,7 @@ func (tx *txn) locationWritten(m *modelInfo, id int64, ex *stateRow, vals []any)
 	if ex == nil || ex.vals[m.pathCol] == path {
 		return nil
 	}
-	if e, ok := tx.l.reg.models["entry"]; !ok || e.derived != derivedEntry {
+	if e, ok := tx.l.reg.models[ModelEntry]; !ok || e.derived != derivedEntry {
 		return nil
 	}
 	var tops []int64
@@ -663,7 +663,7 @@ func (tx *txn) rebuildTagGraph(mi *modelInfo, edges []tagEdge) error {
 func (l *Library) VerifyDerived() error {
 	return l.readTx(func(c *conn) error {
 		var errs []error
-		if e, ok := l.reg.models["entry"]; ok && e.derived == derivedEntry {
+		if e, ok := l.reg.models[ModelEntry]; ok && e.derived == derivedEntry {
 			errs = append(errs, verifyEntries(c))
 		}
 		if mi := (&txn{l: l}).edgeModel(); mi != nil {
@@ -674,28 +674,66 @@ func (l *Library) VerifyDerived() error {
 }
 
 func verifyEntries(c *conn) error {
-	type ent struct {
-		parent, loc, kind int64
-		name              string
-	}
-	ents := map[int64]ent{}
+	// Load the entry forest and the location paths.
+	ents := map[int64]verifyEnt{}
 	err := c.query(`SELECT id, parent_id, location_id, name, kind FROM "entry"`, nil, func(s *sqlite3.Stmt) error {
-		ents[s.ColumnInt64(0)] = ent{parent: s.ColumnInt64(1), loc: s.ColumnInt64(2), name: s.ColumnText(3), kind: s.ColumnInt64(4)}
+		ents[s.ColumnInt64(0)] = verifyEnt{parent: s.ColumnInt64(1), loc: s.ColumnInt64(2), name: s.ColumnText(3), kind: s.ColumnInt64(4)}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
 	locs := map[int64]string{}
-	err = c.query(`SELECT id, path FROM "location"`, nil, func(s *sqlite3.Stmt) error {
+	if err := c.query(`SELECT id, path FROM "location"`, nil, func(s *sqlite3.Stmt) error {
 		locs[s.ColumnInt64(0)] = s.ColumnText(1)
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	// Rebuild both caches in memory.
+	want, wantPath, err := rebuildEntryCaches(ents, locs)
 	if err != nil {
 		return err
 	}
-	type pair struct{ a, d int64 }
-	want := map[pair]int64{}
+	// Read the stored caches and compare.
+	got := map[idPair]int64{}
+	if err := c.query(`SELECT ancestor_id, descendant_id, depth FROM entry_closure`, nil, func(s *sqlite3.Stmt) error {
+		got[idPair{s.ColumnInt64(0), s.ColumnInt64(1)}] = s.ColumnInt64(2)
+		return nil
+	}); err != nil {
+		return err
+	}
+	gotPath := map[int64]string{}
+	if err := c.query(`SELECT entry_id, path FROM directory_paths`, nil, func(s *sqlite3.Stmt) error {
+		gotPath[s.ColumnInt64(0)] = s.ColumnText(1)
+		return nil
+	}); err != nil {
+		return err
+	}
+	diffs := diffMaps(want, got,
+		func(p idPair, d int64) string { return fmt.Sprintf("missing (%d, %d, %d)", p.a, p.d, d) },
+		func(p idPair, g, d int64) string { return fmt.Sprintf("(%d, %d) depth %d, want %d", p.a, p.d, g, d) },
+		func(p idPair, d int64) string { return fmt.Sprintf("extra (%d, %d, %d)", p.a, p.d, d) })
+	pdiffs := diffMaps(wantPath, gotPath,
+		func(id int64, p string) string { return fmt.Sprintf("missing %d %q", id, p) },
+		func(id int64, g, p string) string { return fmt.Sprintf("%d is %q, want %q", id, g, p) },
+		func(id int64, p string) string { return fmt.Sprintf("extra %d %q", id, p) })
+	return errors.Join(diffError("entry_closure", diffs), diffError("directory_paths", pdiffs))
+}
+
+// verifyEnt is an entry as verifyEntries sees it.
+type verifyEnt struct {
+	parent, loc, kind int64
+	name              string
+}
+
+type idPair struct{ a, d int64 }
+
+// rebuildEntryCaches computes entry_closure ((ancestor, descendant) ->
+// depth) and directory_paths (directory -> path) of the entry forest ents
+// from scratch.
+func rebuildEntryCaches(ents map[int64]verifyEnt, locs map[int64]string) (map[idPair]int64, map[int64]string, error) {
+	want := map[idPair]int64{}
 	wantPath := map[int64]string{}
 	var pathOf func(id int64, depth int) (string, error)
 	pathOf = func(id int64, depth int) (string, error) {
@@ -721,62 +759,39 @@ func verifyEntries(c *conn) error {
 		// Directories only; a chain stops at a non-directory.
 		for cur := id; e.kind == EntryDirectory && cur != 0 && ents[cur].kind == EntryDirectory; cur = ents[cur].parent {
 			if d > int64(len(ents)) {
-				return fmt.Errorf("entry_closure: entry %d: parent cycle", id)
+				return nil, nil, fmt.Errorf("entry_closure: entry %d: parent cycle", id)
 			}
-			want[pair{cur, id}] = d
+			want[idPair{cur, id}] = d
 			d++
 		}
 		if e.kind == EntryDirectory {
 			p, err := pathOf(id, 0)
 			if err != nil {
-				return fmt.Errorf("directory_paths: %w", err)
+				return nil, nil, fmt.Errorf("directory_paths: %w", err)
 			}
 			wantPath[id] = p
 		}
 	}
-	got := map[pair]int64{}
-	err = c.query(`SELECT ancestor_id, descendant_id, depth FROM entry_closure`, nil, func(s *sqlite3.Stmt) error {
-		got[pair{s.ColumnInt64(0), s.ColumnInt64(1)}] = s.ColumnInt64(2)
-		return nil
-	})
-	if err != nil {
-		return err
-	}
+	return want, wantPath, nil
+}
+
+// diffMaps lists how got differs from want: keys missing from got, values
+// that differ, keys got has in excess; each formatted by its function.
+func diffMaps[K, V comparable](want, got map[K]V, missing func(K, V) string, differs func(k K, got, want V) string, extra func(K, V) string) []string {
 	var diffs []string
-	for p, d := range want {
-		if g, ok := got[p]; !ok {
-			diffs = append(diffs, fmt.Sprintf("missing (%d, %d, %d)", p.a, p.d, d))
-		} else if g != d {
-			diffs = append(diffs, fmt.Sprintf("(%d, %d) depth %d, want %d", p.a, p.d, g, d))
+	for k, w := range want {
+		if g, ok := got[k]; !ok {
+			diffs = append(diffs, missing(k, w))
+		} else if g != w {
+			diffs = append(diffs, differs(k, g, w))
 		}
 	}
-	for p, d := range got {
-		if _, ok := want[p]; !ok {
-			diffs = append(diffs, fmt.Sprintf("extra (%d, %d, %d)", p.a, p.d, d))
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, extra(k, g))
 		}
 	}
-	gotPath := map[int64]string{}
-	err = c.query(`SELECT entry_id, path FROM directory_paths`, nil, func(s *sqlite3.Stmt) error {
-		gotPath[s.ColumnInt64(0)] = s.ColumnText(1)
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	var pdiffs []string
-	for id, p := range wantPath {
-		if g, ok := gotPath[id]; !ok {
-			pdiffs = append(pdiffs, fmt.Sprintf("missing %d %q", id, p))
-		} else if g != p {
-			pdiffs = append(pdiffs, fmt.Sprintf("%d is %q, want %q", id, g, p))
-		}
-	}
-	for id, p := range gotPath {
-		if _, ok := wantPath[id]; !ok {
-			pdiffs = append(pdiffs, fmt.Sprintf("extra %d %q", id, p))
-		}
-	}
-	return errors.Join(diffError("entry_closure", diffs), diffError("directory_paths", pdiffs))
+	return diffs
 }
 
 func verifyTags(c *conn, mi *modelInfo) error {
@@ -800,16 +815,12 @@ func verifyTags(c *conn, mi *modelInfo) error {
 	if err != nil {
 		return err
 	}
-	for p, d := range want {
-		if g, ok := got[p]; !ok || g != d {
-			diffs = append(diffs, fmt.Sprintf("tag_closure (%s, %s) depth %d, want %d", p.a, p.d, g, d))
-		}
+	differs := func(p uuidPair, g, d int) string {
+		return fmt.Sprintf("tag_closure (%s, %s) depth %d, want %d", p.a, p.d, g, d)
 	}
-	for p, d := range got {
-		if _, ok := want[p]; !ok {
-			diffs = append(diffs, fmt.Sprintf("tag_closure extra (%s, %s, %d)", p.a, p.d, d))
-		}
-	}
+	diffs = append(diffs, diffMaps(want, got,
+		func(p uuidPair, d int) string { return differs(p, 0, d) }, differs,
+		func(p uuidPair, d int) string { return fmt.Sprintf("tag_closure extra (%s, %s, %d)", p.a, p.d, d) })...)
 	return diffError("tags", diffs)
 }
 
@@ -845,7 +856,7 @@ func (l *Library) RebuildDerived() (DerivedRebuild, error) {
 	}
 	defer l.mu.Unlock()
 	err := l.writeTx(nil, func(tx *txn) error {
-		if e, ok := l.reg.models["entry"]; ok && e.derived == derivedEntry {
+		if e, ok := l.reg.models[ModelEntry]; ok && e.derived == derivedEntry {
 			for _, q := range []string{`DELETE FROM entry_closure`, `DELETE FROM directory_paths`} {
 				if err := tx.c.exec(q); err != nil {
 					return err

@@ -63,6 +63,10 @@
 // Hazard: tombstones received in state pages carry no floor; they are
 // applied as explicit deletes.
 //
+// These rules are decided by pure functions (decideState and its helpers
+// in decide_state.go) from facts the applier gathers, and are table-tested
+// one rule a row without SQLite (decide_state_test.go).
+//
 // # Shared guarantees
 //
 // Every field is last-writer-wins by HLC, and a row's deletes are merged

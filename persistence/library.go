@@ -29,7 +29,6 @@ const (
 	defaultMaxSkew   = 5 * time.Minute
 	defaultCacheMiB  = 64
 	maxReaders       = 4
-	deviceModel      = ModelDevice
 	maxChangesListed = 10_000
 )
 
@@ -148,8 +147,8 @@ func Open(dir string, opts Options) (*Library, error) {
 	if opts.Registry == nil {
 		opts.Registry = DefaultRegistry()
 	}
-	if k, ok := opts.Registry.Kind(deviceModel); !ok || k != DeviceOwned {
-		return nil, fmt.Errorf("open library: registry lacks the device-owned %q model", deviceModel)
+	if k, ok := opts.Registry.Kind(ModelDevice); !ok || k != DeviceOwned {
+		return nil, fmt.Errorf("open library: registry lacks the device-owned %q model", ModelDevice)
 	}
 	if opts.MaxSkew == 0 {
 		opts.MaxSkew = defaultMaxSkew
@@ -356,7 +355,7 @@ func (l *Library) ensureSelfRowLocked() error {
 			return err
 		}
 	}
-	mi := l.reg.models[deviceModel]
+	mi := l.reg.models[ModelDevice]
 	fields := map[string]any{}
 	if _, ok := mi.colIdx["platform"]; ok {
 		fields["platform"] = runtime.GOOS

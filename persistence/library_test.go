@@ -34,10 +34,10 @@ func TestCreateOpenAndMeta(t *testing.T) {
 		t.Fatalf("create over a library: %v", err)
 	}
 	l.Close()
-	if _, err := l.Query("tag"); !errors.Is(err, ErrClosed) {
+	if _, err := l.Query(ModelTag); !errors.Is(err, ErrClosed) {
 		t.Fatalf("query after close: %v", err)
 	}
-	if _, _, err := l.WriteState("location", messages.UUID{}, map[string]any{"path": "/x"}); !errors.Is(err, ErrClosed) {
+	if _, _, err := l.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/x"}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("write after close: %v", err)
 	}
 	l2, err := Open(dir, Options{Self: devA})
@@ -48,7 +48,7 @@ func TestCreateOpenAndMeta(t *testing.T) {
 	if l2.Meta() != m {
 		t.Fatalf("meta after reopen %+v", l2.Meta())
 	}
-	if got := rows(t, l2, "device"); len(got) != 1 || got[0]["uuid"] != devA.String() {
+	if got := rows(t, l2, ModelDevice); len(got) != 1 || got[0]["uuid"] != devA.String() {
 		t.Fatalf("own device row %v", got)
 	}
 }
@@ -88,18 +88,18 @@ func TestClockMonotonicAcrossReopenWithWallSetBack(t *testing.T) {
 	wall := newFakeWall(timeAt(60_000))
 	opts := Options{Self: devA, Wall: wall.Now, MaxSkew: time.Minute}
 	l := newLibOpts(t, opts)
-	loc, _, err := l.WriteState("location", messages.UUID{}, map[string]any{"path": "/p"})
+	loc, _, err := l.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/p"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag, _, err := l.CommitShared("tag", messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "x"})
+	tag, _, err := l.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A peer's record slightly ahead of our wall clock (within skew).
-	remote := recordFor(t, "location", uid(1), messages.HLC{Timestamp: uint64(wall.Now().UnixMilli()) + 30_000, Device: devB.UUID()},
+	remote := recordFor(t, ModelLocation, uid(1), messages.HLC{Timestamp: uint64(wall.Now().UnixMilli()) + 30_000, Device: devB.UUID()},
 		map[string]any{"path": "/b"})
-	mustApply(t, l, devB, "location", remote)
+	mustApply(t, l, devB, ModelLocation, remote)
 	newest := remote.HLC
 	if loc.HLC.Compare(newest) >= 0 || tag.HLC.Compare(newest) >= 0 {
 		t.Fatal("test setup: the remote record should be the newest")
@@ -111,11 +111,11 @@ func TestClockMonotonicAcrossReopenWithWallSetBack(t *testing.T) {
 	if h := l.Clock().Now(); h.Compare(newest) <= 0 {
 		t.Fatalf("clock issued %v after reopen, not above stored %v", h, newest)
 	}
-	rec, _, err := l.WriteState("location", loc.UUID, map[string]any{"name": "after"})
+	rec, _, err := l.WriteState(ModelLocation, loc.UUID, map[string]any{"name": "after"})
 	if err != nil || rec.HLC.Compare(newest) <= 0 {
 		t.Fatalf("write after reopen: %v %v", rec.HLC, err)
 	}
-	c, _, err := l.CommitShared("tag", tag.Record, messages.OpUpdate, map[string]any{"color": "red"})
+	c, _, err := l.CommitShared(ModelTag, tag.Record, messages.OpUpdate, map[string]any{"color": "red"})
 	if err != nil || c.HLC.Compare(rec.HLC) <= 0 || c.Prev != tag.HLC {
 		t.Fatalf("commit after reopen: %v %v", c, err)
 	}
@@ -131,9 +131,9 @@ func TestClockMonotonicAcrossReopenWithWallSetBack(t *testing.T) {
 func TestClockSkewRejectsRecord(t *testing.T) {
 	wall := newFakeWall(timeAt(0))
 	l := newLibOpts(t, Options{Self: devR, Wall: wall.Now, MaxSkew: time.Minute})
-	future := recordFor(t, "location", uid(1), messages.HLC{Timestamp: baseTS + uint64(time.Hour.Milliseconds()), Device: devA.UUID()},
+	future := recordFor(t, ModelLocation, uid(1), messages.HLC{Timestamp: baseTS + uint64(time.Hour.Milliseconds()), Device: devA.UUID()},
 		map[string]any{"path": "/future"})
-	res, err := l.ApplyState(devA, "location", []messages.StateRecord{future}, ApplyOptions{})
+	res, err := l.ApplyState(devA, ModelLocation, []messages.StateRecord{future}, ApplyOptions{})
 	if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonClockSkew || !messages.IsClockSkew(res.Rejected[0].Err) {
 		t.Fatalf("result %+v %v", res, err)
 	}
@@ -171,8 +171,8 @@ func TestPartnersCheckpointsFailures(t *testing.T) {
 		t.Fatalf("no checkpoint: %v %v", data, err)
 	}
 	// A checkpoint written with a batch commits with it.
-	recs := []messages.StateRecord{recordFor(t, "location", uid(1), hlcAt(1, 0, devB), map[string]any{"path": "/b"})}
-	if _, err := l.ApplyState(devB, "location", recs, ApplyOptions{Checkpoint: &Checkpoint{Job: "backfill/1", Data: []byte("page-1")}}); err != nil {
+	recs := []messages.StateRecord{recordFor(t, ModelLocation, uid(1), hlcAt(1, 0, devB), map[string]any{"path": "/b"})}
+	if _, err := l.ApplyState(devB, ModelLocation, recs, ApplyOptions{Checkpoint: &Checkpoint{Job: "backfill/1", Data: []byte("page-1")}}); err != nil {
 		t.Fatal(err)
 	}
 	if data, _ := l.LoadCheckpoint("backfill/1"); string(data) != "page-1" {
@@ -207,7 +207,7 @@ func TestPartnersCheckpointsFailures(t *testing.T) {
 // Reads run on their own connections while a write transaction is open.
 func TestReadsDoNotBlockOnWriter(t *testing.T) {
 	l := newLib(t, devA)
-	loc, _, _ := l.WriteState("location", messages.UUID{}, map[string]any{"path": "/p"})
+	loc, _, _ := l.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/p"})
 	l.mu.Lock()
 	if err := l.w.c.Exec(`BEGIN IMMEDIATE`); err != nil {
 		t.Fatal(err)
@@ -217,7 +217,7 @@ func TestReadsDoNotBlockOnWriter(t *testing.T) {
 	}
 	done := make(chan Row)
 	go func() {
-		r, _ := l.Get("location", loc.UUID)
+		r, _ := l.Get(ModelLocation, loc.UUID)
 		done <- r
 	}()
 	select {
@@ -235,14 +235,14 @@ func TestReadsDoNotBlockOnWriter(t *testing.T) {
 // Writers and readers at once, for the race detector.
 func TestConcurrentUse(t *testing.T) {
 	l := newLib(t, devA)
-	loc, _, err := l.WriteState("location", messages.UUID{}, map[string]any{"path": "/p"})
+	loc, _, err := l.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/p"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 4)
 	go func() {
 		for i := 0; i < 30; i++ {
-			if _, _, err := l.WriteState("entry", messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "name": fmt.Sprint(i)}); err != nil {
+			if _, _, err := l.WriteState(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "name": fmt.Sprint(i)}); err != nil {
 				done <- err
 				return
 			}
@@ -251,7 +251,7 @@ func TestConcurrentUse(t *testing.T) {
 	}()
 	go func() {
 		for i := 0; i < 30; i++ {
-			if _, _, err := l.CommitShared("tag", messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": fmt.Sprint(i)}); err != nil {
+			if _, _, err := l.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": fmt.Sprint(i)}); err != nil {
 				done <- err
 				return
 			}
@@ -265,7 +265,7 @@ func TestConcurrentUse(t *testing.T) {
 					done <- err
 					return
 				}
-				if _, _, _, err := l.StatePage(devA, "entry", messages.HLC{}, messages.Cursor{}, 10); err != nil {
+				if _, _, _, err := l.StatePage(devA, ModelEntry, messages.HLC{}, messages.Cursor{}, 10); err != nil {
 					done <- err
 					return
 				}
@@ -286,7 +286,7 @@ func TestConcurrentUse(t *testing.T) {
 		}
 	}
 	mustVerify(t, l)
-	if n := len(rows(t, l, "entry")); n != 30 {
+	if n := len(rows(t, l, ModelEntry)); n != 30 {
 		t.Fatalf("%d entries", n)
 	}
 }

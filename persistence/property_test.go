@@ -111,7 +111,7 @@ func (d *simDevice) entryRecord(t fataler, u messages.UUID, h messages.HLC) mess
 	if !e.parent.IsZero() {
 		f["parent_uuid"] = e.parent
 	}
-	return recordFor(t, "entry", u, h, f)
+	return recordFor(t, ModelEntry, u, h, f)
 }
 
 // sharedSim tracks the shared rows devices have heard of.
@@ -144,11 +144,11 @@ func genHistory(t *rapid.T) ([]event, []*simDevice) {
 		u := NewUUID()
 		d.locs[u] = true
 		d.locList = append(d.locList, u)
-		state(d, "location", recordFor(t, "location", u, d.next(t), map[string]any{"path": "/" + d.dev.String()[:4] + "/" + u.String()[:6]}))
+		state(d, ModelLocation, recordFor(t, ModelLocation, u, d.next(t), map[string]any{"path": "/" + d.dev.String()[:4] + "/" + u.String()[:6]}))
 	}
 	sh := &sharedSim{contents: []messages.UUID{uid(900), uid(901), uid(902)}}
 	for _, d := range devs {
-		state(d, "device", recordFor(t, "device", messages.UUID(d.dev), d.next(t), map[string]any{"name": d.dev.String()[:8]}))
+		state(d, ModelDevice, recordFor(t, ModelDevice, messages.UUID(d.dev), d.next(t), map[string]any{"name": d.dev.String()[:8]}))
 		newLoc(d)
 	}
 	names := []string{"a", "b", "c", "d"}
@@ -175,12 +175,12 @@ func genHistory(t *rapid.T) ([]event, []*simDevice) {
 			u := NewUUID()
 			d.entries[u], d.order = e, append(d.order, u)
 			sh.allEntries = append(sh.allEntries, u)
-			state(d, "entry", d.entryRecord(t, u, d.next(t)))
+			state(d, ModelEntry, d.entryRecord(t, u, d.next(t)))
 		case op == 4: // rename
 			if live := d.live(nil); len(live) > 0 {
 				u := sh.pick(t, live, "entry")
 				d.entries[u].name = rapid.SampledFrom(names).Draw(t, "name") + "2"
-				state(d, "entry", d.entryRecord(t, u, d.next(t)))
+				state(d, ModelEntry, d.entryRecord(t, u, d.next(t)))
 			}
 		case op == 5: // move a subtree
 			if live := d.live(nil); len(live) > 0 {
@@ -192,7 +192,7 @@ func genHistory(t *rapid.T) ([]event, []*simDevice) {
 				if len(dirs) > 0 && rapid.Bool().Draw(t, "to dir") {
 					e.parent = sh.pick(t, dirs, "new parent")
 				}
-				state(d, "entry", d.entryRecord(t, u, d.next(t)))
+				state(d, ModelEntry, d.entryRecord(t, u, d.next(t)))
 			}
 		case op == 6: // delete a subtree
 			if live := d.live(nil); len(live) > 0 {
@@ -202,14 +202,14 @@ func genHistory(t *rapid.T) ([]event, []*simDevice) {
 						d.entries[x].alive, d.entries[x].meta = false, false
 					}
 				}
-				evs = append(evs, event{kind: evDelete, del: messages.StateDelete{Model: "entry", Owner: d.dev, UUID: u, HLC: d.next(t)}})
+				evs = append(evs, event{kind: evDelete, del: messages.StateDelete{Model: ModelEntry, Owner: d.dev, UUID: u, HLC: d.next(t)}})
 			}
 		case op == 7: // entry metadata
 			if live := d.live(nil); len(live) > 0 {
 				u := sh.pick(t, live, "entry")
 				d.entries[u].meta = true
-				mu, _ := reg.DeterministicUUID("entry_metadata", map[string]any{"entry_uuid": u})
-				state(d, "entry_metadata", recordFor(t, "entry_metadata", mu, d.next(t),
+				mu, _ := reg.DeterministicUUID(ModelEntryMetadata, map[string]any{"entry_uuid": u})
+				state(d, ModelEntryMetadata, recordFor(t, ModelEntryMetadata, mu, d.next(t),
 					map[string]any{"entry_uuid": u, "favorite": rapid.Bool().Draw(t, "fav")}))
 			}
 		case op == 8: // a location comes or goes
@@ -219,7 +219,7 @@ func genHistory(t *rapid.T) ([]event, []*simDevice) {
 				for _, x := range d.live(func(x *simEntry) bool { return x.loc == loc }) {
 					d.entries[x].alive, d.entries[x].meta = false, false
 				}
-				evs = append(evs, event{kind: evDelete, del: messages.StateDelete{Model: "location", Owner: d.dev, UUID: loc, HLC: d.next(t)}})
+				evs = append(evs, event{kind: evDelete, del: messages.StateDelete{Model: ModelLocation, Owner: d.dev, UUID: loc, HLC: d.next(t)}})
 			} else {
 				newLoc(d)
 			}
@@ -227,59 +227,59 @@ func genHistory(t *rapid.T) ([]event, []*simDevice) {
 			if len(sh.tags) == 0 || rapid.IntRange(0, 2).Draw(t, "new tag") == 0 {
 				u := NewUUID()
 				sh.tags = append(sh.tags, u)
-				shared(d, "tag", u, messages.OpInsert, map[string]any{"canonical_name": rapid.SampledFrom(names).Draw(t, "tag name"), "color": "red"})
+				shared(d, ModelTag, u, messages.OpInsert, map[string]any{"canonical_name": rapid.SampledFrom(names).Draw(t, "tag name"), "color": "red"})
 			} else if u := sh.pick(t, sh.tags, "tag"); rapid.IntRange(0, 4).Draw(t, "del tag") == 0 {
-				shared(d, "tag", u, messages.OpDelete, nil)
+				shared(d, ModelTag, u, messages.OpDelete, nil)
 			} else {
 				field := rapid.SampledFrom([]string{"canonical_name", "color", "icon"}).Draw(t, "field")
-				shared(d, "tag", u, messages.OpUpdate, map[string]any{field: rapid.SampledFrom(names).Draw(t, "value")})
+				shared(d, ModelTag, u, messages.OpUpdate, map[string]any{field: rapid.SampledFrom(names).Draw(t, "value")})
 			}
 		case op == 10: // albums and their entries
 			if len(sh.albums) == 0 || rapid.IntRange(0, 3).Draw(t, "new album") == 0 {
 				u := NewUUID()
 				sh.albums = append(sh.albums, u)
-				shared(d, "album", u, messages.OpInsert, map[string]any{"name": "album", "created_by_device": d.dev})
+				shared(d, ModelAlbum, u, messages.OpInsert, map[string]any{"name": "album", "created_by_device": d.dev})
 			} else if len(sh.allEntries) > 0 {
 				f := map[string]any{"album_uuid": sh.pick(t, sh.albums, "album"), "entry_uuid": sh.pick(t, sh.allEntries, "entry")}
-				ju, _ := reg.DeterministicUUID("album_entry", f)
+				ju, _ := reg.DeterministicUUID(ModelAlbumEntry, f)
 				if rapid.Bool().Draw(t, "remove") {
-					shared(d, "album_entry", ju, messages.OpDelete, nil)
+					shared(d, ModelAlbumEntry, ju, messages.OpDelete, nil)
 				} else {
 					f["added_at"], f["added_by_device"] = int64(d.ts), d.dev
-					shared(d, "album_entry", ju, messages.OpInsert, f)
+					shared(d, ModelAlbumEntry, ju, messages.OpInsert, f)
 				}
 			} else {
-				shared(d, "album", sh.pick(t, sh.albums, "album"), messages.OpDelete, nil)
+				shared(d, ModelAlbum, sh.pick(t, sh.albums, "album"), messages.OpDelete, nil)
 			}
 		case op == 11: // content-scoped user metadata
 			content := sh.pick(t, sh.contents, "content")
-			mu, _ := reg.DeterministicUUID("user_metadata", map[string]any{"content_uuid": content})
+			mu, _ := reg.DeterministicUUID(ModelUserMetadata, map[string]any{"content_uuid": content})
 			switch rapid.IntRange(0, 3).Draw(t, "um op") {
 			case 0:
-				shared(d, "user_metadata", mu, messages.OpDelete, nil)
+				shared(d, ModelUserMetadata, mu, messages.OpDelete, nil)
 			case 1:
 				if len(sh.tags) > 0 {
 					f := map[string]any{"user_metadata_uuid": mu, "tag_uuid": sh.pick(t, sh.tags, "tag"), "source": "user"}
-					ju, _ := reg.DeterministicUUID("user_metadata_tag", f)
+					ju, _ := reg.DeterministicUUID(ModelUserMetadataTag, f)
 					op := messages.OpInsert
 					if rapid.Bool().Draw(t, "untag") {
 						op, f = messages.OpDelete, nil
 					}
-					shared(d, "user_metadata_tag", ju, op, f)
+					shared(d, ModelUserMetadataTag, ju, op, f)
 				}
 			default:
-				shared(d, "user_metadata", mu, messages.OpUpdate, map[string]any{"content_uuid": content,
+				shared(d, ModelUserMetadata, mu, messages.OpUpdate, map[string]any{"content_uuid": content,
 					rapid.SampledFrom([]string{"favorite", "hidden"}).Draw(t, "flag"): rapid.Bool().Draw(t, "on")})
 			}
 		default: // tag relationships (cycles included)
 			if len(sh.tags) >= 2 {
 				f := map[string]any{"parent_tag_uuid": sh.pick(t, sh.tags, "parent tag"), "child_tag_uuid": sh.pick(t, sh.tags, "child tag")}
-				eu, _ := reg.DeterministicUUID("tag_relationship", f)
+				eu, _ := reg.DeterministicUUID(ModelTagRelationship, f)
 				if rapid.IntRange(0, 3).Draw(t, "unlink") == 0 {
-					shared(d, "tag_relationship", eu, messages.OpDelete, nil)
+					shared(d, ModelTagRelationship, eu, messages.OpDelete, nil)
 				} else {
 					f["strength"] = 0.5
-					shared(d, "tag_relationship", eu, messages.OpInsert, f)
+					shared(d, ModelTagRelationship, eu, messages.OpInsert, f)
 				}
 			}
 		}
@@ -359,14 +359,14 @@ func expectedEntries(devs []*simDevice) map[string]string {
 
 func gotEntries(t *rapid.T, l *Library) map[string]string {
 	meta := map[any]bool{}
-	ms, err := l.Query("entry_metadata")
+	ms, err := l.Query(ModelEntryMetadata)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range ms {
 		meta[m["entry_uuid"]] = true
 	}
-	es, err := l.Query("entry")
+	es, err := l.Query(ModelEntry)
 	if err != nil {
 		t.Fatal(err)
 	}

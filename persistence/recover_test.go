@@ -48,7 +48,7 @@ func TestDamagedLogIsSetAsideAndTheChainResumes(t *testing.T) {
 			l := newLib(t, devA)
 			var hs []messages.HLC
 			for _, name := range []string{"a", "b", "c"} {
-				ch, _, err := l.CommitShared("tag", NewUUID(), messages.OpInsert, map[string]any{"canonical_name": name})
+				ch, _, err := l.CommitShared(ModelTag, NewUUID(), messages.OpInsert, map[string]any{"canonical_name": name})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -57,14 +57,14 @@ func TestDamagedLogIsSetAsideAndTheChainResumes(t *testing.T) {
 			// Make the log span several pages, so there are pages to tear.
 			var big []SharedWrite
 			for range 300 {
-				big = append(big, SharedWrite{Model: "tag", Op: messages.OpInsert, Fields: map[string]any{"canonical_name": "padding padding padding padding"}})
+				big = append(big, SharedWrite{Model: ModelTag, Op: messages.OpInsert, Fields: map[string]any{"canonical_name": "padding padding padding padding"}})
 			}
 			cs, _, err := l.CommitSharedBatch(big)
 			if err != nil {
 				t.Fatal(err)
 			}
 			last := cs[len(cs)-1].HLC
-			before := rows(t, l, "tag")
+			before := rows(t, l, ModelTag)
 			if err := l.w.c.Exec(`PRAGMA log.wal_checkpoint(TRUNCATE)`); err != nil {
 				t.Fatal(err)
 			}
@@ -85,7 +85,7 @@ func TestDamagedLogIsSetAsideAndTheChainResumes(t *testing.T) {
 			if rec.ResumedAt != last || rec.Reason == "" {
 				t.Fatalf("recovery %+v, want the chain resumed at %s", rec, last)
 			}
-			if got := rows(t, l2, "tag"); len(got) != len(before) {
+			if got := rows(t, l2, ModelTag); len(got) != len(before) {
 				t.Fatalf("%d tags after recovery, want %d", len(got), len(before))
 			}
 			// A partner behind asks for a range the log no longer has and is
@@ -97,7 +97,7 @@ func TestDamagedLogIsSetAsideAndTheChainResumes(t *testing.T) {
 				t.Fatalf("log since the resumed point: %d entries, snapshot %v, err %v", len(es), snap, err)
 			}
 			// The next change continues the chain.
-			ch, _, err := l2.CommitShared("tag", NewUUID(), messages.OpInsert, map[string]any{"canonical_name": "after"})
+			ch, _, err := l2.CommitShared(ModelTag, NewUUID(), messages.OpInsert, map[string]any{"canonical_name": "after"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,7 +120,7 @@ func TestDamagedLogIsSetAsideAndTheChainResumes(t *testing.T) {
 // only a damaged log may be set aside.
 func TestDamagedDatabaseIsReportedNotRepaired(t *testing.T) {
 	l := newLib(t, devA)
-	if _, _, err := l.CommitShared("tag", NewUUID(), messages.OpInsert, map[string]any{"canonical_name": "kept"}); err != nil {
+	if _, _, err := l.CommitShared(ModelTag, NewUUID(), messages.OpInsert, map[string]any{"canonical_name": "kept"}); err != nil {
 		t.Fatal(err)
 	}
 	dir := l.Dir()
@@ -163,27 +163,27 @@ func TestTombstonesWaitForEveryPartner(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	loc, _, err := l.WriteState("location", messages.UUID{}, map[string]any{"path": "/gone"})
+	loc, _, err := l.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/gone"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	del, _, err := l.DeleteState("location", loc.UUID)
+	del, _, err := l.DeleteState(ModelLocation, loc.UUID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag, _, err := l.CommitShared("tag", NewUUID(), messages.OpInsert, map[string]any{"canonical_name": "gone"})
+	tag, _, err := l.CommitShared(ModelTag, NewUUID(), messages.OpInsert, map[string]any{"canonical_name": "gone"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	untag, _, err := l.CommitShared("tag", tag.Record, messages.OpDelete, nil)
+	untag, _, err := l.CommitShared(ModelTag, tag.Record, messages.OpDelete, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A delete that originated on B, received here.
 	bTag := NewUUID()
-	bIns := messages.SharedChange{HLC: messages.HLC{Timestamp: untag.HLC.Timestamp + 1, Device: devB.UUID()}, Model: "tag", Record: bTag,
+	bIns := messages.SharedChange{HLC: messages.HLC{Timestamp: untag.HLC.Timestamp + 1, Device: devB.UUID()}, Model: ModelTag, Record: bTag,
 		Op: messages.OpInsert, Fields: map[string]any{"canonical_name": "b's"}}
-	bDel := messages.SharedChange{HLC: messages.HLC{Timestamp: untag.HLC.Timestamp + 2, Device: devB.UUID()}, Prev: bIns.HLC, Model: "tag", Record: bTag, Op: messages.OpDelete}
+	bDel := messages.SharedChange{HLC: messages.HLC{Timestamp: untag.HLC.Timestamp + 2, Device: devB.UUID()}, Prev: bIns.HLC, Model: ModelTag, Record: bTag, Op: messages.OpDelete}
 	mustShared(t, l, bIns, bDel)
 
 	tombs := func() map[string]bool {

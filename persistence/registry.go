@@ -103,8 +103,10 @@ type modelInfo struct {
 	// referencedBy lists device-owned (model, column) pairs whose TypeRef
 	// points at this model: the cascade of a delete follows them.
 	referencedBy []refBy
-	// refs lists the indexes of TypeRef columns.
-	refs []int
+	// refs lists the indexes of TypeRef columns; refModels the model each
+	// refers to (the appliers look them up per record).
+	refs      []int
+	refModels []*modelInfo
 	// entry hook positions (derivedEntry) and location path (derivedLocation)
 	parentCol, locationCol, nameCol, kindCol, pathCol int
 	// tag edge ends (derivedTagEdge)
@@ -193,51 +195,25 @@ func validName(s string) error {
 	return nil
 }
 
+// prepare checks mi's columns and computes what the appliers need of
+// them: SQL names, reference and deterministic-uuid columns, the columns
+// of derived hooks.
 func (r *Registry) prepare(mi *modelInfo) error {
-	mi.table = `"` + mi.Name + `"`
+	mi.table = quote(mi.Name)
 	seenSQL := map[string]bool{}
 	for i, c := range mi.Columns {
-		if err := validName(c.Name); err != nil {
+		sqlName, err := r.columnSQLName(mi, c)
+		if err != nil {
 			return err
-		}
-		if reservedColumns[c.Name] || strings.HasSuffix(c.Name, "_hlc") {
-			return fmt.Errorf("column %q: reserved name", c.Name)
-		}
-		if mi.Kind == DeviceOwned && c.Name == "device_uuid" {
-			return fmt.Errorf("column %q: reserved for the owner of device-owned rows", c.Name)
-		}
-		if _, dup := mi.colIdx[c.Name]; dup {
-			return fmt.Errorf("column %q declared twice", c.Name)
-		}
-		if c.Type < TypeText || c.Type > TypeRef {
-			return fmt.Errorf("column %q: %v", c.Name, c.Type)
-		}
-		sqlName := c.Name
-		if c.Type == TypeRef {
-			if mi.Kind != DeviceOwned {
-				return fmt.Errorf("column %q: shared models use uuid refs, not parking refs", c.Name)
-			}
-			prefix, ok := strings.CutSuffix(c.Name, "_uuid")
-			if !ok || prefix == "" {
-				return fmt.Errorf("ref column %q must be named <name>_uuid", c.Name)
-			}
-			t, ok := r.models[c.Ref]
-			if !ok {
-				return fmt.Errorf("ref column %q to %q: %w", c.Name, c.Ref, ErrUnknownModel)
-			}
-			if t.Kind != DeviceOwned {
-				return fmt.Errorf("ref column %q: %q is not device-owned", c.Name, c.Ref)
-			}
-			if c.Ref != mi.Name && !slices.Contains(mi.DependsOn, c.Ref) {
-				return fmt.Errorf("ref column %q: %q is not among the dependencies", c.Name, c.Ref)
-			}
-			sqlName = prefix + "_id"
-			mi.refs = append(mi.refs, i)
 		}
 		if seenSQL[sqlName] {
 			return fmt.Errorf("column %q collides with another in SQL", c.Name)
 		}
 		seenSQL[sqlName] = true
+		if c.Type == TypeRef {
+			mi.refs = append(mi.refs, i)
+			mi.refModels = append(mi.refModels, r.models[c.Ref])
+		}
 		mi.colIdx[c.Name] = i
 		mi.sqlCol = append(mi.sqlCol, sqlName)
 	}
@@ -248,39 +224,73 @@ func (r *Registry) prepare(mi *modelInfo) error {
 		}
 		mi.detIdx = append(mi.detIdx, i)
 	}
-	col := func(name string, want ...ColType) (int, error) {
-		i, ok := mi.colIdx[name]
-		if !ok || !slices.Contains(want, mi.Columns[i].Type) {
-			return -1, fmt.Errorf("derived hook needs column %q of type %v", name, want)
-		}
-		return i, nil
+	return mi.hookColumns()
+}
+
+// columnSQLName checks column c of mi and returns its SQL name: its name,
+// or <name>_id for a reference (it holds a local id).
+func (r *Registry) columnSQLName(mi *modelInfo, c Column) (string, error) {
+	if err := validName(c.Name); err != nil {
+		return "", err
 	}
-	var err error
+	if reservedColumns[c.Name] || strings.HasSuffix(c.Name, "_hlc") {
+		return "", fmt.Errorf("column %q: reserved name", c.Name)
+	}
+	if mi.Kind == DeviceOwned && c.Name == "device_uuid" {
+		return "", fmt.Errorf("column %q: reserved for the owner of device-owned rows", c.Name)
+	}
+	if _, dup := mi.colIdx[c.Name]; dup {
+		return "", fmt.Errorf("column %q declared twice", c.Name)
+	}
+	if c.Type < TypeText || c.Type > TypeRef {
+		return "", fmt.Errorf("column %q: %v", c.Name, c.Type)
+	}
+	if c.Type != TypeRef {
+		return c.Name, nil
+	}
+	if mi.Kind != DeviceOwned {
+		return "", fmt.Errorf("column %q: shared models use uuid refs, not parking refs", c.Name)
+	}
+	prefix, ok := strings.CutSuffix(c.Name, "_uuid")
+	if !ok || prefix == "" {
+		return "", fmt.Errorf("ref column %q must be named <name>_uuid", c.Name)
+	}
+	t, ok := r.models[c.Ref]
+	if !ok {
+		return "", fmt.Errorf("ref column %q to %q: %w", c.Name, c.Ref, ErrUnknownModel)
+	}
+	if t.Kind != DeviceOwned {
+		return "", fmt.Errorf("ref column %q: %q is not device-owned", c.Name, c.Ref)
+	}
+	if c.Ref != mi.Name && !slices.Contains(mi.DependsOn, c.Ref) {
+		return "", fmt.Errorf("ref column %q: %q is not among the dependencies", c.Name, c.Ref)
+	}
+	return prefix + "_id", nil
+}
+
+// hookColumns finds the columns mi's derived hook works on.
+func (mi *modelInfo) hookColumns() error {
+	type hookCol struct {
+		dst  *int
+		name string
+		want []ColType
+	}
+	var cols []hookCol
 	switch mi.derived {
 	case derivedEntry:
-		if mi.parentCol, err = col("parent_uuid", TypeRef); err != nil {
-			return err
-		}
-		if mi.locationCol, err = col("location_uuid", TypeRef); err != nil {
-			return err
-		}
-		if mi.nameCol, err = col("name", TypeText); err != nil {
-			return err
-		}
-		if mi.kindCol, err = col("kind", TypeInt); err != nil {
-			return err
-		}
+		cols = []hookCol{{&mi.parentCol, "parent_uuid", []ColType{TypeRef}}, {&mi.locationCol, "location_uuid", []ColType{TypeRef}},
+			{&mi.nameCol, "name", []ColType{TypeText}}, {&mi.kindCol, "kind", []ColType{TypeInt}}}
 	case derivedLocation:
-		if mi.pathCol, err = col("path", TypeText); err != nil {
-			return err
-		}
+		cols = []hookCol{{&mi.pathCol, "path", []ColType{TypeText}}}
 	case derivedTagEdge:
-		if mi.edgeParentCol, err = col("parent_tag_uuid", TypeUUID); err != nil {
-			return err
+		cols = []hookCol{{&mi.edgeParentCol, "parent_tag_uuid", []ColType{TypeUUID}}, {&mi.edgeChildCol, "child_tag_uuid", []ColType{TypeUUID}}}
+	}
+	for _, c := range cols {
+		i, ok := mi.colIdx[c.name]
+		if !ok || !slices.Contains(c.want, mi.Columns[i].Type) {
+			return fmt.Errorf("derived hook needs column %q of type %v", c.name, c.want)
 		}
-		if mi.edgeChildCol, err = col("child_tag_uuid", TypeUUID); err != nil {
-			return err
-		}
+		*c.dst = i
 	}
 	return nil
 }

@@ -36,7 +36,7 @@ func TestRegistryDefaultOrder(t *testing.T) {
 	if got := strings.Join(r.SharedModels(), " "); got != "album content_identity tag tag_relationship user_metadata user_metadata_tag album_entry" {
 		t.Errorf("shared: %s", got)
 	}
-	if k, ok := r.Kind("entry"); !ok || k != DeviceOwned {
+	if k, ok := r.Kind(ModelEntry); !ok || k != DeviceOwned {
 		t.Errorf("kind(entry) = %v, %v", k, ok)
 	}
 	if _, ok := r.Kind("nope"); ok {
@@ -83,7 +83,7 @@ func TestRegistryCycle(t *testing.T) {
 }
 
 func TestRegistryUnknownDependency(t *testing.T) {
-	_, err := NewRegistry(Model{Name: "entry", Kind: DeviceOwned, DependsOn: []string{"location"}})
+	_, err := NewRegistry(Model{Name: ModelEntry, Kind: DeviceOwned, DependsOn: []string{ModelLocation}})
 	if !errors.Is(err, ErrUnknownModel) || !strings.Contains(err.Error(), `"location"`) {
 		t.Fatalf("err = %v, want ErrUnknownModel naming location", err)
 	}
@@ -111,7 +111,7 @@ func TestRegistryValidation(t *testing.T) {
 func TestValuesRoundTripMsgpack(t *testing.T) {
 	r := DefaultRegistry()
 	loc, parent, content := NewUUID(), NewUUID(), NewUUID()
-	vals, err := r.EncodeValues("entry", map[string]any{
+	vals, err := r.EncodeValues(ModelEntry, map[string]any{
 		"location_uuid": loc, "parent_uuid": parent[:], "name": "IMG_0001.jpg", "kind": uint8(0),
 		"extension": "jpg", "size": int32(123456), "mtime": int64(1_730_000_000_000), "content_uuid": content.String(),
 	})
@@ -126,7 +126,7 @@ func TestValuesRoundTripMsgpack(t *testing.T) {
 	if err := msgpack.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	fields, err := r.DecodeValues("entry", back.Values)
+	fields, err := r.DecodeValues(ModelEntry, back.Values)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,14 +146,14 @@ func TestValuesRejectWrongTypes(t *testing.T) {
 		fields map[string]any
 		want   string
 	}{
-		{"entry", map[string]any{"location_uuid": NewUUID(), "name": 7}, "entry.name"},
-		{"entry", map[string]any{"location_uuid": NewUUID(), "name": "x", "size": "big"}, "entry.size"},
-		{"entry", map[string]any{"location_uuid": []byte{1, 2, 3}, "name": "x"}, "entry.location_uuid"},
-		{"entry", map[string]any{"name": "x"}, "entry.location_uuid is required"},
-		{"entry", map[string]any{"location_uuid": NewUUID(), "name": "x", "size": uint64(1 << 63)}, "entry.size"},
-		{"entry", map[string]any{"location_uuid": NewUUID(), "name": "x", "nope": 1}, "nope"},
-		{"entry_metadata", map[string]any{"entry_uuid": NewUUID(), "favorite": 1}, "entry_metadata.favorite"},
-		{"tag", map[string]any{"aliases": "{not json"}, "tag.aliases"},
+		{ModelEntry, map[string]any{"location_uuid": NewUUID(), "name": 7}, "entry.name"},
+		{ModelEntry, map[string]any{"location_uuid": NewUUID(), "name": "x", "size": "big"}, "entry.size"},
+		{ModelEntry, map[string]any{"location_uuid": []byte{1, 2, 3}, "name": "x"}, "entry.location_uuid"},
+		{ModelEntry, map[string]any{"name": "x"}, "entry.location_uuid is required"},
+		{ModelEntry, map[string]any{"location_uuid": NewUUID(), "name": "x", "size": uint64(1 << 63)}, "entry.size"},
+		{ModelEntry, map[string]any{"location_uuid": NewUUID(), "name": "x", "nope": 1}, "nope"},
+		{ModelEntryMetadata, map[string]any{"entry_uuid": NewUUID(), "favorite": 1}, "entry_metadata.favorite"},
+		{ModelTag, map[string]any{"aliases": "{not json"}, "tag.aliases"},
 	} {
 		var err error
 		if k, _ := r.Kind(tc.model); k == DeviceOwned {
@@ -165,32 +165,32 @@ func TestValuesRejectWrongTypes(t *testing.T) {
 			t.Errorf("%v: err = %v, want ErrBadValue naming %s", tc.fields, err, tc.want)
 		}
 	}
-	if _, err := r.DecodeValues("entry", []any{"x"}); !errors.Is(err, ErrBadValue) {
+	if _, err := r.DecodeValues(ModelEntry, []any{"x"}); !errors.Is(err, ErrBadValue) {
 		t.Errorf("short values: %v", err)
 	}
 }
 
 func TestDeterministicUUID(t *testing.T) {
 	r := DefaultRegistry()
-	a, ok := r.DeterministicUUID("content_identity", map[string]any{"content_hash": "blake3:abc"})
-	b, ok2 := r.DeterministicUUID("content_identity", map[string]any{"content_hash": "blake3:abc", "size": 3})
+	a, ok := r.DeterministicUUID(ModelContentIdentity, map[string]any{"content_hash": "blake3:abc"})
+	b, ok2 := r.DeterministicUUID(ModelContentIdentity, map[string]any{"content_hash": "blake3:abc", "size": 3})
 	if !ok || !ok2 || a != b {
 		t.Fatalf("same hash, different uuids: %s %s", a, b)
 	}
-	c, _ := r.DeterministicUUID("content_identity", map[string]any{"content_hash": "blake3:abd"})
+	c, _ := r.DeterministicUUID(ModelContentIdentity, map[string]any{"content_hash": "blake3:abd"})
 	if c == a {
 		t.Fatal("different hashes, same uuid")
 	}
 	p, q := NewUUID(), NewUUID()
-	e1, _ := r.DeterministicUUID("tag_relationship", map[string]any{"parent_tag_uuid": p, "child_tag_uuid": q})
-	e2, _ := r.DeterministicUUID("tag_relationship", map[string]any{"parent_tag_uuid": q, "child_tag_uuid": p})
+	e1, _ := r.DeterministicUUID(ModelTagRelationship, map[string]any{"parent_tag_uuid": p, "child_tag_uuid": q})
+	e2, _ := r.DeterministicUUID(ModelTagRelationship, map[string]any{"parent_tag_uuid": q, "child_tag_uuid": p})
 	if e1 == e2 {
 		t.Fatal("edge direction ignored")
 	}
-	if _, ok := r.DeterministicUUID("tag", map[string]any{"canonical_name": "x"}); ok {
+	if _, ok := r.DeterministicUUID(ModelTag, map[string]any{"canonical_name": "x"}); ok {
 		t.Fatal("tags are union: no deterministic uuid")
 	}
-	if _, ok := r.DeterministicUUID("album_entry", map[string]any{"album_uuid": p}); ok {
+	if _, ok := r.DeterministicUUID(ModelAlbumEntry, map[string]any{"album_uuid": p}); ok {
 		t.Fatal("derived from a missing end")
 	}
 }

@@ -49,13 +49,13 @@ func TestRebuildDerivedRepairsDamagedCaches(t *testing.T) {
 		}
 		return rec.UUID
 	}
-	loc := w("location", messages.UUID{}, map[string]any{"path": "/root"})
+	loc := w(ModelLocation, messages.UUID{}, map[string]any{"path": "/root"})
 	node := func(name string, parent messages.UUID, kind int64) messages.UUID {
 		f := map[string]any{"location_uuid": loc, "name": name, "kind": kind}
 		if !parent.IsZero() {
 			f["parent_uuid"] = parent
 		}
-		return w("entry", messages.UUID{}, f)
+		return w(ModelEntry, messages.UUID{}, f)
 	}
 	for i := range 3 {
 		top := node(fmt.Sprintf("top%d", i), messages.UUID{}, EntryDirectory)
@@ -66,7 +66,7 @@ func TestRebuildDerivedRepairsDamagedCaches(t *testing.T) {
 	}
 	var tags []messages.UUID
 	for _, name := range []string{"a", "b", "c", "d"} {
-		ch, _, err := a.CommitShared("tag", NewUUID(), messages.OpInsert, map[string]any{"canonical_name": name})
+		ch, _, err := a.CommitShared(ModelTag, NewUUID(), messages.OpInsert, map[string]any{"canonical_name": name})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,12 +74,12 @@ func TestRebuildDerivedRepairsDamagedCaches(t *testing.T) {
 	}
 	for _, e := range [][2]int{{0, 1}, {1, 2}, {2, 3}, {3, 0}} { // the last closes a cycle
 		f := map[string]any{"parent_tag_uuid": tags[e[0]], "child_tag_uuid": tags[e[1]]}
-		u, ok := a.Registry().DeterministicUUID("tag_relationship", f)
+		u, ok := a.Registry().DeterministicUUID(ModelTagRelationship, f)
 		if !ok {
 			t.Fatal("tag_relationship has no derived uuid")
 		}
 		f["strength"] = 1.0
-		if _, _, err := a.CommitShared("tag_relationship", u, messages.OpInsert, f); err != nil {
+		if _, _, err := a.CommitShared(ModelTagRelationship, u, messages.OpInsert, f); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,6 +125,6 @@ func TestRebuildDerivedRepairsDamagedCaches(t *testing.T) {
 		t.Fatalf("%d edges rejected after the rebuild, want the one closing the cycle (%v)", rejected, err)
 	}
 	// Sync goes on over the rebuilt caches, and they survive a reopen.
-	w("entry", node("late", messages.UUID{}, EntryDirectory), map[string]any{"name": "renamed"})
+	w(ModelEntry, node("late", messages.UUID{}, EntryDirectory), map[string]any{"name": "renamed"})
 	mustVerify(t, reopen(t, a, Options{Self: devA}))
 }

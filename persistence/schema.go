@@ -220,68 +220,97 @@ func sqlType(t ColType) string {
 func quote(id string) string { return `"` + id + `"` }
 
 func buildModelSQL(mi *modelInfo) modelSQL {
+	if mi.Kind == DeviceOwned {
+		return deviceOwnedSQL(mi)
+	}
+	return sharedSQL(mi)
+}
+
+// placeholders is n comma-separated "?".
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// columnList is the model's quoted SQL column names.
+func columnList(mi *modelInfo) []string {
+	cols := make([]string, len(mi.Columns))
+	for i := range mi.Columns {
+		cols[i] = quote(mi.sqlCol[i])
+	}
+	return cols
+}
+
+// deviceOwnedSQL builds a device-owned model's table (a row: id, uuid,
+// owner_id, hlc, then the columns, TypeRef ones as local ids) and
+// statements.
+func deviceOwnedSQL(mi *modelInfo) modelSQL {
 	var q modelSQL
 	t := mi.table
-	var cols, colDefs []string
+	cols := columnList(mi)
+	var colDefs []string
 	for i, c := range mi.Columns {
-		cols = append(cols, quote(mi.sqlCol[i]))
-		colDefs = append(colDefs, quote(mi.sqlCol[i])+" "+sqlType(c.Type))
+		colDefs = append(colDefs, cols[i]+" "+sqlType(c.Type))
 	}
-	placeholders := func(n int) string {
-		return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-	}
-	if mi.Kind == DeviceOwned {
-		q.ddl = append(q.ddl,
-			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	// Table and indexes: by owner and hlc (pages), by each reference.
+	q.ddl = append(q.ddl,
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 				id INTEGER PRIMARY KEY,
 				uuid BLOB NOT NULL UNIQUE,
 				owner_id INTEGER NOT NULL,
 				hlc BLOB%s)`, t, prefixJoin(", ", colDefs)),
-			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (owner_id, hlc, uuid)`, quote(mi.Name+"_owner_hlc"), t))
-		for _, i := range mi.refs {
-			q.ddl = append(q.ddl, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s)`,
-				quote(mi.Name+"_"+mi.sqlCol[i]), t, quote(mi.sqlCol[i])))
-		}
-		q.insert = fmt.Sprintf(`INSERT INTO %s (uuid, owner_id, hlc%s) VALUES (%s) ON CONFLICT (uuid) DO NOTHING`,
-			t, prefixJoin(", ", cols), placeholders(3+len(cols)))
-		row := "(" + placeholders(4+len(cols)) + ")"
-		for k := range q.bulkInsert {
-			q.bulkInsert[k] = fmt.Sprintf(`INSERT INTO %s (id, uuid, owner_id, hlc%s) VALUES %s ON CONFLICT (uuid) DO NOTHING`,
-				t, prefixJoin(", ", cols), strings.TrimSuffix(strings.Repeat(row+", ", 1<<k), ", "))
-		}
-		var sets []string
-		for _, c := range cols {
-			sets = append(sets, c+" = ?")
-		}
-		q.update = fmt.Sprintf(`UPDATE %s SET hlc = ?%s WHERE id = ?`, t, prefixJoin(", ", sets))
-		q.byUUID = fmt.Sprintf(`SELECT id, owner_id, hlc%s FROM %s WHERE uuid = ?`, prefixJoin(", ", cols), t)
-		q.refInfo = fmt.Sprintf(`SELECT id, owner_id FROM %s WHERE uuid = ?`, t)
-		q.delete = fmt.Sprintf(`DELETE FROM %s WHERE id = ?`, t)
-		q.maxOwner = fmt.Sprintf(`SELECT max(hlc) FROM %s WHERE owner_id = ?`, t)
-		wire := []string{"t.uuid", "t.hlc", "o.uuid"}
-		for i, c := range mi.Columns {
-			if c.Type == TypeRef {
-				wire = append(wire, fmt.Sprintf(`(SELECT r.uuid FROM %s r WHERE r.id = t.%s)`, quote(c.Ref), quote(mi.sqlCol[i])))
-			} else {
-				wire = append(wire, "t."+quote(mi.sqlCol[i]))
-			}
-		}
-		q.recordCols = strings.Join(wire, ", ")
-		from := fmt.Sprintf(`FROM %s t JOIN "device" o ON o.id = t.owner_id`, t)
-		q.query = fmt.Sprintf(`SELECT %s %s WHERE t.hlc IS NOT NULL ORDER BY t.uuid`, q.recordCols, from)
-		q.get = fmt.Sprintf(`SELECT %s %s WHERE t.uuid = ? AND t.hlc IS NOT NULL`, q.recordCols, from)
-		// One row-value bound, so the index seek starts at the page (a
-		// separate hlc > since term would make it start at since and skip
-		// every earlier page's rows again).
-		q.page = fmt.Sprintf(`SELECT %s %s WHERE t.owner_id = ? AND (t.hlc, t.uuid) > (?, ?)
-			ORDER BY t.hlc, t.uuid LIMIT ?`, q.recordCols, from)
-		for _, rb := range mi.referencedBy {
-			q.byRef = append(q.byRef, fmt.Sprintf(`SELECT id, uuid, owner_id, hlc FROM %s WHERE %s = ?`,
-				rb.m.table, quote(rb.m.sqlCol[rb.col])))
-		}
-		return q
+		fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (owner_id, hlc, uuid)`, quote(mi.Name+"_owner_hlc"), t))
+	for _, i := range mi.refs {
+		q.ddl = append(q.ddl, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s)`,
+			quote(mi.Name+"_"+mi.sqlCol[i]), t, quote(mi.sqlCol[i])))
 	}
+	// Writes.
+	q.insert = fmt.Sprintf(`INSERT INTO %s (uuid, owner_id, hlc%s) VALUES (%s) ON CONFLICT (uuid) DO NOTHING`,
+		t, prefixJoin(", ", cols), placeholders(3+len(cols)))
+	row := "(" + placeholders(4+len(cols)) + ")"
+	for k := range q.bulkInsert {
+		q.bulkInsert[k] = fmt.Sprintf(`INSERT INTO %s (id, uuid, owner_id, hlc%s) VALUES %s ON CONFLICT (uuid) DO NOTHING`,
+			t, prefixJoin(", ", cols), strings.TrimSuffix(strings.Repeat(row+", ", 1<<k), ", "))
+	}
+	var sets []string
+	for _, c := range cols {
+		sets = append(sets, c+" = ?")
+	}
+	q.update = fmt.Sprintf(`UPDATE %s SET hlc = ?%s WHERE id = ?`, t, prefixJoin(", ", sets))
+	q.delete = fmt.Sprintf(`DELETE FROM %s WHERE id = ?`, t)
+	// Reads in SQL form.
+	q.byUUID = fmt.Sprintf(`SELECT id, owner_id, hlc%s FROM %s WHERE uuid = ?`, prefixJoin(", ", cols), t)
+	q.refInfo = fmt.Sprintf(`SELECT id, owner_id FROM %s WHERE uuid = ?`, t)
+	q.maxOwner = fmt.Sprintf(`SELECT max(hlc) FROM %s WHERE owner_id = ?`, t)
+	for _, rb := range mi.referencedBy {
+		q.byRef = append(q.byRef, fmt.Sprintf(`SELECT id, uuid, owner_id, hlc FROM %s WHERE %s = ?`,
+			rb.m.table, quote(rb.m.sqlCol[rb.col])))
+	}
+	// Reads in wire form: references as uuids, the owner's uuid.
+	wire := []string{"t.uuid", "t.hlc", "o.uuid"}
+	for i, c := range mi.Columns {
+		if c.Type == TypeRef {
+			wire = append(wire, fmt.Sprintf(`(SELECT r.uuid FROM %s r WHERE r.id = t.%s)`, quote(c.Ref), cols[i]))
+		} else {
+			wire = append(wire, "t."+cols[i])
+		}
+	}
+	q.recordCols = strings.Join(wire, ", ")
+	from := fmt.Sprintf(`FROM %s t JOIN %s o ON o.id = t.owner_id`, t, quote(ModelDevice))
+	q.query = fmt.Sprintf(`SELECT %s %s WHERE t.hlc IS NOT NULL ORDER BY t.uuid`, q.recordCols, from)
+	q.get = fmt.Sprintf(`SELECT %s %s WHERE t.uuid = ? AND t.hlc IS NOT NULL`, q.recordCols, from)
+	// One row-value bound, so the index seek starts at the page (a
+	// separate hlc > since term would make it start at since and skip
+	// every earlier page's rows again).
+	q.page = fmt.Sprintf(`SELECT %s %s WHERE t.owner_id = ? AND (t.hlc, t.uuid) > (?, ?)
+			ORDER BY t.hlc, t.uuid LIMIT ?`, q.recordCols, from)
+	return q
+}
 
+// sharedSQL builds a shared model's table (a row: id, uuid, hlc, then
+// each column with its own HLC) and statements.
+func sharedSQL(mi *modelInfo) modelSQL {
+	var q modelSQL
+	t := mi.table
 	var sharedDefs, pairs, sets []string
 	for i, c := range mi.Columns {
 		col := quote(mi.sqlCol[i])
@@ -307,7 +336,7 @@ func buildModelSQL(mi *modelInfo) modelSQL {
 	q.sharedPage = fmt.Sprintf(`SELECT uuid, hlc%s FROM %s WHERE (hlc, uuid) > (?, ?) ORDER BY hlc, uuid LIMIT ?`,
 		prefixJoin(", ", pairs), t)
 	q.delete = fmt.Sprintf(`DELETE FROM %s WHERE id = ?`, t)
-	sel := "uuid, hlc" + prefixJoin(", ", cols)
+	sel := "uuid, hlc" + prefixJoin(", ", columnList(mi))
 	if mi.derived == derivedTagEdge {
 		sel += ", cycle_rejected"
 	}

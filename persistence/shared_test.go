@@ -43,32 +43,32 @@ func applyInEveryOrder(t *testing.T, changes []messages.SharedChange, models ...
 func TestLWWConcurrentRenameAndRecolor(t *testing.T) {
 	tag := uid(1)
 	changes := []messages.SharedChange{
-		change(hlcAt(1, 0, devA), "tag", tag, messages.OpInsert, map[string]any{"canonical_name": "Vacation", "color": "red"}),
-		change(hlcAt(5, 0, devA), "tag", tag, messages.OpUpdate, map[string]any{"canonical_name": "Holidays"}),
-		change(hlcAt(5, 1, devB), "tag", tag, messages.OpUpdate, map[string]any{"color": "blue"}),
+		change(hlcAt(1, 0, devA), ModelTag, tag, messages.OpInsert, map[string]any{"canonical_name": "Vacation", "color": "red"}),
+		change(hlcAt(5, 0, devA), ModelTag, tag, messages.OpUpdate, map[string]any{"canonical_name": "Holidays"}),
+		change(hlcAt(5, 1, devB), ModelTag, tag, messages.OpUpdate, map[string]any{"color": "blue"}),
 	}
-	applyInEveryOrder(t, changes, "tag")
+	applyInEveryOrder(t, changes, ModelTag)
 	l := newLib(t, devR)
 	mustShared(t, l, changes[2], changes[1], changes[0])
-	row, err := l.Get("tag", tag)
+	row, err := l.Get(ModelTag, tag)
 	if err != nil || row["canonical_name"] != "Holidays" || row["color"] != "blue" {
 		t.Fatalf("row %v %v: both edits must survive", row, err)
 	}
 
 	// The same through two libraries exchanging their logged changes.
 	a, b := newLib(t, devA), newLib(t, devB)
-	ins, _, err := a.CommitShared("tag", messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "Vacation", "color": "red"})
+	ins, _, err := a.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "Vacation", "color": "red"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.ApplyShared([]messages.SharedChange{ins}, ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ra, _, err := a.CommitShared("tag", ins.Record, messages.OpUpdate, map[string]any{"canonical_name": "Holidays"})
+	ra, _, err := a.CommitShared(ModelTag, ins.Record, messages.OpUpdate, map[string]any{"canonical_name": "Holidays"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb, _, err := b.CommitShared("tag", ins.Record, messages.OpUpdate, map[string]any{"color": "blue"})
+	rb, _, err := b.CommitShared(ModelTag, ins.Record, messages.OpUpdate, map[string]any{"color": "blue"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,21 +78,21 @@ func TestLWWConcurrentRenameAndRecolor(t *testing.T) {
 	if res, err := a.ApplyShared([]messages.SharedChange{rb}, ApplyOptions{}); err != nil || res.Applied != 1 {
 		t.Fatalf("a applies b's recolor: %+v %v", res, err)
 	}
-	if ja, jb := modelsJSON(t, a, "tag"), modelsJSON(t, b, "tag"); ja != jb {
+	if ja, jb := modelsJSON(t, a, ModelTag), modelsJSON(t, b, ModelTag); ja != jb {
 		t.Fatalf("devices differ:\n%s\n%s", ja, jb)
 	}
-	if row, _ := a.Get("tag", ins.Record); row["canonical_name"] != "Holidays" || row["color"] != "blue" {
+	if row, _ := a.Get(ModelTag, ins.Record); row["canonical_name"] != "Holidays" || row["color"] != "blue" {
 		t.Fatalf("row %v", row)
 	}
 }
 
 func TestUnionTags(t *testing.T) {
 	a, b := newLib(t, devA), newLib(t, devB)
-	ta, _, err := a.CommitShared("tag", messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "Vacation"})
+	ta, _, err := a.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "Vacation"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb, _, err := b.CommitShared("tag", messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "Vacation"})
+	tb, _, err := b.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "Vacation"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,12 +102,12 @@ func TestUnionTags(t *testing.T) {
 	a.ApplyShared([]messages.SharedChange{tb}, ApplyOptions{})
 	b.ApplyShared([]messages.SharedChange{ta}, ApplyOptions{})
 	for _, l := range []*Library{a, b} {
-		got := rows(t, l, "tag")
+		got := rows(t, l, ModelTag)
 		if len(got) != 2 || got[0]["canonical_name"] != "Vacation" || got[1]["canonical_name"] != "Vacation" {
 			t.Fatalf("tags %v", got)
 		}
 	}
-	if modelsJSON(t, a, "tag") != modelsJSON(t, b, "tag") {
+	if modelsJSON(t, a, ModelTag) != modelsJSON(t, b, ModelTag) {
 		t.Fatal("devices differ")
 	}
 }
@@ -116,25 +116,25 @@ func TestJunctionAddRemoveAdd(t *testing.T) {
 	reg := DefaultRegistry()
 	album, entry := uid(1), uid(2)
 	ends := map[string]any{"album_uuid": album, "entry_uuid": entry}
-	ju, ok := reg.DeterministicUUID("album_entry", ends)
+	ju, ok := reg.DeterministicUUID(ModelAlbumEntry, ends)
 	if !ok {
 		t.Fatal("album_entry has no deterministic uuid")
 	}
 	add := func(h messages.HLC, at int) messages.SharedChange {
-		return change(h, "album_entry", ju, messages.OpInsert,
+		return change(h, ModelAlbumEntry, ju, messages.OpInsert,
 			map[string]any{"album_uuid": album, "entry_uuid": entry, "added_at": at, "added_by_device": h.Device})
 	}
 	remove := func(h messages.HLC) messages.SharedChange {
-		return change(h, "album_entry", ju, messages.OpDelete, nil)
+		return change(h, ModelAlbumEntry, ju, messages.OpDelete, nil)
 	}
 
-	got := applyInEveryOrder(t, []messages.SharedChange{add(hlcAt(1, 0, devA), 1), remove(hlcAt(2, 0, devB)), add(hlcAt(3, 0, devA), 3)}, "album_entry")
+	got := applyInEveryOrder(t, []messages.SharedChange{add(hlcAt(1, 0, devA), 1), remove(hlcAt(2, 0, devB)), add(hlcAt(3, 0, devA), 3)}, ModelAlbumEntry)
 	want := fmt.Sprintf("album_entry=[map[added_at:3 added_by_device:%s album_uuid:%s entry_uuid:%s hlc:%s uuid:%s]]\n",
 		devA, album, entry, hlcAt(3, 0, devA), ju)
 	if got != want {
 		t.Fatalf("add/remove/add:\n got %s\nwant %s", got, want)
 	}
-	got = applyInEveryOrder(t, []messages.SharedChange{add(hlcAt(1, 0, devA), 1), add(hlcAt(2, 0, devB), 2), remove(hlcAt(3, 0, devA))}, "album_entry")
+	got = applyInEveryOrder(t, []messages.SharedChange{add(hlcAt(1, 0, devA), 1), add(hlcAt(2, 0, devB), 2), remove(hlcAt(3, 0, devA))}, ModelAlbumEntry)
 	if got != "album_entry=[]\n" {
 		t.Fatalf("add/add/remove: %s", got)
 	}
@@ -142,15 +142,15 @@ func TestJunctionAddRemoveAdd(t *testing.T) {
 
 func TestSharedDeleteThenLateOlderUpdate(t *testing.T) {
 	album := uid(1)
-	ins := change(hlcAt(1, 0, devA), "album", album, messages.OpInsert, map[string]any{"name": "Summer"})
-	del := change(hlcAt(5, 0, devB), "album", album, messages.OpDelete, nil)
-	late := change(hlcAt(3, 0, devA), "album", album, messages.OpUpdate, map[string]any{"description": "late"})
-	if got := applyInEveryOrder(t, []messages.SharedChange{ins, del, late}, "album"); got != "album=[]\n" {
+	ins := change(hlcAt(1, 0, devA), ModelAlbum, album, messages.OpInsert, map[string]any{"name": "Summer"})
+	del := change(hlcAt(5, 0, devB), ModelAlbum, album, messages.OpDelete, nil)
+	late := change(hlcAt(3, 0, devA), ModelAlbum, album, messages.OpUpdate, map[string]any{"description": "late"})
+	if got := applyInEveryOrder(t, []messages.SharedChange{ins, del, late}, ModelAlbum); got != "album=[]\n" {
 		t.Fatalf("a late older update resurrected the album: %s", got)
 	}
 	// An update newer than the delete revives the row with only its fields.
-	newer := change(hlcAt(6, 0, devA), "album", album, messages.OpUpdate, map[string]any{"description": "after"})
-	got := applyInEveryOrder(t, []messages.SharedChange{ins, del, newer}, "album")
+	newer := change(hlcAt(6, 0, devA), ModelAlbum, album, messages.OpUpdate, map[string]any{"description": "after"})
+	got := applyInEveryOrder(t, []messages.SharedChange{ins, del, newer}, ModelAlbum)
 	want := fmt.Sprintf("album=[map[created_at:<nil> created_by_device:<nil> description:after hlc:%s name:<nil> uuid:%s]]\n", newer.HLC, album)
 	if got != want {
 		t.Fatalf("revive:\n got %s\nwant %s", got, want)
@@ -158,14 +158,14 @@ func TestSharedDeleteThenLateOlderUpdate(t *testing.T) {
 	// The tombstone travels in shared-state pages and holds on the receiver.
 	l := newLib(t, devR)
 	mustShared(t, l, ins, del)
-	page, _, more, err := l.SharedStatePage("album", messages.Cursor{}, 10)
+	page, _, more, err := l.SharedStatePage(ModelAlbum, messages.Cursor{}, 10)
 	if err != nil || more || len(page) != 1 || page[0].Op != messages.OpDelete || page[0].HLC != del.HLC {
 		t.Fatalf("page %+v %v %v", page, more, err)
 	}
 	r := newLib(t, devC)
 	mustShared(t, r, page...)
 	mustShared(t, r, late)
-	if got := rows(t, r, "album"); len(got) != 0 {
+	if got := rows(t, r, ModelAlbum); len(got) != 0 {
 		t.Fatalf("album %v", got)
 	}
 }
@@ -174,26 +174,26 @@ func TestSharedStatePageRoundTrip(t *testing.T) {
 	a := newLib(t, devA)
 	var last messages.SharedChange
 	for i := 0; i < 7; i++ {
-		c, _, err := a.CommitShared("tag", messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": fmt.Sprint("t", i), "color": "red"})
+		c, _, err := a.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": fmt.Sprint("t", i), "color": "red"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		last = c
 	}
-	if _, _, err := a.CommitShared("tag", last.Record, messages.OpUpdate, map[string]any{"color": "green"}); err != nil {
+	if _, _, err := a.CommitShared(ModelTag, last.Record, messages.OpUpdate, map[string]any{"color": "green"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := a.CommitShared("tag", last.Record, messages.OpDelete, nil); err != nil {
+	if _, _, err := a.CommitShared(ModelTag, last.Record, messages.OpDelete, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := a.CommitShared("tag", last.Record, messages.OpUpdate, map[string]any{"icon": "star"}); err != nil {
+	if _, _, err := a.CommitShared(ModelTag, last.Record, messages.OpUpdate, map[string]any{"icon": "star"}); err != nil {
 		t.Fatal(err)
 	}
 	r := newLib(t, devR)
 	cur := messages.Cursor{}
 	pages := 0
 	for {
-		page, next, more, err := a.SharedStatePage("tag", cur, 3)
+		page, next, more, err := a.SharedStatePage(ModelTag, cur, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +211,7 @@ func TestSharedStatePageRoundTrip(t *testing.T) {
 	if pages < 3 {
 		t.Fatalf("%d pages", pages)
 	}
-	if ga, gr := modelsJSON(t, a, "tag"), modelsJSON(t, r, "tag"); ga != gr {
+	if ga, gr := modelsJSON(t, a, ModelTag), modelsJSON(t, r, ModelTag); ga != gr {
 		t.Fatalf("snapshot differs:\n%s\n%s", ga, gr)
 	}
 	if r.SharedWatermark(devA) != a.LastLogged() {
@@ -223,7 +223,7 @@ func TestGapHandling(t *testing.T) {
 	a := newLib(t, devA)
 	var cs []messages.SharedChange
 	for i := 0; i < 4; i++ {
-		c, _, err := a.CommitShared("tag", messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": fmt.Sprint(i)})
+		c, _, err := a.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": fmt.Sprint(i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +258,7 @@ func TestGapHandling(t *testing.T) {
 	if res.Stale != 4 || res.Applied != 0 {
 		t.Fatalf("duplicates: %+v", res)
 	}
-	if r.SharedWatermark(devA) != cs[3].HLC || len(rows(t, r, "tag")) != 4 {
+	if r.SharedWatermark(devA) != cs[3].HLC || len(rows(t, r, ModelTag)) != 4 {
 		t.Fatal("not everything applied")
 	}
 	// Our own changes echoed back are duplicates.
@@ -272,21 +272,21 @@ func TestCrashBetweenLogAppendAndApply(t *testing.T) {
 	wall := newFakeWall(timeAt(100))
 	opts := Options{Self: devA, Wall: wall.Now}
 	l := newLibOpts(t, opts)
-	first, _, err := l.CommitShared("tag", messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "kept"})
+	first, _, err := l.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "kept"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	crash := errors.New("simulated crash")
 	l.afterLogAppend = func() error { return crash }
-	if _, _, err := l.CommitShared("tag", first.Record, messages.OpUpdate, map[string]any{"color": "red"}); !errors.Is(err, crash) {
+	if _, _, err := l.CommitShared(ModelTag, first.Record, messages.OpUpdate, map[string]any{"color": "red"}); !errors.Is(err, crash) {
 		t.Fatalf("err = %v", err)
 	}
-	if row, _ := l.Get("tag", first.Record); row["color"] != nil {
+	if row, _ := l.Get(ModelTag, first.Record); row["color"] != nil {
 		t.Fatal("the hook did not stop the apply")
 	}
 	lost := l.LastLogged()
 	l = reopen(t, l, opts)
-	row, err := l.Get("tag", first.Record)
+	row, err := l.Get(ModelTag, first.Record)
 	if err != nil || row["color"] != "red" || row["canonical_name"] != "kept" {
 		t.Fatalf("after reopen: %v %v", row, err)
 	}
@@ -298,7 +298,7 @@ func TestCrashBetweenLogAppendAndApply(t *testing.T) {
 		entries[0].Fields["color"] != "red" {
 		t.Fatalf("log since: %+v %v %v %v", entries, more, snap, err)
 	}
-	next, _, err := l.CommitShared("tag", first.Record, messages.OpUpdate, map[string]any{"icon": "x"})
+	next, _, err := l.CommitShared(ModelTag, first.Record, messages.OpUpdate, map[string]any{"icon": "x"})
 	if err != nil || next.Prev != lost || next.HLC.Compare(lost) <= 0 {
 		t.Fatalf("next change %v %v", next, err)
 	}
@@ -309,8 +309,8 @@ func TestTagRelationshipCycle(t *testing.T) {
 	a, b, c := uid(1), uid(2), uid(3)
 	edge := func(p, ch messages.UUID, ts uint64, dev messages.DeviceID) messages.SharedChange {
 		f := map[string]any{"parent_tag_uuid": p, "child_tag_uuid": ch, "relationship_type": "parent_child"}
-		u, _ := reg.DeterministicUUID("tag_relationship", f)
-		return change(hlcAt(ts, 0, dev), "tag_relationship", u, messages.OpInsert, f)
+		u, _ := reg.DeterministicUUID(ModelTagRelationship, f)
+		return change(hlcAt(ts, 0, dev), ModelTagRelationship, u, messages.OpInsert, f)
 	}
 	edges := []messages.SharedChange{edge(a, b, 1, devA), edge(b, c, 2, devB), edge(c, a, 3, devC)}
 	var rejected string
@@ -321,7 +321,7 @@ func TestTagRelationshipCycle(t *testing.T) {
 			mustVerify(t, l)
 		}
 		var rej []string
-		for _, r := range rows(t, l, "tag_relationship") {
+		for _, r := range rows(t, l, ModelTagRelationship) {
 			if r["cycle_rejected"] == true {
 				rej = append(rej, r["uuid"].(string))
 			}
@@ -335,9 +335,9 @@ func TestTagRelationshipCycle(t *testing.T) {
 			t.Fatalf("order %v rejected %s, another order %s", p, rej[0], rejected)
 		}
 		// Removing an accepted edge re-admits the rejected one.
-		mustShared(t, l, change(hlcAt(9, 0, devA), "tag_relationship", edges[0].Record, messages.OpDelete, nil))
+		mustShared(t, l, change(hlcAt(9, 0, devA), ModelTagRelationship, edges[0].Record, messages.OpDelete, nil))
 		mustVerify(t, l)
-		for _, r := range rows(t, l, "tag_relationship") {
+		for _, r := range rows(t, l, ModelTagRelationship) {
 			if r["cycle_rejected"] != false {
 				t.Fatalf("order %v: after removal %v", p, r)
 			}
@@ -351,11 +351,11 @@ func TestTagRelationshipCycle(t *testing.T) {
 
 func TestCommitSharedDeterministicAndErrors(t *testing.T) {
 	a, b := newLib(t, devA), newLib(t, devB)
-	ca, _, err := a.CommitShared("content_identity", messages.UUID{}, messages.OpInsert, map[string]any{"content_hash": "h1", "size": 10})
+	ca, _, err := a.CommitShared(ModelContentIdentity, messages.UUID{}, messages.OpInsert, map[string]any{"content_hash": "h1", "size": 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb, _, err := b.CommitShared("content_identity", messages.UUID{}, messages.OpInsert, map[string]any{"content_hash": "h1", "size": 10})
+	cb, _, err := b.CommitShared(ModelContentIdentity, messages.UUID{}, messages.OpInsert, map[string]any{"content_hash": "h1", "size": 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,14 +363,14 @@ func TestCommitSharedDeterministicAndErrors(t *testing.T) {
 		t.Fatal("the same content got two uuids")
 	}
 	a.ApplyShared([]messages.SharedChange{cb}, ApplyOptions{})
-	if got := rows(t, a, "content_identity"); len(got) != 1 {
+	if got := rows(t, a, ModelContentIdentity); len(got) != 1 {
 		t.Fatalf("content identities %v", got)
 	}
-	um, _, err := a.CommitShared("user_metadata", messages.UUID{}, messages.OpUpdate, map[string]any{"content_uuid": ca.Record, "favorite": true})
+	um, _, err := a.CommitShared(ModelUserMetadata, messages.UUID{}, messages.OpUpdate, map[string]any{"content_uuid": ca.Record, "favorite": true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if det, _ := a.Registry().DeterministicUUID("user_metadata", map[string]any{"content_uuid": ca.Record}); det != um.Record {
+	if det, _ := a.Registry().DeterministicUUID(ModelUserMetadata, map[string]any{"content_uuid": ca.Record}); det != um.Record {
 		t.Fatal("user_metadata uuid not derived from its content")
 	}
 	for _, tc := range []struct {
@@ -381,21 +381,21 @@ func TestCommitSharedDeterministicAndErrors(t *testing.T) {
 		want   error
 	}{
 		{"nope", messages.UUID{}, messages.OpInsert, nil, ErrUnknownModel},
-		{"entry", messages.UUID{}, messages.OpInsert, nil, ErrUnknownModel},
-		{"content_identity", messages.UUID{}, messages.OpInsert, map[string]any{"size": 1}, ErrBadValue},
-		{"tag", messages.UUID{}, messages.OpUpdate, map[string]any{"color": "x"}, ErrBadValue},
-		{"tag", uid(9), messages.OpDelete, map[string]any{"color": "x"}, ErrBadValue},
-		{"content_identity", uid(9), messages.OpInsert, map[string]any{"content_hash": "h2"}, ErrBadValue},
-		{"tag", uid(9), messages.OpUpdate, map[string]any{"color": 5}, ErrBadValue},
+		{ModelEntry, messages.UUID{}, messages.OpInsert, nil, ErrUnknownModel},
+		{ModelContentIdentity, messages.UUID{}, messages.OpInsert, map[string]any{"size": 1}, ErrBadValue},
+		{ModelTag, messages.UUID{}, messages.OpUpdate, map[string]any{"color": "x"}, ErrBadValue},
+		{ModelTag, uid(9), messages.OpDelete, map[string]any{"color": "x"}, ErrBadValue},
+		{ModelContentIdentity, uid(9), messages.OpInsert, map[string]any{"content_hash": "h2"}, ErrBadValue},
+		{ModelTag, uid(9), messages.OpUpdate, map[string]any{"color": 5}, ErrBadValue},
 	} {
 		if _, _, err := a.CommitShared(tc.model, tc.u, tc.op, tc.fields); !errors.Is(err, tc.want) {
 			t.Errorf("%s %v %v: err %v, want %v", tc.model, tc.op, tc.fields, err, tc.want)
 		}
 	}
 	res, err := a.ApplyShared([]messages.SharedChange{
-		change(hlcAt(1, 0, devC), "entry", uid(1), messages.OpInsert, nil),
-		{HLC: hlcAt(2, 0, devC), Prev: hlcAt(1, 0, devC), Model: "tag", Record: uid(2), Op: messages.OpInsert, Fields: map[string]any{"color": 1}},
-		{HLC: hlcAt(3, 0, devC), Prev: hlcAt(2, 0, devC), Model: "tag", Record: uid(3), Op: messages.OpInsert, Fields: map[string]any{"color": "ok"}},
+		change(hlcAt(1, 0, devC), ModelEntry, uid(1), messages.OpInsert, nil),
+		{HLC: hlcAt(2, 0, devC), Prev: hlcAt(1, 0, devC), Model: ModelTag, Record: uid(2), Op: messages.OpInsert, Fields: map[string]any{"color": 1}},
+		{HLC: hlcAt(3, 0, devC), Prev: hlcAt(2, 0, devC), Model: ModelTag, Record: uid(3), Op: messages.OpInsert, Fields: map[string]any{"color": "ok"}},
 	}, ApplyOptions{})
 	if err != nil || len(res.Rejected) != 2 || res.Applied != 1 || a.SharedWatermark(devC) != hlcAt(3, 0, devC) {
 		t.Fatalf("refused changes must not block their origin's chain: %+v %v", res, err)

@@ -10,7 +10,7 @@ import (
 
 func TestSnapshotInstallCarriesStateAndWatermarks(t *testing.T) {
 	src := newLib(t, devA)
-	loc, _, err := src.WriteState("location", messages.UUID{}, map[string]any{"path": "/a", "name": "a"})
+	loc, _, err := src.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/a", "name": "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -18,14 +18,14 @@ func TestSnapshotInstallCarriesStateAndWatermarks(t *testing.T) {
 	for i := range 50 {
 		rows = append(rows, map[string]any{"location_uuid": loc.UUID[:], "name": "f" + string(rune('a'+i%26)), "kind": int64(0), "size": int64(i)})
 	}
-	if _, _, err := src.WriteStateBatch("entry", rows); err != nil {
+	if _, _, err := src.WriteStateBatch(ModelEntry, rows); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := src.CommitShared("tag", messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "t"}); err != nil {
+	if _, _, err := src.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "t"}); err != nil {
 		t.Fatal(err)
 	}
 	// A row of another owner, received from B, with B's watermark.
-	mustApply(t, src, devB, "location", recordFor(t, "location", uid(900), hlcAt(5, 0, devB), map[string]any{"path": "/b"}))
+	mustApply(t, src, devB, ModelLocation, recordFor(t, ModelLocation, uid(900), hlcAt(5, 0, devB), map[string]any{"path": "/b"}))
 	if err := src.RaiseStateWatermark(devB, hlcAt(5, 0, devB)); err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestSnapshotInstallCarriesStateAndWatermarks(t *testing.T) {
 	}
 	defer dst.Close()
 	// Same rows, except the joiner's own device row.
-	for _, model := range []string{"location", "entry", "tag", "content_identity"} {
+	for _, model := range []string{ModelLocation, ModelEntry, ModelTag, ModelContentIdentity} {
 		a, _ := src.Query(model)
 		b, _ := dst.Query(model)
 		ja, _ := json.Marshal(a)
@@ -82,7 +82,7 @@ func TestSnapshotInstallCarriesStateAndWatermarks(t *testing.T) {
 	if n, _ := dst.LogCount(); n != 0 {
 		t.Fatalf("the joiner's log holds %d entries", n)
 	}
-	if _, err := dst.Get("device", messages.UUID(devR)); err != nil {
+	if _, err := dst.Get(ModelDevice, messages.UUID(devR)); err != nil {
 		t.Fatalf("the joiner has no device row of its own: %v", err)
 	}
 }

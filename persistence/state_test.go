@@ -51,29 +51,29 @@ func modelsJSON(t testing.TB, l *Library, models ...string) string {
 
 func TestStateApplyIdempotent(t *testing.T) {
 	l := newLib(t, devR)
-	loc := recordFor(t, "location", uid(1), hlcAt(1, 0, devA), map[string]any{"path": "/Users/jamie/Photos"})
-	res := mustApply(t, l, devA, "location", loc)
+	loc := recordFor(t, ModelLocation, uid(1), hlcAt(1, 0, devA), map[string]any{"path": "/Users/jamie/Photos"})
+	res := mustApply(t, l, devA, ModelLocation, loc)
 	if res.Applied != 1 {
 		t.Fatalf("first apply: %+v", res)
 	}
-	res = mustApply(t, l, devA, "location", loc)
+	res = mustApply(t, l, devA, ModelLocation, loc)
 	if res.Applied != 0 || res.Stale != 1 {
 		t.Fatalf("second apply: %+v", res)
 	}
-	if got := rows(t, l, "location"); len(got) != 1 || got[0]["device_uuid"] != devA.String() {
+	if got := rows(t, l, ModelLocation); len(got) != 1 || got[0]["device_uuid"] != devA.String() {
 		t.Fatalf("rows %v", got)
 	}
-	older := recordFor(t, "location", uid(1), hlcAt(0, 5, devA), map[string]any{"path": "/old"})
-	if res := mustApply(t, l, devA, "location", older); res.Stale != 1 {
+	older := recordFor(t, ModelLocation, uid(1), hlcAt(0, 5, devA), map[string]any{"path": "/old"})
+	if res := mustApply(t, l, devA, ModelLocation, older); res.Stale != 1 {
 		t.Fatalf("older record: %+v", res)
 	}
-	newer := recordFor(t, "location", uid(1), hlcAt(2, 0, devA), map[string]any{"path": "/new"})
-	mustApply(t, l, devA, "location", newer)
-	if got := rows(t, l, "location"); len(got) != 1 || got[0]["path"] != "/new" {
+	newer := recordFor(t, ModelLocation, uid(1), hlcAt(2, 0, devA), map[string]any{"path": "/new"})
+	mustApply(t, l, devA, ModelLocation, newer)
+	if got := rows(t, l, ModelLocation); len(got) != 1 || got[0]["path"] != "/new" {
 		t.Fatalf("rows %v", got)
 	}
 	counts, err := l.Counts()
-	if err != nil || counts["location"] != 1 || counts["device"] != 1 {
+	if err != nil || counts[ModelLocation] != 1 || counts[ModelDevice] != 1 {
 		t.Fatalf("counts %v %v (placeholder device rows are not rows)", counts, err)
 	}
 }
@@ -87,7 +87,7 @@ type tree struct {
 
 func buildTree(t testing.TB, owner messages.DeviceID, n int, rng *rand.Rand) tree {
 	locU := NewUUID()
-	tr := tree{loc: recordFor(t, "location", locU, hlcAt(1, 0, owner), map[string]any{"path": "/data", "name": "data"})}
+	tr := tree{loc: recordFor(t, ModelLocation, locU, hlcAt(1, 0, owner), map[string]any{"path": "/data", "name": "data"})}
 	for i := 0; i < n; i++ {
 		fields := map[string]any{"location_uuid": locU, "name": fmt.Sprintf("n%03d", i), "kind": EntryFile, "size": i * 100}
 		if len(tr.dirs) > 0 && rng.Intn(6) > 0 {
@@ -98,7 +98,7 @@ func buildTree(t testing.TB, owner messages.DeviceID, n int, rng *rand.Rand) tre
 			fields["kind"] = EntryDirectory
 			tr.dirs = append(tr.dirs, u)
 		}
-		tr.entries = append(tr.entries, recordFor(t, "entry", u, hlcAt(10+uint64(i), 0, owner), fields))
+		tr.entries = append(tr.entries, recordFor(t, ModelEntry, u, hlcAt(10+uint64(i), 0, owner), fields))
 	}
 	return tr
 }
@@ -108,10 +108,10 @@ func TestOrphanParking(t *testing.T) {
 	tr := buildTree(t, devA, 120, rng)
 
 	ref := newLib(t, devR)
-	mustApply(t, ref, devA, "location", tr.loc)
-	mustApply(t, ref, devA, "entry", tr.entries...)
+	mustApply(t, ref, devA, ModelLocation, tr.loc)
+	mustApply(t, ref, devA, ModelEntry, tr.entries...)
 	mustVerify(t, ref)
-	want := modelsJSON(t, ref, "location", "entry")
+	want := modelsJSON(t, ref, ModelLocation, ModelEntry)
 
 	reversed := slices.Clone(tr.entries)
 	slices.Reverse(reversed)
@@ -134,7 +134,7 @@ func TestOrphanParking(t *testing.T) {
 			l := newLib(t, devR)
 			parked := 0
 			for i := 0; i < len(order); i += 17 {
-				res := mustApply(t, l, devA, "entry", order[i:min(i+17, len(order))]...)
+				res := mustApply(t, l, devA, ModelEntry, order[i:min(i+17, len(order))]...)
 				parked += res.Parked
 			}
 			if parked == 0 {
@@ -144,7 +144,7 @@ func TestOrphanParking(t *testing.T) {
 				t.Fatalf("parked rows %d", n)
 			}
 			// The location last: everything waits for it.
-			res := mustApply(t, l, devA, "location", tr.loc)
+			res := mustApply(t, l, devA, ModelLocation, tr.loc)
 			if res.Released == 0 {
 				t.Fatalf("location released nothing: %+v", res)
 			}
@@ -152,7 +152,7 @@ func TestOrphanParking(t *testing.T) {
 				t.Fatalf("%d parked rows left", n)
 			}
 			mustVerify(t, l)
-			if got := modelsJSON(t, l, "location", "entry"); got != want {
+			if got := modelsJSON(t, l, ModelLocation, ModelEntry); got != want {
 				t.Fatalf("rows differ from in-order delivery:\n got %s\nwant %s", got, want)
 			}
 		})
@@ -169,36 +169,36 @@ func TestMoveAndRenameKeepDerivedCaches(t *testing.T) {
 		}
 		return rec
 	}
-	loc := w("location", messages.UUID{}, map[string]any{"path": "/root"})
+	loc := w(ModelLocation, messages.UUID{}, map[string]any{"path": "/root"})
 	dir := func(name string, parent messages.UUID) messages.UUID {
 		f := map[string]any{"location_uuid": loc.UUID, "name": name, "kind": EntryDirectory}
 		if !parent.IsZero() {
 			f["parent_uuid"] = parent
 		}
-		return w("entry", messages.UUID{}, f).UUID
+		return w(ModelEntry, messages.UUID{}, f).UUID
 	}
 	da, db := dir("a", messages.UUID{}), dir("b", messages.UUID{})
 	x := dir("x", da)
 	y := dir("y", x)
-	w("entry", messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": y, "name": "f.txt", "kind": EntryFile})
+	w(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": y, "name": "f.txt", "kind": EntryFile})
 	if p := dirPath(t, a, y); p != "/root/a/x/y" {
 		t.Fatalf("path %q", p)
 	}
 
 	// Move x under b, rename b, move the location: every path follows.
-	w("entry", x, map[string]any{"parent_uuid": db})
+	w(ModelEntry, x, map[string]any{"parent_uuid": db})
 	mustVerify(t, a)
 	if p := dirPath(t, a, y); p != "/root/b/x/y" {
 		t.Fatalf("after move: %q", p)
 	}
-	w("entry", db, map[string]any{"name": "bee"})
-	w("location", loc.UUID, map[string]any{"path": "/r2/"})
+	w(ModelEntry, db, map[string]any{"name": "bee"})
+	w(ModelLocation, loc.UUID, map[string]any{"path": "/r2/"})
 	mustVerify(t, a)
 	if p := dirPath(t, a, y); p != "/r2/bee/x/y" {
 		t.Fatalf("after renames: %q", p)
 	}
 	// A move to the top and a file that becomes a directory.
-	w("entry", x, map[string]any{"parent_uuid": nil})
+	w(ModelEntry, x, map[string]any{"parent_uuid": nil})
 	mustVerify(t, a)
 	if p := dirPath(t, a, y); p != "/r2/x/y" {
 		t.Fatalf("after move to top: %q", p)
@@ -206,7 +206,7 @@ func TestMoveAndRenameKeepDerivedCaches(t *testing.T) {
 
 	// A receiver that got the pages in reverse order ends the same.
 	r := newLib(t, devR)
-	for _, m := range []string{"device", "location", "entry"} {
+	for _, m := range []string{ModelDevice, ModelLocation, ModelEntry} {
 		recs, _, _, err := a.StatePage(devA, m, messages.HLC{}, messages.Cursor{}, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -215,7 +215,7 @@ func TestMoveAndRenameKeepDerivedCaches(t *testing.T) {
 		mustApply(t, r, devA, m, recs...)
 	}
 	mustVerify(t, r)
-	if got, want := modelsJSON(t, r, "location", "entry"), modelsJSON(t, a, "location", "entry"); got != want {
+	if got, want := modelsJSON(t, r, ModelLocation, ModelEntry), modelsJSON(t, a, ModelLocation, ModelEntry); got != want {
 		t.Fatalf("receiver differs:\n got %s\nwant %s", got, want)
 	}
 	if p := dirPath(t, r, y); p != "/r2/x/y" {
@@ -228,25 +228,25 @@ func TestMoveAndRenameKeepDerivedCaches(t *testing.T) {
 func TestMoveIntoStaleSubtreeParks(t *testing.T) {
 	a := newLib(t, devA)
 	r := newLib(t, devR)
-	loc, _, _ := a.WriteState("location", messages.UUID{}, map[string]any{"path": "/p"})
-	x, _, _ := a.WriteState("entry", messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "name": "x", "kind": EntryDirectory})
-	y, _, _ := a.WriteState("entry", messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": x.UUID, "name": "y", "kind": EntryDirectory})
-	mustApply(t, r, devA, "location", loc)
-	mustApply(t, r, devA, "entry", x, y)
+	loc, _, _ := a.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/p"})
+	x, _, _ := a.WriteState(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "name": "x", "kind": EntryDirectory})
+	y, _, _ := a.WriteState(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": x.UUID, "name": "y", "kind": EntryDirectory})
+	mustApply(t, r, devA, ModelLocation, loc)
+	mustApply(t, r, devA, ModelEntry, x, y)
 	// The owner moves y to the top, then x under y.
-	y2, _, err := a.WriteState("entry", y.UUID, map[string]any{"parent_uuid": nil})
+	y2, _, err := a.WriteState(ModelEntry, y.UUID, map[string]any{"parent_uuid": nil})
 	if err != nil {
 		t.Fatal(err)
 	}
-	x2, _, err := a.WriteState("entry", x.UUID, map[string]any{"parent_uuid": y.UUID})
+	x2, _, err := a.WriteState(ModelEntry, x.UUID, map[string]any{"parent_uuid": y.UUID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res := mustApply(t, r, devA, "entry", x2); res.Parked != 1 {
+	if res := mustApply(t, r, devA, ModelEntry, x2); res.Parked != 1 {
 		t.Fatalf("x under its own descendant: %+v", res)
 	}
 	mustVerify(t, r)
-	if res := mustApply(t, r, devA, "entry", y2); res.Released != 1 {
+	if res := mustApply(t, r, devA, ModelEntry, y2); res.Released != 1 {
 		t.Fatalf("y's move released nothing: %+v", res)
 	}
 	mustVerify(t, r)
@@ -257,36 +257,36 @@ func TestMoveIntoStaleSubtreeParks(t *testing.T) {
 
 func TestForgedOwnershipRejected(t *testing.T) {
 	l := newLib(t, devR)
-	locA := recordFor(t, "location", uid(1), hlcAt(1, 0, devA), map[string]any{"path": "/a"})
-	entA := recordFor(t, "entry", uid(2), hlcAt(2, 0, devA), map[string]any{"location_uuid": uid(1), "name": "e", "kind": EntryDirectory})
-	mustApply(t, l, devA, "location", locA)
-	mustApply(t, l, devA, "entry", entA)
-	delA := recordFor(t, "location", uid(3), hlcAt(3, 0, devA), map[string]any{"path": "/gone"})
-	mustApply(t, l, devA, "location", delA)
-	if res, err := l.ApplyStateDelete(messages.StateDelete{Model: "location", Owner: devA, UUID: uid(3), HLC: hlcAt(4, 0, devA)}); err != nil || res.Applied != 1 {
+	locA := recordFor(t, ModelLocation, uid(1), hlcAt(1, 0, devA), map[string]any{"path": "/a"})
+	entA := recordFor(t, ModelEntry, uid(2), hlcAt(2, 0, devA), map[string]any{"location_uuid": uid(1), "name": "e", "kind": EntryDirectory})
+	mustApply(t, l, devA, ModelLocation, locA)
+	mustApply(t, l, devA, ModelEntry, entA)
+	delA := recordFor(t, ModelLocation, uid(3), hlcAt(3, 0, devA), map[string]any{"path": "/gone"})
+	mustApply(t, l, devA, ModelLocation, delA)
+	if res, err := l.ApplyStateDelete(messages.StateDelete{Model: ModelLocation, Owner: devA, UUID: uid(3), HLC: hlcAt(4, 0, devA)}); err != nil || res.Applied != 1 {
 		t.Fatalf("delete: %+v %v", res, err)
 	}
 
 	good := func(n int) messages.StateRecord {
-		return recordFor(t, "location", uid(100+n), hlcAt(10, uint32(n), devB), map[string]any{"path": "/b"})
+		return recordFor(t, ModelLocation, uid(100+n), hlcAt(10, uint32(n), devB), map[string]any{"path": "/b"})
 	}
 	cases := []struct {
 		name  string
 		model string
 		rec   messages.StateRecord
 	}{
-		{"row owned by another device", "location", recordFor(t, "location", uid(1), hlcAt(9, 0, devB), map[string]any{"path": "/stolen"})},
-		{"tombstone owned by another device", "location", recordFor(t, "location", uid(3), hlcAt(9, 0, devB), map[string]any{"path": "/stolen"})},
-		{"device row of another device", "device", recordFor(t, "device", messages.UUID(devA), hlcAt(9, 0, devB), map[string]any{"name": "fake"})},
-		{"ref to another device's location", "entry", recordFor(t, "entry", uid(50), hlcAt(9, 0, devB), map[string]any{"location_uuid": uid(1), "name": "x"})},
-		{"ref to another device's deleted location", "entry", recordFor(t, "entry", uid(51), hlcAt(9, 0, devB), map[string]any{"location_uuid": uid(3), "name": "x"})},
+		{"row owned by another device", ModelLocation, recordFor(t, ModelLocation, uid(1), hlcAt(9, 0, devB), map[string]any{"path": "/stolen"})},
+		{"tombstone owned by another device", ModelLocation, recordFor(t, ModelLocation, uid(3), hlcAt(9, 0, devB), map[string]any{"path": "/stolen"})},
+		{"device row of another device", ModelDevice, recordFor(t, ModelDevice, messages.UUID(devA), hlcAt(9, 0, devB), map[string]any{"name": "fake"})},
+		{"ref to another device's location", ModelEntry, recordFor(t, ModelEntry, uid(50), hlcAt(9, 0, devB), map[string]any{"location_uuid": uid(1), "name": "x"})},
+		{"ref to another device's deleted location", ModelEntry, recordFor(t, ModelEntry, uid(51), hlcAt(9, 0, devB), map[string]any{"location_uuid": uid(3), "name": "x"})},
 	}
-	before := modelsJSON(t, l, "location", "entry", "device")
+	before := modelsJSON(t, l, ModelLocation, ModelEntry, ModelDevice)
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ok := good(i)
 			recs := []messages.StateRecord{tc.rec}
-			if tc.model == "location" {
+			if tc.model == ModelLocation {
 				recs = []messages.StateRecord{ok, tc.rec}
 			}
 			res, err := l.ApplyState(devB, tc.model, recs, ApplyOptions{})
@@ -296,40 +296,40 @@ func TestForgedOwnershipRejected(t *testing.T) {
 			if len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonForgedOwner || !errors.Is(res.Rejected[0].Err, ErrForgedOwner) {
 				t.Fatalf("result %+v", res)
 			}
-			if tc.model == "location" && res.Applied != 1 {
+			if tc.model == ModelLocation && res.Applied != 1 {
 				t.Fatalf("the honest record of the batch was not applied: %+v", res)
 			}
 		})
 	}
 	t.Run("entry parent of another device", func(t *testing.T) {
-		locB := recordFor(t, "location", uid(60), hlcAt(20, 0, devB), map[string]any{"path": "/b2"})
-		mustApply(t, l, devB, "location", locB)
-		bad := recordFor(t, "entry", uid(61), hlcAt(21, 0, devB), map[string]any{"location_uuid": uid(60), "parent_uuid": uid(2), "name": "x"})
-		res, _ := l.ApplyState(devB, "entry", []messages.StateRecord{bad}, ApplyOptions{})
+		locB := recordFor(t, ModelLocation, uid(60), hlcAt(20, 0, devB), map[string]any{"path": "/b2"})
+		mustApply(t, l, devB, ModelLocation, locB)
+		bad := recordFor(t, ModelEntry, uid(61), hlcAt(21, 0, devB), map[string]any{"location_uuid": uid(60), "parent_uuid": uid(2), "name": "x"})
+		res, _ := l.ApplyState(devB, ModelEntry, []messages.StateRecord{bad}, ApplyOptions{})
 		if len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonForgedOwner {
 			t.Fatalf("result %+v", res)
 		}
 	})
 	t.Run("entry_metadata of another device's entry", func(t *testing.T) {
-		bad := recordFor(t, "entry_metadata", uid(62), hlcAt(22, 0, devB), map[string]any{"entry_uuid": uid(2), "favorite": true})
-		res, _ := l.ApplyState(devB, "entry_metadata", []messages.StateRecord{bad}, ApplyOptions{})
+		bad := recordFor(t, ModelEntryMetadata, uid(62), hlcAt(22, 0, devB), map[string]any{"entry_uuid": uid(2), "favorite": true})
+		res, _ := l.ApplyState(devB, ModelEntryMetadata, []messages.StateRecord{bad}, ApplyOptions{})
 		if len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonForgedOwner {
 			t.Fatalf("result %+v", res)
 		}
 	})
 	t.Run("delete of another device's row", func(t *testing.T) {
-		res, err := l.ApplyStateDelete(messages.StateDelete{Model: "entry", Owner: devB, UUID: uid(2), HLC: hlcAt(30, 0, devB)})
+		res, err := l.ApplyStateDelete(messages.StateDelete{Model: ModelEntry, Owner: devB, UUID: uid(2), HLC: hlcAt(30, 0, devB)})
 		if err != nil || len(res.Rejected) != 1 || !errors.Is(res.Rejected[0].Err, ErrForgedOwner) {
 			t.Fatalf("result %+v %v", res, err)
 		}
 	})
-	after := modelsJSON(t, l, "location", "entry", "device")
+	after := modelsJSON(t, l, ModelLocation, ModelEntry, ModelDevice)
 	for _, m := range []string{"/stolen", "fake"} {
 		if slices.Contains([]string{after}, m) {
 			t.Fatalf("forged data stored: %s", after)
 		}
 	}
-	if got := rows(t, l, "entry"); len(got) != 1 || got[0]["uuid"] != uid(2).String() {
+	if got := rows(t, l, ModelEntry); len(got) != 1 || got[0]["uuid"] != uid(2).String() {
 		t.Fatalf("entries %v (before: %s)", got, before)
 	}
 }
@@ -341,12 +341,12 @@ func TestUnknownAndWrongModel(t *testing.T) {
 	if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonUnknownModel || !errors.Is(res.Rejected[0].Err, ErrUnknownModel) {
 		t.Fatalf("unknown: %+v %v", res, err)
 	}
-	res, err = l.ApplyState(devA, "tag", []messages.StateRecord{rec}, ApplyOptions{})
+	res, err = l.ApplyState(devA, ModelTag, []messages.StateRecord{rec}, ApplyOptions{})
 	if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonWrongKind {
 		t.Fatalf("shared via ApplyState: %+v %v", res, err)
 	}
 	bad := messages.StateRecord{UUID: uid(2), HLC: hlcAt(1, 0, devA), Values: []any{"too", "few"}}
-	res, err = l.ApplyState(devA, "location", []messages.StateRecord{bad}, ApplyOptions{})
+	res, err = l.ApplyState(devA, ModelLocation, []messages.StateRecord{bad}, ApplyOptions{})
 	if err != nil || len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonBadValue {
 		t.Fatalf("bad values: %+v %v", res, err)
 	}
@@ -355,36 +355,36 @@ func TestUnknownAndWrongModel(t *testing.T) {
 func TestDeviceOwnedDeleteThenLateOlderUpdate(t *testing.T) {
 	l := newLib(t, devR)
 	loc := func(ts uint64, path string) messages.StateRecord {
-		return recordFor(t, "location", uid(1), hlcAt(ts, 0, devA), map[string]any{"path": path})
+		return recordFor(t, ModelLocation, uid(1), hlcAt(ts, 0, devA), map[string]any{"path": path})
 	}
-	del := messages.StateDelete{Model: "location", Owner: devA, UUID: uid(1), HLC: hlcAt(10, 0, devA)}
+	del := messages.StateDelete{Model: ModelLocation, Owner: devA, UUID: uid(1), HLC: hlcAt(10, 0, devA)}
 	for _, order := range permutations(3) {
 		l := newLib(t, devR)
 		for _, i := range order {
 			switch i {
 			case 0:
-				mustApply(t, l, devA, "location", loc(5, "/first"))
+				mustApply(t, l, devA, ModelLocation, loc(5, "/first"))
 			case 1:
 				if _, err := l.ApplyStateDelete(del); err != nil {
 					t.Fatal(err)
 				}
 			case 2:
-				mustApply(t, l, devA, "location", loc(7, "/late"))
+				mustApply(t, l, devA, ModelLocation, loc(7, "/late"))
 			}
 		}
-		if got := rows(t, l, "location"); len(got) != 0 {
+		if got := rows(t, l, ModelLocation); len(got) != 0 {
 			t.Fatalf("order %v: deleted row came back: %v", order, got)
 		}
-		recs, _, _, err := l.StatePage(devA, "location", messages.HLC{}, messages.Cursor{}, 0)
+		recs, _, _, err := l.StatePage(devA, ModelLocation, messages.HLC{}, messages.Cursor{}, 0)
 		if err != nil || len(recs) != 1 || !recs[0].Deleted || recs[0].HLC != del.HLC {
 			t.Fatalf("order %v: page serves %+v %v, want the tombstone", order, recs, err)
 		}
 	}
-	mustApply(t, l, devA, "location", loc(12, "/again"))
+	mustApply(t, l, devA, ModelLocation, loc(12, "/again"))
 	if _, err := l.ApplyStateDelete(del); err != nil {
 		t.Fatal(err)
 	}
-	if got := rows(t, l, "location"); len(got) != 1 || got[0]["path"] != "/again" {
+	if got := rows(t, l, ModelLocation); len(got) != 1 || got[0]["path"] != "/again" {
 		t.Fatalf("a write newer than the delete must resurrect: %v", got)
 	}
 }
@@ -392,23 +392,23 @@ func TestDeviceOwnedDeleteThenLateOlderUpdate(t *testing.T) {
 func TestCascadeDelete(t *testing.T) {
 	a := newLib(t, devA)
 	r := newLib(t, devR)
-	loc, _, _ := a.WriteState("location", messages.UUID{}, map[string]any{"path": "/p"})
-	top, _, _ := a.WriteState("entry", messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "name": "top", "kind": EntryDirectory})
-	mid, _, _ := a.WriteState("entry", messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": top.UUID, "name": "mid", "kind": EntryDirectory})
-	leaf, _, _ := a.WriteState("entry", messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": mid.UUID, "name": "leaf"})
-	other, _, _ := a.WriteState("entry", messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "name": "other"})
-	meta, _, err := a.WriteState("entry_metadata", messages.UUID{}, map[string]any{"entry_uuid": leaf.UUID, "favorite": true})
+	loc, _, _ := a.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/p"})
+	top, _, _ := a.WriteState(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "name": "top", "kind": EntryDirectory})
+	mid, _, _ := a.WriteState(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": top.UUID, "name": "mid", "kind": EntryDirectory})
+	leaf, _, _ := a.WriteState(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": mid.UUID, "name": "leaf"})
+	other, _, _ := a.WriteState(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "name": "other"})
+	meta, _, err := a.WriteState(ModelEntryMetadata, messages.UUID{}, map[string]any{"entry_uuid": leaf.UUID, "favorite": true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if det, _ := a.Registry().DeterministicUUID("entry_metadata", map[string]any{"entry_uuid": leaf.UUID}); det != meta.UUID {
+	if det, _ := a.Registry().DeterministicUUID(ModelEntryMetadata, map[string]any{"entry_uuid": leaf.UUID}); det != meta.UUID {
 		t.Fatal("entry_metadata uuid is not derived from its entry")
 	}
-	mustApply(t, r, devA, "location", loc)
-	mustApply(t, r, devA, "entry", top, mid, leaf, other)
-	mustApply(t, r, devA, "entry_metadata", meta)
+	mustApply(t, r, devA, ModelLocation, loc)
+	mustApply(t, r, devA, ModelEntry, top, mid, leaf, other)
+	mustApply(t, r, devA, ModelEntryMetadata, meta)
 
-	d, _, err := a.DeleteState("entry", top.UUID)
+	d, _, err := a.DeleteState(ModelEntry, top.UUID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,15 +417,15 @@ func TestCascadeDelete(t *testing.T) {
 	}
 	for _, l := range []*Library{a, r} {
 		mustVerify(t, l)
-		if got := rows(t, l, "entry"); len(got) != 1 || got[0]["name"] != "other" {
+		if got := rows(t, l, ModelEntry); len(got) != 1 || got[0]["name"] != "other" {
 			t.Fatalf("entries %v", got)
 		}
-		if got := rows(t, l, "entry_metadata"); len(got) != 0 {
+		if got := rows(t, l, ModelEntryMetadata); len(got) != 0 {
 			t.Fatalf("metadata of a deleted entry survives: %v", got)
 		}
 	}
 	// Both sides serve the same tombstones.
-	for _, m := range []string{"entry", "entry_metadata"} {
+	for _, m := range []string{ModelEntry, ModelEntryMetadata} {
 		pa, _, _, _ := a.StatePage(devA, m, messages.HLC{}, messages.Cursor{}, 0)
 		pr, _, _, _ := r.StatePage(devA, m, messages.HLC{}, messages.Cursor{}, 0)
 		if fmt.Sprint(pa) != fmt.Sprint(pr) {
@@ -438,7 +438,7 @@ func TestCascadeDelete(t *testing.T) {
 		}
 	}
 	// Deleting the location takes the rest.
-	d, _, err = a.DeleteState("location", loc.UUID)
+	d, _, err = a.DeleteState(ModelLocation, loc.UUID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,11 +447,11 @@ func TestCascadeDelete(t *testing.T) {
 	}
 	for _, l := range []*Library{a, r} {
 		mustVerify(t, l)
-		if got := rows(t, l, "entry"); len(got) != 0 {
+		if got := rows(t, l, ModelEntry); len(got) != 0 {
 			t.Fatalf("entries of a deleted location: %v", got)
 		}
 	}
-	if _, _, err := a.DeleteState("entry", other.UUID); !errors.Is(err, ErrNotFound) {
+	if _, _, err := a.DeleteState(ModelEntry, other.UUID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("delete of a deleted row: %v", err)
 	}
 }
@@ -460,16 +460,16 @@ func TestCascadeDelete(t *testing.T) {
 // delete first must not lose x and its subtree.
 func TestDeleteBeforeMoveOutRecovers(t *testing.T) {
 	a := newLib(t, devA)
-	loc, _, _ := a.WriteState("location", messages.UUID{}, map[string]any{"path": "/p"})
-	p, _, _ := a.WriteState("entry", messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "name": "p", "kind": EntryDirectory})
-	x, _, _ := a.WriteState("entry", messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": p.UUID, "name": "x", "kind": EntryDirectory})
-	y, _, _ := a.WriteState("entry", messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": x.UUID, "name": "y"})
-	x2, _, _ := a.WriteState("entry", x.UUID, map[string]any{"parent_uuid": nil})
-	d, _, err := a.DeleteState("entry", p.UUID)
+	loc, _, _ := a.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/p"})
+	p, _, _ := a.WriteState(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "name": "p", "kind": EntryDirectory})
+	x, _, _ := a.WriteState(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": p.UUID, "name": "x", "kind": EntryDirectory})
+	y, _, _ := a.WriteState(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": x.UUID, "name": "y"})
+	x2, _, _ := a.WriteState(ModelEntry, x.UUID, map[string]any{"parent_uuid": nil})
+	d, _, err := a.DeleteState(ModelEntry, p.UUID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := modelsJSON(t, a, "entry")
+	want := modelsJSON(t, a, ModelEntry)
 
 	for name, steps := range map[string][]any{
 		"delete, then move":        {loc, p, x, y, d, x2},
@@ -485,15 +485,15 @@ func TestDeleteBeforeMoveOutRecovers(t *testing.T) {
 						t.Fatal(err)
 					}
 				case messages.StateRecord:
-					model := "entry"
+					model := ModelEntry
 					if s.UUID == loc.UUID {
-						model = "location"
+						model = ModelLocation
 					}
 					mustApply(t, r, devA, model, s)
 				}
 			}
 			mustVerify(t, r)
-			if got := modelsJSON(t, r, "entry"); got != want {
+			if got := modelsJSON(t, r, ModelEntry); got != want {
 				t.Fatalf("receiver:\n got %s\nwant %s", got, want)
 			}
 			if n := parkedTotal(t, r); n != 0 {
@@ -505,19 +505,19 @@ func TestDeleteBeforeMoveOutRecovers(t *testing.T) {
 
 func TestStatePagesAndWatermarks(t *testing.T) {
 	a := newLib(t, devA)
-	loc, _, _ := a.WriteState("location", messages.UUID{}, map[string]any{"path": "/p"})
+	loc, _, _ := a.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/p"})
 	var batch []map[string]any
 	for i := 0; i < 25; i++ {
 		batch = append(batch, map[string]any{"location_uuid": loc.UUID, "name": fmt.Sprint(i)})
 	}
-	recs, _, err := a.WriteStateBatch("entry", batch)
+	recs, _, err := a.WriteStateBatch(ModelEntry, batch)
 	if err != nil || len(recs) != 25 {
 		t.Fatalf("batch: %d %v", len(recs), err)
 	}
 	if wm := a.StateWatermark(devA); wm != recs[24].HLC {
 		t.Fatalf("self watermark %v, want the last committed write %v", wm, recs[24].HLC)
 	}
-	if _, _, err := a.DeleteState("entry", recs[3].UUID); err != nil {
+	if _, _, err := a.DeleteState(ModelEntry, recs[3].UUID); err != nil {
 		t.Fatal(err)
 	}
 	// Page through everything newer than the 10th write.
@@ -525,7 +525,7 @@ func TestStatePagesAndWatermarks(t *testing.T) {
 	var got []messages.StateRecord
 	cur := messages.Cursor{}
 	for {
-		page, next, more, err := a.StatePage(devA, "entry", since, cur, 4)
+		page, next, more, err := a.StatePage(devA, ModelEntry, since, cur, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -561,16 +561,16 @@ func TestStatePagesAndWatermarks(t *testing.T) {
 func TestRangeSummary(t *testing.T) {
 	a := newLib(t, devA)
 	r := newLib(t, devR)
-	loc, _, _ := a.WriteState("location", messages.UUID{}, map[string]any{"path": "/p"})
+	loc, _, _ := a.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/p"})
 	var batch []map[string]any
 	for i := 0; i < 40; i++ {
 		batch = append(batch, map[string]any{"location_uuid": loc.UUID, "name": fmt.Sprint(i)})
 	}
-	recs, _, _ := a.WriteStateBatch("entry", batch)
-	mustApply(t, r, devA, "location", loc)
-	mustApply(t, r, devA, "entry", recs...)
+	recs, _, _ := a.WriteStateBatch(ModelEntry, batch)
+	mustApply(t, r, devA, ModelLocation, loc)
+	mustApply(t, r, devA, ModelEntry, recs...)
 	all := func(l *Library, max int) messages.FingerprintRange {
-		fr, err := l.RangeSummary("entry", devA, messages.UUID{}, messages.UUID{}, max)
+		fr, err := l.RangeSummary(ModelEntry, devA, messages.UUID{}, messages.UUID{}, max)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -580,14 +580,14 @@ func TestRangeSummary(t *testing.T) {
 		t.Fatalf("equal replicas: %+v %+v", fa, fr)
 	}
 	// A delete the receiver missed shows, and so does its range.
-	d, _, _ := a.DeleteState("entry", recs[7].UUID)
+	d, _, _ := a.DeleteState(ModelEntry, recs[7].UUID)
 	fa, fr := all(a, 100), all(r, 100)
 	if fa.Fingerprint == fr.Fingerprint || fa.Count != fr.Count || len(fa.Items) != 40 {
 		t.Fatalf("a missed delete is invisible: %+v %+v", fa, fr)
 	}
 	mid := recs[20].UUID
-	lo, _ := a.RangeSummary("entry", devA, messages.UUID{}, mid, 100)
-	hi, _ := a.RangeSummary("entry", devA, mid, messages.UUID{}, 100)
+	lo, _ := a.RangeSummary(ModelEntry, devA, messages.UUID{}, mid, 100)
+	hi, _ := a.RangeSummary(ModelEntry, devA, mid, messages.UUID{}, 100)
 	if lo.Count+hi.Count != 40 || lo.Fingerprint^hi.Fingerprint != fa.Fingerprint {
 		t.Fatalf("ranges do not partition: %d+%d", lo.Count, hi.Count)
 	}
@@ -601,65 +601,65 @@ func TestRangeSummary(t *testing.T) {
 
 func TestLocalWriteErrors(t *testing.T) {
 	a := newLib(t, devA)
-	if _, _, err := a.WriteState("entry", messages.UUID{}, map[string]any{"location_uuid": NewUUID(), "name": "x"}); !errors.Is(err, ErrNotFound) {
+	if _, _, err := a.WriteState(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": NewUUID(), "name": "x"}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("missing location: %v", err)
 	}
-	mustApply(t, a, devB, "location", recordFor(t, "location", uid(1), hlcAt(1, 0, devB), map[string]any{"path": "/b"}))
-	if _, _, err := a.WriteState("location", uid(1), map[string]any{"path": "/mine"}); !errors.Is(err, ErrNotOwner) {
+	mustApply(t, a, devB, ModelLocation, recordFor(t, ModelLocation, uid(1), hlcAt(1, 0, devB), map[string]any{"path": "/b"}))
+	if _, _, err := a.WriteState(ModelLocation, uid(1), map[string]any{"path": "/mine"}); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("write of another device's row: %v", err)
 	}
-	if _, _, err := a.DeleteState("location", uid(1)); !errors.Is(err, ErrNotOwner) {
+	if _, _, err := a.DeleteState(ModelLocation, uid(1)); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("delete of another device's row: %v", err)
 	}
-	if _, _, err := a.WriteState("device", messages.UUID(devB), map[string]any{"name": "x"}); !errors.Is(err, ErrNotOwner) {
+	if _, _, err := a.WriteState(ModelDevice, messages.UUID(devB), map[string]any{"name": "x"}); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("write of another device row: %v", err)
 	}
-	if _, _, err := a.WriteState("entry", messages.UUID{}, map[string]any{"name": 3}); !errors.Is(err, ErrBadValue) {
+	if _, _, err := a.WriteState(ModelEntry, messages.UUID{}, map[string]any{"name": 3}); !errors.Is(err, ErrBadValue) {
 		t.Fatalf("bad value: %v", err)
 	}
-	if _, err := a.ApplyState(devB, "location", nil, ApplyOptions{Local: true}); !errors.Is(err, ErrNotOwner) {
+	if _, err := a.ApplyState(devB, ModelLocation, nil, ApplyOptions{Local: true}); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("local apply for another owner: %v", err)
 	}
-	if rec, _, err := a.WriteState("device", messages.UUID{}, map[string]any{"name": "laptop"}); err != nil || rec.UUID != messages.UUID(devA) {
+	if rec, _, err := a.WriteState(ModelDevice, messages.UUID{}, map[string]any{"name": "laptop"}); err != nil || rec.UUID != messages.UUID(devA) {
 		t.Fatalf("own device row: %v %v", rec, err)
 	}
-	if got, _ := a.Get("device", messages.UUID(devA)); got["name"] != "laptop" || got["platform"] == nil {
+	if got, _ := a.Get(ModelDevice, messages.UUID(devA)); got["name"] != "laptop" || got["platform"] == nil {
 		t.Fatalf("device row %v (a write merges into the stored row)", got)
 	}
 }
 
 func TestWriteStateBatchLinksAndTombstonePages(t *testing.T) {
 	a := newLib(t, devA)
-	loc, _, _ := a.WriteState("location", messages.UUID{}, map[string]any{"path": "/p"})
+	loc, _, _ := a.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/p"})
 	dir, file := NewUUID(), NewUUID()
-	recs, res, err := a.WriteStateBatch("entry", []map[string]any{
+	recs, res, err := a.WriteStateBatch(ModelEntry, []map[string]any{
 		{"uuid": dir, "location_uuid": loc.UUID, "name": "d", "kind": EntryDirectory},
 		{"uuid": file, "location_uuid": loc.UUID, "parent_uuid": dir, "name": "f"},
 	})
 	if err != nil || res.Applied != 2 || recs[1].UUID != file || recs[0].HLC.Compare(recs[1].HLC) >= 0 {
 		t.Fatalf("batch: %+v %v", res, err)
 	}
-	_, _, err = a.WriteStateBatch("entry", []map[string]any{
+	_, _, err = a.WriteStateBatch(ModelEntry, []map[string]any{
 		{"location_uuid": loc.UUID, "parent_uuid": uid(77), "name": "orphan"},
 		{"location_uuid": loc.UUID, "name": "fine"},
 	})
-	if !errors.Is(err, ErrNotFound) || len(rows(t, a, "entry")) != 2 {
+	if !errors.Is(err, ErrNotFound) || len(rows(t, a, ModelEntry)) != 2 {
 		t.Fatalf("a batch with a missing parent must fail whole: %v", err)
 	}
 	// A receiver backfilled from pages that carry a tombstone ends equal.
-	if _, _, err := a.DeleteState("entry", dir); err != nil {
+	if _, _, err := a.DeleteState(ModelEntry, dir); err != nil {
 		t.Fatal(err)
 	}
 	r := newLib(t, devR)
-	mustApply(t, r, devA, "location", loc)
-	mustApply(t, r, devA, "entry", recs...)
-	page, _, _, err := a.StatePage(devA, "entry", recs[1].HLC, messages.Cursor{}, 0)
+	mustApply(t, r, devA, ModelLocation, loc)
+	mustApply(t, r, devA, ModelEntry, recs...)
+	page, _, _, err := a.StatePage(devA, ModelEntry, recs[1].HLC, messages.Cursor{}, 0)
 	if err != nil || len(page) != 2 || !page[0].Deleted || !page[1].Deleted {
 		t.Fatalf("page %+v %v", page, err)
 	}
-	mustApply(t, r, devA, "entry", page...)
+	mustApply(t, r, devA, ModelEntry, page...)
 	mustVerify(t, r)
-	if got := rows(t, r, "entry"); len(got) != 0 {
+	if got := rows(t, r, ModelEntry); len(got) != 0 {
 		t.Fatalf("entries %v", got)
 	}
 }
@@ -670,13 +670,13 @@ func TestClosureDirectoriesOnlyAndKindChanges(t *testing.T) {
 	a := newLib(t, devA)
 	w := func(u messages.UUID, f map[string]any) messages.UUID {
 		t.Helper()
-		rec, _, err := a.WriteState("entry", u, f)
+		rec, _, err := a.WriteState(ModelEntry, u, f)
 		if err != nil {
 			t.Fatalf("write entry: %v", err)
 		}
 		return rec.UUID
 	}
-	loc, _, err := a.WriteState("location", messages.UUID{}, map[string]any{"path": "/root"})
+	loc, _, err := a.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/root"})
 	if err != nil {
 		t.Fatal(err)
 	}

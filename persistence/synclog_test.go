@@ -13,7 +13,7 @@ func commitTags(t *testing.T, l *Library, n int) []messages.SharedChange {
 	t.Helper()
 	out := make([]messages.SharedChange, 0, n)
 	for i := 0; i < n; i++ {
-		c, _, err := l.CommitShared("tag", messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": fmt.Sprint("tag", i)})
+		c, _, err := l.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": fmt.Sprint(ModelTag, i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestPruneAfterEveryPartnerAcks(t *testing.T) {
 	}
 	// The chain continues from the stored last HLC, across a reopen too.
 	l = reopen(t, l, Options{Self: devA})
-	c, _, err := l.CommitShared("tag", messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "after"})
+	c, _, err := l.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "after"})
 	if err != nil || c.Prev != last {
 		t.Fatalf("next change prev %v, want %v (%v)", c.Prev, last, err)
 	}
