@@ -64,7 +64,13 @@ func testSync() SyncConfig {
 
 func newCluster(t testing.TB, n int, seed uint64) *cluster {
 	t.Helper()
-	c := &cluster{t: t, net: memnet.NewNetwork(seed), dir: StaticDirectory{}, sync: testSync()}
+	return buildCluster(t, n, seed, testSync(), func() {})
+}
+
+// buildCluster starts n paired nodes, calling after once each has started.
+func buildCluster(t testing.TB, n int, seed uint64, sync SyncConfig, after func()) *cluster {
+	t.Helper()
+	c := &cluster{t: t, net: memnet.NewNetwork(seed), dir: StaticDirectory{}, sync: sync}
 	for i := range n {
 		c.devs = append(c.devs, devID(i))
 		c.dir[devID(i)] = "mem:" + devID(i).String()
@@ -79,6 +85,7 @@ func newCluster(t testing.TB, n int, seed uint64) *cluster {
 		c.nodes = append(c.nodes, nil)
 		c.libs = append(c.libs, nil)
 		c.start(i)
+		after()
 	}
 	t.Cleanup(c.stop)
 	return c

@@ -834,7 +834,9 @@ func newSyncCmd(g *globals) *cobra.Command {
 		Use:   "status LIB",
 		Short: "Show peers, phase, watermarks and log size",
 		Long: `Show the library's sync state: its partners (connected, round-trip time,
-last sync), the phase (ready, selecting, backfilling, catching_up, failed),
+last sync), the phase (ready, selecting, backfilling, catching_up, failed,
+or stopped: a storage failure such as a full disk stopped the library; the
+error line says which, and closing and opening the library resumes it),
 per-origin watermarks of device-owned state and of the shared log, the size
 of this device's shared-change log, parked and failed records, and a join's
 backfill progress if one runs. --json prints the full status document.`,
@@ -909,6 +911,9 @@ func printStatus(w io.Writer, st *actors.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "library\t%s (%s)\n", st.Name, st.Library)
 	fmt.Fprintf(tw, "phase\t%s\n", st.Phase)
+	if st.Error != "" {
+		fmt.Fprintf(tw, "error\t%s\n", st.Error)
+	}
 	last := ""
 	if st.LastLogged != "" {
 		last = " (last " + st.LastLogged + ")"

@@ -19,11 +19,6 @@ func UUID(i int) messages.UUID {
 	return messages.UUID(uuid.MustParse(fmt.Sprintf("00000000-0000-7000-8000-%012d", i+1)))
 }
 
-// LibID is the i-th test library id.
-func LibID(i int) messages.LibraryID {
-	return messages.LibraryID(uuid.MustParse(fmt.Sprintf("00000000-0000-4000-9000-%012d", i+1)))
-}
-
 // HLC builds an HLC of device dev at ts milliseconds, counter c.
 func HLC(ts uint64, c uint32, dev messages.DeviceID) messages.HLC {
 	return messages.HLC{Timestamp: ts, Counter: c, Device: dev.UUID()}
