@@ -177,6 +177,21 @@ func (c *cluster) served(i int, from messages.DeviceID, m messages.Message) {
 	c.pages[pageKey(from, r)]++
 }
 
+// pagesServedAgain is how many join pages were served more than once
+// (each logged).
+func (c *cluster) pagesServedAgain(t testing.TB) int {
+	c.pagesMu.Lock()
+	defer c.pagesMu.Unlock()
+	again := 0
+	for key, n := range c.pages {
+		if n > 1 {
+			again += n - 1
+			t.Logf("page served %d times: %s", n, key)
+		}
+	}
+	return again
+}
+
 func pageKey(from messages.DeviceID, r *messages.StateRequest) string {
 	return fmt.Sprintf("%s %s %s %s %s", from, r.Owner, r.Model, r.Cursor.HLC, r.Cursor.UUID)
 }

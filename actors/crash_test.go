@@ -69,18 +69,19 @@ func testJoinActorCrashResumesFromCheckpoint(t *testing.T) {
 	if n := m.Value("lsync_backfill_pages_reused_total", nil); n < 1 {
 		t.Errorf("the page the join crashed on was fetched again, not read back from the spool (%v reused)", n)
 	}
-	c.pagesMu.Lock()
-	defer c.pagesMu.Unlock()
-	again := 0
-	for key, n := range c.pages {
-		if n > 1 {
-			again += n - 1
-			t.Logf("page served %d times: %s", n, key)
-		}
-	}
-	if again > 1 {
+	if again := c.pagesServedAgain(t); again > 1 {
 		t.Fatalf("%d pages re-transferred after the crash, want at most the one in flight", again)
 	}
+}
+
+// newQuietPair is two nodes sharing a library, converged, with no job
+// running.
+func newQuietPair(t *testing.T, seed uint64) *cluster {
+	c := newCluster(t, 2, seed)
+	c.share()
+	c.converge(true, 10*time.Second)
+	c.idle()
+	return c
 }
 
 // The library actor crashes on an inbound change; the node's supervisor
@@ -89,10 +90,7 @@ func testJoinActorCrashResumesFromCheckpoint(t *testing.T) {
 func TestLibraryActorCrashRestarts(t *testing.T) { bubble(t, testLibraryActorCrashRestarts) }
 
 func testLibraryActorCrashRestarts(t *testing.T) {
-	c := newCluster(t, 2, 31)
-	c.share()
-	c.converge(true, 10*time.Second)
-	c.idle()
+	c := newQuietPair(t, 31)
 	var crashed atomic.Bool
 	crash := func(node int, actor string, msg any) {
 		in, ok := msg.(*inboundMsg)
@@ -133,10 +131,7 @@ func testLibraryActorCrashRestarts(t *testing.T) {
 func TestStorageFailureStopsTheLibrary(t *testing.T) { bubble(t, testStorageFailureStopsTheLibrary) }
 
 func testStorageFailureStopsTheLibrary(t *testing.T) {
-	c := newCluster(t, 2, 32)
-	c.share()
-	c.converge(true, 10*time.Second)
-	c.idle()
+	c := newQuietPair(t, 32)
 	full := func(node int, model string, _ messages.UUID) {
 		if node == 1 && model == persistence.ModelTag {
 			panic(fmt.Errorf("write tag: %w", sqlite3.FULL))
