@@ -139,6 +139,7 @@ func (b *backfillActor) proceed(ctx actor.Context) {
 	b.fetch.stop() // whatever was on the wire belongs to the old plan
 	b.fetch = b.n.newFetcher(ctx, b.libID, b.spool)
 	if b.j.keepSource(func(d messages.DeviceID) bool { _, ok := b.peers[d]; return ok }) {
+		b.report(ctx) // BACKFILLING
 		b.run(ctx, b.j.start())
 		return
 	}
@@ -192,6 +193,7 @@ func (b *backfillActor) switchTo(ctx actor.Context, dev messages.DeviceID, their
 	}
 	b.n.log.Info("backfill source selected", "library", b.libID, "peer", dev)
 	b.j.sourceChosen(dev, theirs)
+	b.report(ctx) // BACKFILLING
 	b.run(ctx, b.j.start())
 }
 

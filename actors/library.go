@@ -132,6 +132,9 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.ackDirty = map[messages.DeviceID]bool{}
 	a.reported = map[messages.DeviceID]string{}
 	a.appliers = map[string]*actor.PID{}
+	// A library opens READY; only a change from there is an event.
+	a.shown = PhaseReady
+	a.n.metrics.backfillPhase.WithLabelValues(a.id.String()).Set(PhaseReady.gauge())
 	a.reloadPartners()
 
 	for _, model := range a.lib.Registry().DeviceOwned() {
