@@ -136,42 +136,40 @@ func (j *snapshotJoinActor) chunk(ctx actor.Context, a *answered) {
 		j.retry(ctx, fmt.Errorf("snapshot chunk %d from %s: %w", p.Done, p.Source, err))
 		return
 	default:
-		if !j.verified(ctx, ch) {
+		raw, ok := j.verified(ctx, ch)
+		if !ok {
 			return
 		}
-		j.check(ctx, j.write(ch))
+		j.check(ctx, j.write(ch, raw))
 	}
 	j.next(ctx)
 }
 
-// verified checks a chunk against its checksum; a bad one is counted and
-// fetched again, up to a limit.
-func (j *snapshotJoinActor) verified(ctx actor.Context, ch *messages.SnapshotChunk) bool {
+// verified decompresses a chunk and checks it against its checksum; a bad
+// one is counted and fetched again, up to a limit.
+func (j *snapshotJoinActor) verified(ctx actor.Context, ch *messages.SnapshotChunk) ([]byte, bool) {
 	p := j.p
 	raw, err := messages.DecompressChunk(ch.Data, messages.MaxDecompressed)
 	sum := sha256.Sum256(raw)
 	if err == nil && bytes.Equal(sum[:], ch.Checksum) && ch.Index == p.Done {
-		return true
+		return raw, true
 	}
 	p.Refetched++
 	j.n.metrics.Rejected(messages.ReasonSnapshotChunkChecksum)
 	j.n.log.Warn("snapshot chunk failed its checksum; fetching it again", "library", p.Library, "chunk", ch.Index, "err", err)
 	if p.Refetched > 3*int(max(p.Total, 1)) {
 		ctx.Send(j.parent, &snapshotFailed{lib: j.lib, err: fmt.Errorf("join by snapshot: %w: chunk %d, %d refetches", ErrBadChunk, ch.Index, p.Refetched)})
-		return false
+		return nil, false
 	}
 	p.SnapshotID = ch.SnapshotID
 	j.next(ctx)
-	return false
+	return nil, false
 }
 
-// write appends a verified chunk to the staged file and saves progress.
-func (j *snapshotJoinActor) write(ch *messages.SnapshotChunk) error {
+// write appends a verified chunk (raw, decompressed) to the staged file
+// and saves progress.
+func (j *snapshotJoinActor) write(ch *messages.SnapshotChunk, raw []byte) error {
 	p := j.p
-	raw, err := messages.DecompressChunk(ch.Data, messages.MaxDecompressed)
-	if err != nil {
-		return err
-	}
 	if _, err := j.fh.WriteAt(raw, p.Offset); err != nil {
 		return err
 	}
