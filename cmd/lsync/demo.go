@@ -24,7 +24,7 @@ func newDemoCmd(g *globals) *cobra.Command {
 	var keep bool
 	cmd := &cobra.Command{
 		Use:   "demo [--path DIR]",
-		Short: "Three devices syncing in one process, narrated",
+		Short: "Four devices syncing in one process (three, then one joins), narrated",
 		Long: `Run three lsync devices in this process, each with its own temporary home,
 talking real QUIC on 127.0.0.1: they pair with one-time codes, share a
 library, index a real folder (this repository unless --path is given; hidden
