@@ -81,6 +81,13 @@ func (a *libraryActor) startCatchUp(ctx actor.Context, dev messages.DeviceID, sh
 		a.jobAgain[dev] = true
 		return
 	}
+	if a.retryAt[dev] != nil {
+		// A catch-up with dev failed and its retry waits out a back-off:
+		// whatever asks for another now (a gap in dev's live changes, a
+		// tick) waits for it too, or a gap dev never fills would retry
+		// at once, forever.
+		return
+	}
 	a.jobs[dev] = ctx.SpawnPrefix(actor.PropsFromProducer(newCatchUpActor(a.n, a.lib, a.id, ctx.Self(), dev, link.conn, sharedOnly)), "catchup-")
 }
 
@@ -89,6 +96,9 @@ func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
 	for _, r := range m.results {
 		a.n.countRejections(r, m.peer)
 		a.emitChanges(r.Changes, m.peer)
+	}
+	if m.err == nil {
+		m.err = a.gapUnfilled(m.peer)
 	}
 	if m.err != nil {
 		a.retryCatchUp(ctx, m.peer, m.err)
@@ -100,14 +110,34 @@ func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
 			a.n.log.Debug("touch partner", "peer", m.peer, "err", err)
 		}
 	}
-	// The origin's missing range is in; what was held behind the gap can go.
-	a.releasePending(ctx, m.peer)
+	// The origin's missing range is in; what was held behind the gap can
+	// go. If it is not (the catch-up failed), it waits for the retry.
+	if m.err == nil {
+		a.releasePending(ctx, m.peer)
+	}
 	a.ackDirty[m.peer] = true
 	a.scheduleAcks(ctx)
 	if a.jobAgain[m.peer] {
 		delete(a.jobAgain, m.peer)
 		a.startCatchUp(ctx, m.peer, false)
 	}
+}
+
+// gapUnfilled: a catch-up with origin ended, but the changes held behind
+// a gap in its chain still do not follow on from what is here (the origin
+// did not serve the missing range). That is a failure to retry after a
+// back-off, not a success to release them on: released, they would gap
+// again and ask for another catch-up at once.
+func (a *libraryActor) gapUnfilled(origin messages.DeviceID) error {
+	p := a.pending[origin]
+	if len(p) == 0 {
+		return nil
+	}
+	wm := a.lib.SharedWatermark(origin)
+	if p[0].Prev.Compare(wm) <= 0 {
+		return nil
+	}
+	return fmt.Errorf("the log of %s does not fill the gap before %s (it serves up to %s)", origin, p[0].HLC, wm)
 }
 
 // retryCatchUp schedules another catch-up with peer after a back-off (the
