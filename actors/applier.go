@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -34,9 +35,79 @@ type applierActor struct {
 	inbox *applierInbox
 }
 
+// applierInbox is an applier's queue. Items are queued per sender and
+// batched round-robin across senders, so one flooding peer cannot put
+// everyone else's changes behind its backlog; each sender's items keep
+// their order (an origin's chain, an owner's writes). It is shared with
+// the library actor (which releases what is left when it goes), hence the
+// mutex.
 type applierInbox struct {
-	queue     []applyItem
+	mu        sync.Mutex
+	queues    map[messages.DeviceID][]applyItem
+	order     []messages.DeviceID // senders with queued items, round-robin
 	scheduled bool
+}
+
+func (in *applierInbox) push(items []applyItem) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.queues == nil {
+		in.queues = map[messages.DeviceID][]applyItem{}
+	}
+	for _, it := range items {
+		if len(in.queues[it.from]) == 0 {
+			in.order = append(in.order, it.from)
+		}
+		in.queues[it.from] = append(in.queues[it.from], it)
+	}
+}
+
+// batches empties the queue into batches of at most size items, taking
+// from each sender in turn.
+func (in *applierInbox) batches(size int) [][]applyItem {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var out [][]applyItem
+	var cur []applyItem
+	for len(in.order) > 0 {
+		share := max(size/len(in.order), 1)
+		var still []messages.DeviceID
+		for _, from := range in.order {
+			q := in.queues[from]
+			n := min(len(q), share, size-len(cur))
+			cur = append(cur, q[:n]...)
+			if q = q[n:]; len(q) > 0 {
+				in.queues[from] = q
+				still = append(still, from)
+			} else {
+				delete(in.queues, from)
+			}
+			if len(cur) == size {
+				out, cur = append(out, cur), nil
+			}
+		}
+		in.order = still
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+func (in *applierInbox) empty() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.order) == 0
+}
+
+// release gives back the credits of every queued item and empties it.
+func (in *applierInbox) release() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, q := range in.queues {
+		releaseItems(q)
+	}
+	in.queues, in.order = nil, nil
 }
 
 // applyFailure is an applier's panic value: the batch that failed and why.
@@ -62,12 +133,12 @@ func (a *applierActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		// After a restart the flush that was pending may have been lost.
-		if len(a.inbox.queue) > 0 {
+		if !a.inbox.empty() {
 			a.inbox.scheduled = true
 			ctx.Send(ctx.Self(), &flush{})
 		}
 	case *applyIn:
-		a.inbox.queue = append(a.inbox.queue, m.items...)
+		a.inbox.push(m.items)
 		if !a.inbox.scheduled {
 			a.inbox.scheduled = true
 			ctx.Send(ctx.Self(), &flush{})
@@ -76,19 +147,17 @@ func (a *applierActor) Receive(ctx actor.Context) {
 		// Everything that queued up behind the first item goes in batches;
 		// each batch travels as its own message so that, if it fails, the
 		// failure names exactly the items it held.
-		in := a.inbox
-		in.scheduled = false
-		for len(in.queue) > 0 {
-			n := min(len(in.queue), a.n.sync.ApplyBatch)
-			ctx.Send(ctx.Self(), &applyBatch{items: in.queue[:n:n]})
-			in.queue = in.queue[n:]
+		a.inbox.scheduled = false
+		for _, b := range a.inbox.batches(a.n.sync.ApplyBatch) {
+			ctx.Send(ctx.Self(), &applyBatch{items: b})
 		}
-		in.queue = nil
 	case *applyBatch:
 		a.apply(ctx, m)
+		releaseItems(m.items)
 	case *poisoned:
 		a.n.recordPoison(a.lib, a.id, m.item, m.reason)
 		a.skipPoisonedChange(m.item)
+		m.item.credit.release()
 	}
 }
 

@@ -50,11 +50,17 @@ type libraryActor struct {
 	// last report. While it runs, live updates are buffered, never applied
 	// to incomplete state; dropping them when the buffer is full is safe
 	// because the final catch-up pass re-fetches them.
-	join     *actor.PID
-	joinSt   *backfillState
-	lastJoin *backfillState // the last join that finished (since start)
-	buffer   []*inboundMsg
-	dropped  int
+	join        *actor.PID
+	joinSt      *backfillState
+	lastJoin    *backfillState // the last join that finished (since start)
+	buffer      []*inboundMsg
+	bufferBytes int64 // what buffer holds, by the cost of its messages
+	dropped     int
+
+	// inboxes are the appliers' queues (they outlive an applier's
+	// restarts, not the library's): a library that stops or restarts
+	// gives their items' credits back.
+	inboxes []*applierInbox
 
 	// failure is the storage failure that stopped the library (disk full,
 	// I/O error, damaged file): it then refuses writes and inbound
@@ -64,8 +70,11 @@ type libraryActor struct {
 	shown Phase
 }
 
-// maxBuffered bounds the live updates held during a join.
-const maxBuffered = 10_000
+// maxBuffered and maxBufferedBytes bound the live updates held during a join.
+const (
+	maxBuffered      = 10_000
+	maxBufferedBytes = 64 << 20
+)
 
 const sharedApplier = "shared"
 
@@ -88,6 +97,8 @@ func (a *libraryActor) Receive(ctx actor.Context) {
 		a.start(ctx)
 	case *actor.Stopping, *actor.Restarting:
 		a.stopTimers()
+		a.releaseInboxes()
+		ctx.Send(ctx.Parent(), &resetBudgets{})
 	default:
 		if !a.receiveAPI(ctx) && !a.receivePeers(ctx) && !a.receiveJobs(ctx) {
 			a.n.log.Debug("library actor: unexpected message", "library", a.id, "type", fmt.Sprintf("%T", m))
@@ -159,6 +170,15 @@ func (a *libraryActor) start(ctx actor.Context) {
 	ctx.Request(ctx.Parent(), &libraryStarted{}) // Request: the node answers the sender
 }
 
+// releaseInboxes gives back the credits of what the appliers still hold:
+// the library is going, and its appliers with it.
+func (a *libraryActor) releaseInboxes() {
+	for _, in := range a.inboxes {
+		in.release()
+	}
+	a.inboxes = nil
+}
+
 func (a *libraryActor) stopTimers() {
 	if a.ackTimer != nil {
 		a.ackTimer.Stop()
@@ -186,6 +206,7 @@ func (a *libraryActor) ensureDeviceRow(ctx actor.Context) {
 
 func (a *libraryActor) spawnApplier(ctx actor.Context, model string, shared bool) *actor.PID {
 	inbox := &applierInbox{}
+	a.inboxes = append(a.inboxes, inbox)
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return &applierActor{n: a.n, lib: a.lib, id: a.id, model: model, shared: shared, parent: ctx.Self(), inbox: inbox}
 	})

@@ -20,40 +20,38 @@ func (a *libraryActor) onInbound(ctx actor.Context, m *inboundMsg) {
 	if !a.partners[m.from] {
 		a.n.reject(messages.ReasonUnauthorized, "library", a.id, "from", m.from, "type", m.msg.MessageType())
 		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeUnauthorized,
-			Message: fmt.Sprintf("device %s is not a sync partner of library %s", m.from, a.id)})
+			Message: fmt.Sprintf("device %s is not a sync partner of library %s", m.from, a.id)}, m.credit)
 		return
 	}
 	if a.failure != nil {
 		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeUnavailable,
-			Message: fmt.Sprintf("library %s is stopped on %s: %v", a.id, a.n.self, a.failure)})
+			Message: fmt.Sprintf("library %s is stopped on %s: %v", a.id, a.n.self, a.failure)}, m.credit)
 		return
 	}
 	if m.reply != nil {
 		// Bulk requests are answered by the serve actor so that reading a
 		// page never delays live changes.
-		ctx.Send(a.serve, &serveReq{from: m.from, msg: m.msg, reply: m.reply})
+		ctx.Send(a.serve, &serveReq{from: m.from, msg: m.msg, reply: m.reply, credit: m.credit})
 		return
 	}
 	if a.join != nil && isLiveChange(m.msg) {
-		if len(a.buffer) >= maxBuffered {
-			a.dropped++
-			a.n.metrics.Rejected(messages.ReasonBackfillBufferFull)
-			return
-		}
-		a.buffer = append(a.buffer, m)
+		a.bufferDuringJoin(m)
 		return
 	}
+	// The message is done with once its items are (the appliers release
+	// them); whatever it was, its own part goes now.
+	defer m.credit.release()
 	switch msg := m.msg.(type) {
 	case *messages.StateChange:
-		a.onState(ctx, m.from, msg.Owner, msg.Model, []messages.StateRecord{msg.Record})
+		a.onState(ctx, m, msg.Owner, msg.Model, []messages.StateRecord{msg.Record})
 	case *messages.StateBatch:
-		a.onState(ctx, m.from, msg.Owner, msg.Model, msg.Records)
+		a.onState(ctx, m, msg.Owner, msg.Model, msg.Records)
 	case *messages.StateDelete:
-		a.onStateDelete(ctx, m.from, msg)
+		a.onStateDelete(ctx, m, msg)
 	case *messages.SharedChange:
-		a.onShared(ctx, m.from, []messages.SharedChange{*msg})
+		a.onShared(ctx, m, []messages.SharedChange{*msg})
 	case *messages.SharedChangeBatch:
-		a.onShared(ctx, m.from, msg.Entries)
+		a.onShared(ctx, m, msg.Entries)
 	case *messages.AckSharedChanges:
 		a.onAck(ctx, m.from, msg)
 	case *messages.WatermarkReport:
@@ -74,15 +72,17 @@ func isLiveChange(m messages.Message) bool {
 	return false
 }
 
-// answerPeer answers a peer's request off the actor's Receive: writing
-// the reply is network I/O.
-func answerPeer(n *nodeCore, to messages.DeviceID, reply func(messages.Message) error, resp messages.Message) {
+// answerPeer answers a peer's request off the actor's Receive (writing
+// the reply is network I/O), then releases the request's credit.
+func answerPeer(n *nodeCore, to messages.DeviceID, reply func(messages.Message) error, resp messages.Message, cr *credit) {
 	if reply == nil {
+		cr.release()
 		return
 	}
 	go func() {
+		defer cr.release()
 		if err := reply(resp); err != nil {
-			n.log.Debug("reply", "to", to, "err", err)
+			n.log.Warn("reply not sent", "to", to, "type", resp.MessageType(), "err", err)
 		}
 	}()
 }
@@ -107,7 +107,8 @@ func (a *libraryActor) applierFor(from messages.DeviceID, model string) (*actor.
 	return pid, true
 }
 
-func (a *libraryActor) onState(ctx actor.Context, from, owner messages.DeviceID, model string, recs []messages.StateRecord) {
+func (a *libraryActor) onState(ctx actor.Context, m *inboundMsg, owner messages.DeviceID, model string, recs []messages.StateRecord) {
+	from := m.from
 	// Live device-owned state is sent only by its owner.
 	if from != owner {
 		for _, r := range recs {
@@ -122,15 +123,14 @@ func (a *libraryActor) onState(ctx actor.Context, from, owner messages.DeviceID,
 	items := make([]applyItem, 0, len(recs))
 	for i := range recs {
 		if a.n.admitHLC(a.lib, a.id, from, recs[i].HLC) {
-			items = append(items, applyItem{from: from, owner: owner, model: model, rec: &recs[i]})
+			items = append(items, applyItem{from: from, owner: owner, model: model, rec: &recs[i], credit: m.credit})
 		}
 	}
-	if len(items) > 0 {
-		ctx.Send(pid, &applyIn{items: items})
-	}
+	a.toApplier(ctx, pid, m.credit, items)
 }
 
-func (a *libraryActor) onStateDelete(ctx actor.Context, from messages.DeviceID, d *messages.StateDelete) {
+func (a *libraryActor) onStateDelete(ctx actor.Context, m *inboundMsg, d *messages.StateDelete) {
+	from := m.from
 	if from != d.Owner {
 		a.n.reject(messages.ReasonForgedOwner, "library", a.id, "from", from, "claimed_owner", d.Owner, "model", d.Model, "uuid", d.UUID)
 		return
@@ -139,10 +139,21 @@ func (a *libraryActor) onStateDelete(ctx actor.Context, from messages.DeviceID, 
 	if !ok || !a.n.admitHLC(a.lib, a.id, from, d.HLC) {
 		return
 	}
-	ctx.Send(pid, &applyIn{items: []applyItem{{from: from, owner: d.Owner, model: d.Model, del: d}}})
+	a.toApplier(ctx, pid, m.credit, []applyItem{{from: from, owner: d.Owner, model: d.Model, del: d, credit: m.credit}})
 }
 
-func (a *libraryActor) onShared(ctx actor.Context, from messages.DeviceID, changes []messages.SharedChange) {
+// toApplier hands items to an applier; each holds a part of the message's
+// credit until it is applied.
+func (a *libraryActor) toApplier(ctx actor.Context, pid *actor.PID, cr *credit, items []applyItem) {
+	if len(items) == 0 {
+		return
+	}
+	cr.hold(len(items))
+	ctx.Send(pid, &applyIn{items: items})
+}
+
+func (a *libraryActor) onShared(ctx actor.Context, m *inboundMsg, changes []messages.SharedChange) {
+	from := m.from
 	items := make([]applyItem, 0, len(changes))
 	for i := range changes {
 		c := &changes[i]
@@ -159,11 +170,9 @@ func (a *libraryActor) onShared(ctx actor.Context, from messages.DeviceID, chang
 		if !a.n.admitHLC(a.lib, a.id, from, c.HLC) {
 			continue
 		}
-		items = append(items, applyItem{from: from, model: c.Model, change: c})
+		items = append(items, applyItem{from: from, model: c.Model, change: c, credit: m.credit})
 	}
-	if len(items) > 0 {
-		ctx.Send(a.appliers[sharedApplier], &applyIn{items: items})
-	}
+	a.toApplier(ctx, a.appliers[sharedApplier], m.credit, items)
 }
 
 func (a *libraryActor) onAck(ctx actor.Context, from messages.DeviceID, m *messages.AckSharedChanges) {
@@ -181,11 +190,32 @@ func (a *libraryActor) onAck(ctx actor.Context, from messages.DeviceID, m *messa
 // onSetupPartner answers a peer's sync-setup: it becomes a partner here.
 func (a *libraryActor) onSetupPartner(ctx actor.Context, m *setupPartner) {
 	if err := a.addPartner(ctx, m.req.Device, m.req.DeviceName, false); err != nil {
-		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeInternal, Message: err.Error()})
+		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeInternal, Message: err.Error()}, m.credit)
 		return
 	}
 	answerPeer(a.n, m.from, m.reply, &messages.SyncSetupResponse{Library: a.id, LibraryName: a.lib.Meta().Name,
-		Device: a.n.self, DeviceName: a.n.name})
+		Device: a.n.self, DeviceName: a.n.name}, m.credit)
+}
+
+// bufferDuringJoin holds a live change until the join ends (never applied
+// to incomplete state). The buffer is bounded in messages and bytes;
+// beyond, changes are dropped, which is safe: the final catch-up pass
+// fetches them. A buffered message is done with as far as its
+// connection's budget goes (the buffer has its own bound).
+func (a *libraryActor) bufferDuringJoin(m *inboundMsg) {
+	defer m.credit.release()
+	cost := int64(1)
+	if m.credit != nil {
+		cost = m.credit.bytes
+	}
+	if len(a.buffer) >= maxBuffered || a.bufferBytes+cost > maxBufferedBytes {
+		a.dropped++
+		a.n.metrics.Rejected(messages.ReasonBackfillBufferFull)
+		return
+	}
+	a.buffer = append(a.buffer, m)
+	a.bufferBytes += cost
+	m.credit = nil // its bytes are back in the budget; the buffer counts them now
 }
 
 // ---- results ----

@@ -228,7 +228,7 @@ func (a *libraryActor) onJoinDone(ctx actor.Context, m *joinDone) {
 	a.lastJoin = &last
 	a.join, a.joinSt = nil, nil
 	buf := a.buffer
-	a.buffer = nil
+	a.buffer, a.bufferBytes = nil, 0
 	for _, in := range buf {
 		a.onInbound(ctx, in)
 	}
@@ -270,6 +270,7 @@ func (a *libraryActor) onStoreFailed(ctx actor.Context, err error) {
 	for _, pid := range ctx.Children() {
 		ctx.Stop(pid)
 	}
+	a.releaseInboxes()
 	a.appliers = map[string]*actor.PID{}
 	a.jobs = map[messages.DeviceID]*actor.PID{}
 	a.ae, a.join = nil, nil

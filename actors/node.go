@@ -79,6 +79,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	core := &nodeCore{self: self, name: name, cfg: cfg, sync: cfg.Sync, metrics: metrics,
 		events: newEvents(metrics), log: log, sys: sys, stopped: make(chan struct{}), testHooks: cfg.hooks}
 	metrics.watchSystem(sys)
+	sys.EventStream.Subscribe(releaseDeadLetter)
 	n := &Node{core: core, sys: sys, tr: tr}
 	n.pid, err = sys.Root.SpawnNamed(actor.PropsFromProducer(newNodeActor(core, tr, dir),
 		actor.WithSupervisor(actor.NewOneForOneStrategy(100, time.Minute, actor.DefaultDecider))), "node")

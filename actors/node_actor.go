@@ -80,6 +80,10 @@ func (na *nodeActor) Receive(ctx actor.Context) {
 		}
 	case *inboundMsg:
 		na.onRequest(ctx, m)
+	case *resetBudgets:
+		for _, pid := range na.peers {
+			ctx.Send(pid, &resetBudget{})
+		}
 	case *libraryFailed:
 		na.openErrs[m.id] = m.err.Error()
 	case *libraryStarted:
@@ -347,6 +351,7 @@ func (na *nodeActor) peerList() []PeerInfo {
 // onRequest answers node-level requests from paired devices.
 func (na *nodeActor) onRequest(ctx actor.Context, m *inboundMsg) {
 	if m.reply == nil {
+		m.credit.release()
 		return
 	}
 	switch req := m.msg.(type) {
@@ -358,18 +363,18 @@ func (na *nodeActor) onRequest(ctx actor.Context, m *inboundMsg) {
 		slices.SortFunc(resp.Libraries, func(a, b messages.LibraryInfo) int {
 			return compareIDs(messages.DeviceID(a.ID), messages.DeviceID(b.ID))
 		})
-		answerPeer(na.n, m.from, m.reply, resp)
+		answerPeer(na.n, m.from, m.reply, resp, m.credit)
 	case *messages.SyncSetupRequest:
 		if req.Device != m.from {
 			na.n.reject(messages.ReasonForgedSetup, "from", m.from, "claimed", req.Device)
-			answerPeer(na.n, m.from, m.reply, &messages.Error{Code: messages.CodeUnauthorized, Message: "sync-setup must come from the device it registers"})
+			answerPeer(na.n, m.from, m.reply, &messages.Error{Code: messages.CodeUnauthorized, Message: "sync-setup must come from the device it registers"}, m.credit)
 			return
 		}
 		pid, ok := na.libs[req.Library]
 		if !ok {
-			answerPeer(na.n, m.from, m.reply, &messages.Error{Code: messages.CodeNotFound, Message: fmt.Sprintf("library %s is not open on %s", req.Library, na.n.self)})
+			answerPeer(na.n, m.from, m.reply, &messages.Error{Code: messages.CodeNotFound, Message: fmt.Sprintf("library %s is not open on %s", req.Library, na.n.self)}, m.credit)
 			return
 		}
-		ctx.Send(pid, &setupPartner{from: m.from, req: req, reply: m.reply})
+		ctx.Send(pid, &setupPartner{from: m.from, req: req, reply: m.reply, credit: m.credit})
 	}
 }

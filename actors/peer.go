@@ -35,6 +35,7 @@ type peerActor struct {
 
 	libs     map[messages.LibraryID]*actor.PID
 	conn     net.Conn
+	budget   *budget // conn's inbound budget (budget.go)
 	writer   *connWriter
 	outbound bool
 	checking bool // a liveness ping of conn is under way
@@ -72,6 +73,10 @@ func (p *peerActor) Receive(ctx actor.Context) {
 		p.onDialed(ctx, m)
 	case *inboundMsg:
 		p.route(ctx, m)
+	case *resetBudget:
+		if p.budget != nil {
+			p.budget.reset()
+		}
 	case *outboundMsg:
 		if p.writer != nil {
 			p.writer.enqueue(m)
@@ -170,7 +175,8 @@ func (p *peerActor) use(ctx actor.Context, c net.Conn, outbound bool) {
 	p.gen++
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	p.writer = newConnWriter(p.n, c)
-	go readLoop(c, root, self)
+	p.budget = newBudget(p.n.sync.InboundBudget)
+	go readLoop(c, root, self, p.budget)
 	ctx.Send(p.node, &peerConnected{dev: p.dev, name: c.PeerName(), pid: self, conn: c})
 }
 
@@ -184,15 +190,24 @@ func (p *peerActor) preferred(outbound bool) bool {
 func compareIDs(a, b messages.DeviceID) int { return bytes.Compare(a[:], b[:]) }
 
 // readLoop forwards everything the connection receives to the peer actor
-// until the connection ends.
-func readLoop(c net.Conn, root *actor.RootContext, self *actor.PID) {
+// until the connection ends. Each message takes its cost from the
+// connection's budget before the next is read: when the budget is spent
+// (the node is behind with this peer's messages), the loop waits, the
+// transport stops reading, and the peer's sends are slowed.
+func readLoop(c net.Conn, root *actor.RootContext, self *actor.PID, b *budget) {
 	for {
 		in, err := c.Recv(context.Background())
 		if err != nil {
 			root.Send(self, &connEnded{conn: c, err: err})
 			return
 		}
-		root.Send(self, &inboundMsg{from: c.Peer(), lib: in.Library, msg: in.Message, reply: in.Reply})
+		cr := &credit{b: b, bytes: inboundCost(in)}
+		cr.hold(1)
+		if !b.take(cr.bytes, c.Done()) {
+			root.Send(self, &connEnded{conn: c, err: c.Err()})
+			return
+		}
+		root.Send(self, &inboundMsg{from: c.Peer(), lib: in.Library, msg: in.Message, reply: in.Reply, credit: cr})
 	}
 }
 
@@ -263,12 +278,12 @@ func (p *peerActor) route(ctx actor.Context, m *inboundMsg) {
 	if m.lib.IsZero() {
 		switch msg := m.msg.(type) {
 		case *messages.Ping:
-			answerPeer(p.n, p.dev, m.reply, &messages.Pong{Nonce: msg.Nonce, SentAt: msg.SentAt})
+			answerPeer(p.n, p.dev, m.reply, &messages.Pong{Nonce: msg.Nonce, SentAt: msg.SentAt}, m.credit)
 		case *messages.LibraryListRequest, *messages.SyncSetupRequest:
 			ctx.Send(p.node, m)
 		default:
 			p.n.reject(messages.ReasonUnexpected, "from", p.dev, "type", m.msg.MessageType())
-			answerPeer(p.n, p.dev, m.reply, &messages.Error{Code: messages.CodeBadRequest, Message: fmt.Sprintf("unexpected %s", m.msg.MessageType())})
+			answerPeer(p.n, p.dev, m.reply, &messages.Error{Code: messages.CodeBadRequest, Message: fmt.Sprintf("unexpected %s", m.msg.MessageType())}, m.credit)
 		}
 		return
 	}
@@ -277,7 +292,7 @@ func (p *peerActor) route(ctx actor.Context, m *inboundMsg) {
 		return
 	}
 	p.n.reject(messages.ReasonUnknownLibrary, "from", p.dev, "library", m.lib)
-	answerPeer(p.n, p.dev, m.reply, &messages.Error{Code: messages.CodeNotFound, Message: fmt.Sprintf("library %s is not open on %s", m.lib, p.n.self)})
+	answerPeer(p.n, p.dev, m.reply, &messages.Error{Code: messages.CodeNotFound, Message: fmt.Sprintf("library %s is not open on %s", m.lib, p.n.self)}, m.credit)
 }
 
 // connWriter is a connection's writeLoop: it sends the live messages the

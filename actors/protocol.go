@@ -88,10 +88,11 @@ type connAccepted struct{ conn net.Conn }
 
 // inboundMsg is one message from a peer, routed to its library (or node).
 type inboundMsg struct {
-	from  messages.DeviceID
-	lib   messages.LibraryID
-	msg   messages.Message
-	reply func(messages.Message) error // the network reply; nil for live messages
+	from   messages.DeviceID
+	lib    messages.LibraryID
+	msg    messages.Message
+	reply  func(messages.Message) error // the network reply; nil for live messages
+	credit *credit                      // its share of the connection's budget (budget.go)
 }
 
 // outboundMsg asks a peer actor to send a live message.
@@ -117,6 +118,14 @@ type peerDown struct {
 // peers connected now (a restart wiped what it knew).
 type libraryStarted struct{}
 
+// resetBudgets: a library actor is stopping or restarting, and messages
+// in its children's mailboxes go with it, their credits never released;
+// the node has every peer reset its connection's budget (budget.go).
+type resetBudgets struct{}
+
+// resetBudget: node → peer, see resetBudgets.
+type resetBudget struct{}
+
 // libraryFailed: a library stopped on a storage failure (the node lists
 // why with the library).
 type libraryFailed struct {
@@ -126,9 +135,10 @@ type libraryFailed struct {
 
 // setupPartner: the node hands a library a peer's SyncSetupRequest.
 type setupPartner struct {
-	from  messages.DeviceID
-	req   *messages.SyncSetupRequest
-	reply func(messages.Message) error
+	from   messages.DeviceID
+	req    *messages.SyncSetupRequest
+	reply  func(messages.Message) error
+	credit *credit
 }
 
 // ---- node requests (embedding API) ----
@@ -215,6 +225,7 @@ type applyItem struct {
 	rec    *messages.StateRecord
 	del    *messages.StateDelete
 	change *messages.SharedChange
+	credit *credit // released once the item is applied (or filed as failed)
 }
 
 // applyIn queues items at an applier; the applier batches them.
@@ -285,7 +296,8 @@ type pruned struct {
 
 // serveReq asks the serve actor to answer a bulk request.
 type serveReq struct {
-	from  messages.DeviceID
-	msg   messages.Message
-	reply func(messages.Message) error
+	from   messages.DeviceID
+	msg    messages.Message
+	reply  func(messages.Message) error
+	credit *credit // released once answered
 }

@@ -45,7 +45,7 @@ func (s *serveActor) Receive(ctx actor.Context) {
 		s.n.log.Warn("bulk request failed", "from", m.from, "type", m.msg.MessageType(), "err", err)
 		resp = e
 	}
-	answerPeer(s.n, m.from, m.reply, resp)
+	answerPeer(s.n, m.from, m.reply, resp, m.credit)
 }
 
 func (s *serveActor) limit(l uint32) int {

@@ -43,6 +43,9 @@ func (s *librarySupervisor) HandleFailure(sys *actor.ActorSystem, sup actor.Supe
 		s.n.log.Error("storage failure; stopping the library", "library", s.id, "child", child.Id, "err", err)
 		s.publish(sys, child, reason, actor.StopDirective)
 		sup.StopChildren(child)
+		if errors.As(err, &af) {
+			releaseItems(af.batch.items)
+		}
 		sys.Root.Send(s.self, &storeFailed{err: err})
 	case errors.As(err, &af):
 		s.publish(sys, child, reason, actor.RestartDirective)
