@@ -26,6 +26,7 @@ type libraryActor struct {
 
 	peers    map[messages.DeviceID]*peerLink // connected devices (partners or not)
 	peerErr  map[messages.DeviceID]string    // why a partner is not connected, if a dial said
+	syncErr  map[messages.DeviceID]string    // why the last catch-up with a partner failed, until one succeeds
 	partners map[messages.DeviceID]bool      // sync_partners, cached
 	appliers map[string]*actor.PID           // model → applier; sharedApplier for shared models
 	serve    *actor.PID
@@ -135,6 +136,7 @@ func (a *libraryActor) receivePeers(ctx actor.Context) bool {
 func (a *libraryActor) start(ctx actor.Context) {
 	a.peers = map[messages.DeviceID]*peerLink{}
 	a.peerErr = map[messages.DeviceID]string{}
+	a.syncErr = map[messages.DeviceID]string{}
 	a.jobs = map[messages.DeviceID]*actor.PID{}
 	a.jobAgain = map[messages.DeviceID]bool{}
 	a.retry = map[messages.DeviceID]*backoff{}

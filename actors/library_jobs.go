@@ -101,8 +101,10 @@ func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
 		m.err = a.gapUnfilled(m.peer)
 	}
 	if m.err != nil {
+		a.syncErr[m.peer] = m.err.Error()
 		a.retryCatchUp(ctx, m.peer, m.err)
 	} else {
+		delete(a.syncErr, m.peer)
 		if bo := a.retry[m.peer]; bo != nil {
 			bo.reset()
 		}

@@ -38,6 +38,7 @@ type PeerStatus struct {
 	LastSync  string            `json:"last_sync,omitempty"`
 	AckedUpTo string            `json:"acked_up_to,omitempty"` // of this device's log
 	LastError string            `json:"last_error,omitempty"`  // why it is not connected, if known
+	SyncError string            `json:"sync_error,omitempty"`  // why the last catch-up with it failed (until one succeeds)
 }
 
 // Watermark is "holds everything of Device up to HLC".
@@ -81,7 +82,7 @@ func (a *libraryActor) status() (*Status, error) {
 		return nil, err
 	}
 	for _, p := range partners {
-		ps := PeerStatus{ID: p.Device, Name: p.Name, LastError: a.peerErr[p.Device]}
+		ps := PeerStatus{ID: p.Device, Name: p.Name, LastError: a.peerErr[p.Device], SyncError: a.syncErr[p.Device]}
 		if h, ok := acks[p.Device]; ok {
 			ps.AckedUpTo = h.String()
 		}

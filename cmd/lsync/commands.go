@@ -946,7 +946,11 @@ func printStatus(w io.Writer, st *actors.Status) {
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PEER\tNAME\tCONNECTED\tRTT\tLAST SYNC\tACKED UP TO\tLAST ERROR")
 		for _, p := range st.Peers {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), dash(p.LastSync), dash(p.AckedUpTo), dash(p.LastError))
+			why := p.LastError
+			if p.SyncError != "" {
+				why = "sync: " + p.SyncError
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), dash(p.LastSync), dash(p.AckedUpTo), dash(why))
 		}
 		tw.Flush()
 	}
