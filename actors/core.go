@@ -20,6 +20,7 @@ type nodeCore struct {
 	log     *slog.Logger
 	sys     *actor.ActorSystem
 	stopped chan struct{} // closed once the actor tree is down
+	auth    *authTable    // who may send what, for the transport (authorize.go)
 
 	testHooks
 }

@@ -97,6 +97,9 @@ func (a *libraryActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		a.start(ctx)
 	case *actor.Stopping, *actor.Restarting:
+		if _, stopping := ctx.Message().(*actor.Stopping); stopping {
+			a.n.auth.setPartners(a.id, nil) // closed: nobody may send to it
+		}
 		a.stopTimers()
 		a.releaseInboxes()
 		ctx.Send(ctx.Parent(), &resetBudgets{})
@@ -233,6 +236,7 @@ func (a *libraryActor) reloadPartners() {
 			a.partners[p.Device] = true
 		}
 	}
+	a.n.auth.setPartners(a.id, a.partners)
 }
 
 // phase is the library's sync phase, derived from what runs: a storage

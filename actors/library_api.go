@@ -172,6 +172,7 @@ func (a *libraryActor) addPartner(ctx actor.Context, dev messages.DeviceID, name
 		return fmt.Errorf("add partner: %w", err)
 	}
 	a.partners[dev] = true
+	a.n.auth.setPartners(a.id, a.partners)
 	if join {
 		return a.startJoin(ctx, dev)
 	}
@@ -193,6 +194,7 @@ func (a *libraryActor) removePartner(ctx actor.Context, dev messages.DeviceID) e
 		return err
 	}
 	delete(a.partners, dev)
+	a.n.auth.setPartners(a.id, a.partners)
 	delete(a.reported, dev)
 	if a.join != nil {
 		ctx.Send(a.join, &peerDown{dev: dev})

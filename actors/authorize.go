@@ -1,0 +1,93 @@
+package actors
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// authTable answers, from the envelope alone, whether a peer may send a
+// message of some type for some library here, so the transport refuses a
+// frame before it spends anything on decompressing and decoding it (issue
+// 9: a 2 KB frame that decompresses to 60 MB is refused first, not after).
+// The library actors keep it current (they own their partner lists); the
+// transport's goroutines read it, hence the lock.
+type authTable struct {
+	mu       sync.RWMutex
+	partners map[messages.LibraryID]map[messages.DeviceID]bool // open libraries → their sync partners
+}
+
+func newAuthTable() *authTable {
+	return &authTable{partners: map[messages.LibraryID]map[messages.DeviceID]bool{}}
+}
+
+// setPartners records lib's partners (lib is open); nil removes lib.
+func (t *authTable) setPartners(lib messages.LibraryID, partners map[messages.DeviceID]bool) {
+	cp := make(map[messages.DeviceID]bool, len(partners))
+	for d, ok := range partners {
+		if ok {
+			cp[d] = true
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if partners == nil {
+		delete(t.partners, lib)
+		return
+	}
+	t.partners[lib] = cp
+}
+
+// authError is a refusal with its reason.
+type authError struct {
+	reason messages.Reason
+	msg    string
+}
+
+func (e *authError) Error() string { return e.msg }
+
+// Reason is what the refusal is counted as.
+func (e *authError) Reason() messages.Reason { return e.reason }
+
+// authorize says whether peer may send a message of type typ for lib:
+// node-level requests (lib zero) from any paired device; a library's
+// messages only from its partners, and only the types a partner sends
+// (live changes, ACKs, reports, bulk requests), never answers it did not
+// ask for.
+func (t *authTable) authorize(peer messages.DeviceID, lib messages.LibraryID, typ messages.Type) error {
+	if lib.IsZero() {
+		switch typ {
+		case messages.TypePing, messages.TypePong, messages.TypeLibraryListRequest, messages.TypeSyncSetupRequest:
+			return nil
+		}
+		return &authError{messages.ReasonUnexpected, fmt.Sprintf("%s is not a node-level message", typ)}
+	}
+	if !partnerType(typ) {
+		return &authError{messages.ReasonUnexpected, fmt.Sprintf("%s is not sent to a library", typ)}
+	}
+	t.mu.RLock()
+	partners, open := t.partners[lib]
+	ok := partners[peer]
+	t.mu.RUnlock()
+	switch {
+	case !open:
+		return &authError{messages.ReasonUnknownLibrary, fmt.Sprintf("library %s is not open here", lib)}
+	case !ok:
+		return &authError{messages.ReasonUnauthorized, fmt.Sprintf("device %s is not a sync partner of library %s", peer, lib)}
+	}
+	return nil
+}
+
+// partnerType reports whether a partner may send typ for a library.
+func partnerType(typ messages.Type) bool {
+	switch typ {
+	case messages.TypeStateChange, messages.TypeStateBatch, messages.TypeStateDelete,
+		messages.TypeSharedChange, messages.TypeSharedChangeBatch, messages.TypeAckSharedChanges,
+		messages.TypeWatermarkReport,
+		messages.TypeStateRequest, messages.TypeSharedChangeRequest, messages.TypeSharedStateRequest,
+		messages.TypeFingerprintRequest, messages.TypeSnapshotRequest, messages.TypeStateOwnersRequest:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,49 @@
+package actors
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/lsync/lsync/internal/testutil"
+	"github.com/lsync/lsync/messages"
+)
+
+func TestAuthorizeFromTheEnvelope(t *testing.T) {
+	tab := newAuthTable()
+	lib, other := messages.LibraryID(testutil.UUID(1)), messages.LibraryID(testutil.UUID(2))
+	partner, stranger := testutil.DevID(1), testutil.DevID(2)
+	tab.setPartners(lib, map[messages.DeviceID]bool{partner: true, stranger: false})
+	for _, tc := range []struct {
+		name string
+		peer messages.DeviceID
+		lib  messages.LibraryID
+		typ  messages.Type
+		want messages.Reason // "" = allowed
+	}{
+		{"a partner's live change", partner, lib, messages.TypeStateBatch, ""},
+		{"a partner's request", partner, lib, messages.TypeStateRequest, ""},
+		{"a partner's ACK", partner, lib, messages.TypeAckSharedChanges, ""},
+		{"a paired device lists libraries", stranger, messages.LibraryID{}, messages.TypeLibraryListRequest, ""},
+		{"a paired device sets up sync", stranger, messages.LibraryID{}, messages.TypeSyncSetupRequest, ""},
+		{"a non-partner's change", stranger, lib, messages.TypeSharedChange, messages.ReasonUnauthorized},
+		{"a library that is not open", partner, other, messages.TypeStateBatch, messages.ReasonUnknownLibrary},
+		{"an answer nobody asked for", partner, lib, messages.TypeStateResponse, messages.ReasonUnexpected},
+		{"a library message without a library", partner, messages.LibraryID{}, messages.TypeStateBatch, messages.ReasonUnexpected},
+		{"a node message for a library", partner, lib, messages.TypeLibraryListRequest, messages.ReasonUnexpected},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tab.authorize(tc.peer, tc.lib, tc.typ)
+			var ae *authError
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (!errors.As(err, &ae) || ae.Reason() != tc.want):
+				t.Fatalf("got %v, want a refusal for %s", err, tc.want)
+			}
+		})
+	}
+	tab.setPartners(lib, nil)
+	if err := tab.authorize(partner, lib, messages.TypeStateBatch); err == nil {
+		t.Fatal("a closed library still takes messages")
+	}
+}
