@@ -36,8 +36,8 @@ type applierActor struct {
 }
 
 // applierInbox is an applier's queue. Items are queued per sender and
-// batched round-robin across senders, so one flooding peer cannot put
-// everyone else's changes behind its backlog; each sender's items keep
+// taken one batch at a time, round-robin across senders, so one flooding
+// peer cannot put everyone else's changes behind its backlog; each sender's items keep
 // their order (an origin's chain, an owner's writes). It is shared with
 // the library actor (which releases what is left when it goes), hence the
 // mutex.
@@ -62,34 +62,27 @@ func (in *applierInbox) push(items []applyItem) {
 	}
 }
 
-// batches empties the queue into batches of at most size items, taking
-// from each sender in turn.
-func (in *applierInbox) batches(size int) [][]applyItem {
+// next takes the next batch of at most size items, from each sender in
+// turn.
+func (in *applierInbox) next(size int) []applyItem {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	var out [][]applyItem
-	var cur []applyItem
-	for len(in.order) > 0 {
-		share := max(size/len(in.order), 1)
+	var out []applyItem
+	for len(in.order) > 0 && len(out) < size {
+		share := max((size-len(out))/len(in.order), 1)
 		var still []messages.DeviceID
 		for _, from := range in.order {
 			q := in.queues[from]
-			n := min(len(q), share, size-len(cur))
-			cur = append(cur, q[:n]...)
+			n := min(len(q), share, size-len(out))
+			out = append(out, q[:n]...)
 			if q = q[n:]; len(q) > 0 {
 				in.queues[from] = q
 				still = append(still, from)
 			} else {
 				delete(in.queues, from)
 			}
-			if len(cur) == size {
-				out, cur = append(out, cur), nil
-			}
 		}
 		in.order = still
-	}
-	if len(cur) > 0 {
-		out = append(out, cur)
 	}
 	return out
 }
@@ -144,12 +137,17 @@ func (a *applierActor) Receive(ctx actor.Context) {
 			ctx.Send(ctx.Self(), &flush{})
 		}
 	case *flush:
-		// Everything that queued up behind the first item goes in batches;
-		// each batch travels as its own message so that, if it fails, the
-		// failure names exactly the items it held.
-		a.inbox.scheduled = false
-		for _, b := range a.inbox.batches(a.n.sync.ApplyBatch) {
+		// One batch at a time, taken round-robin across senders when it
+		// is its turn, so what a sender queued after a flood still goes
+		// in the next batch, not behind the whole flood. The batch
+		// travels as its own message so that, if it fails, the failure
+		// names exactly the items it held; the next flush follows it.
+		b := a.inbox.next(a.n.sync.ApplyBatch)
+		if len(b) > 0 {
 			ctx.Send(ctx.Self(), &applyBatch{items: b})
+		}
+		if a.inbox.scheduled = !a.inbox.empty(); a.inbox.scheduled {
+			ctx.Send(ctx.Self(), &flush{})
 		}
 	case *applyBatch:
 		a.apply(ctx, m)
