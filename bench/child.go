@@ -120,13 +120,16 @@ func fillTraffic(n *actors.Node, r *nodeResult) {
 }
 
 // peakRSSMB reads VmHWM, the peak resident set of this process.
-func peakRSSMB() float64 {
+func peakRSSMB() float64 { return procStatusMB("VmHWM:") }
+
+// procStatusMB reads a field of /proc/self/status given in kB, in MB.
+func procStatusMB(field string) float64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
 			return kb / 1024
 		}
@@ -339,8 +342,12 @@ func sortMarks(ms []mark) {
 	}
 }
 
-// readTagged scans a child's stdout for "TAG {json}" lines and sends them
-// on the returned channel (closed at EOF); other lines go to logw.
+// lineTags are the tags of the lines children and harness exchange.
+var lineTags = map[string]bool{"READY": true, "RESULT": true, "WROTE": true, "GO": true, "EXPECT": true}
+
+// readTagged scans a child's stdout (or a child's stdin) for "TAG {json}"
+// lines and sends them on the returned channel (closed at EOF); other
+// lines go to logw.
 func readTagged(r io.Reader, logw io.Writer) <-chan [2]string {
 	ch := make(chan [2]string, 4)
 	go func() {
@@ -349,7 +356,7 @@ func readTagged(r io.Reader, logw io.Writer) <-chan [2]string {
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			if tag, body, ok := strings.Cut(line, " "); ok && (tag == "READY" || tag == "RESULT") {
+			if tag, body, ok := strings.Cut(line, " "); ok && lineTags[tag] {
 				ch <- [2]string{tag, body}
 				continue
 			}
@@ -357,4 +364,24 @@ func readTagged(r io.Reader, logw io.Writer) <-chan [2]string {
 		}
 	}()
 	return ch
+}
+
+var errEOF = errors.New("input closed")
+
+// awaitLine returns the body of the next line tagged tag (errEOF once the
+// input closed).
+func awaitLine(ctx context.Context, lines <-chan [2]string, tag string, v any) error {
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return errEOF
+			}
+			if l[0] == tag {
+				return json.Unmarshal([]byte(l[1]), v)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
