@@ -198,13 +198,9 @@ func runJoin(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	server, err := messages.ParseDeviceID(o.server)
+	server, libID, err := parseIDs("--server", o.server, o.library)
 	if err != nil {
-		return fmt.Errorf("--server: %w", err)
-	}
-	libID, err := messages.ParseLibraryID(o.library)
-	if err != nil {
-		return fmt.Errorf("--library: %w", err)
+		return err
 	}
 	stop, err := startProfile(o.cpuProfile)
 	if err != nil {
@@ -251,6 +247,19 @@ func runJoin(ctx context.Context, args []string, stdout io.Writer) error {
 	fillTraffic(n, &r)
 	r.PeakRSSMB = peakRSSMB()
 	return emit(stdout, "RESULT", r)
+}
+
+// parseIDs parses a device id given with devFlag and a --library id.
+func parseIDs(devFlag, dev, lib string) (messages.DeviceID, messages.LibraryID, error) {
+	d, err := messages.ParseDeviceID(dev)
+	if err != nil {
+		return d, messages.LibraryID{}, fmt.Errorf("%s: %w", devFlag, err)
+	}
+	l, err := messages.ParseLibraryID(lib)
+	if err != nil {
+		return d, l, fmt.Errorf("--library: %w", err)
+	}
+	return d, l, nil
 }
 
 // timeline records when the joining library changes phase, and when the
