@@ -75,6 +75,12 @@ func childLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
+// startNode starts a child's node: listening on 127.0.0.1, logging
+// warnings to stderr.
+func startNode(ctx context.Context, home, name string, sync actors.SyncConfig) (*actors.Node, error) {
+	return actors.Start(ctx, actors.Config{Home: home, Name: name, Listen: "127.0.0.1:0", Logger: childLogger(), Sync: sync})
+}
+
 func emit(w io.Writer, tag string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -164,8 +170,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 		return err
 	}
 	defer stop()
-	n, err := actors.Start(ctx, actors.Config{Home: o.home, Name: serverName, Listen: "127.0.0.1:0", Logger: childLogger(),
-		Sync: actors.SyncConfig{PageSize: o.pageSize}})
+	n, err := startNode(ctx, o.home, serverName, actors.SyncConfig{PageSize: o.pageSize})
 	if err != nil {
 		return err
 	}
@@ -209,8 +214,7 @@ func runJoin(ctx context.Context, args []string, stdout io.Writer) error {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	n, err := actors.Start(ctx, actors.Config{Home: o.home, Name: joinerName, Listen: "127.0.0.1:0", Logger: childLogger(),
-		Sync: actors.SyncConfig{PageSize: o.pageSize}})
+	n, err := startNode(ctx, o.home, joinerName, actors.SyncConfig{PageSize: o.pageSize})
 	if err != nil {
 		return err
 	}

@@ -225,6 +225,7 @@ func (h *hostile) flood(ctx context.Context, end time.Time, n int) floodHostileR
 	}()
 	var r floodHostileResult
 	t0 := time.Now()
+	perSec := h.countPerSecond(ctx)
 	for b := range batches {
 		for ctx.Err() == nil {
 			c, err := h.current(ctx)
@@ -241,6 +242,7 @@ func (h *hostile) flood(ctx context.Context, end time.Time, n int) floodHostileR
 		}
 	}
 	r.Secs = time.Since(t0).Seconds()
+	r.PerSec = <-perSec
 	r.Batches = int(h.obs.frames.Load())
 	r.Records = r.Batches * n
 	r.WireBytes, r.PayloadBytes = float64(h.obs.wire.Load()), float64(h.obs.payload.Load())
@@ -248,6 +250,30 @@ func (h *hostile) flood(ctx context.Context, end time.Time, n int) floodHostileR
 	r.Conns = h.conns
 	h.mu.Unlock()
 	return r
+}
+
+// countPerSecond counts the batches written in each second until ctx
+// ends, then delivers the counts.
+func (h *hostile) countPerSecond(ctx context.Context) <-chan []int {
+	out := make(chan []int, 1)
+	go func() {
+		var counts []int
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		last := h.obs.frames.Load()
+		for {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				out <- counts
+				return
+			}
+			n := h.obs.frames.Load()
+			counts = append(counts, int(n-last))
+			last = n
+		}
+	}()
+	return out
 }
 
 // batch makes n new entries of the hostile's location: folders of 20 to

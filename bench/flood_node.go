@@ -68,7 +68,7 @@ func runFloodVictim(ctx context.Context, args []string, stdin io.Reader, stdout 
 	}
 	defer stop()
 	lines := readTagged(stdin, io.Discard)
-	n, err := actors.Start(ctx, actors.Config{Home: o.home, Name: o.name, Listen: "127.0.0.1:0", Logger: childLogger()})
+	n, err := startNode(ctx, o.home, o.name, actors.SyncConfig{})
 	if err != nil {
 		return err
 	}
@@ -108,7 +108,7 @@ func runFloodHonest(ctx context.Context, args []string, stdin io.Reader, stdout 
 		return err
 	}
 	lines := readTagged(stdin, io.Discard)
-	n, err := actors.Start(ctx, actors.Config{Home: o.home, Name: o.name, Listen: "127.0.0.1:0", Logger: childLogger()})
+	n, err := startNode(ctx, o.home, o.name, actors.SyncConfig{})
 	if err != nil {
 		return err
 	}
@@ -217,6 +217,29 @@ func writeOne(ctx context.Context, lib *actors.Library, loc messages.UUID, self 
 	return err
 }
 
+// applierTimes reads lsync_apply_seconds by model.
+func applierTimes(n *actors.Node) map[string]applierTime {
+	out := map[string]applierTime{}
+	fams, err := n.Metrics().Registry.Gather()
+	if err != nil {
+		return out
+	}
+	for _, f := range fams {
+		if f.GetName() != "lsync_apply_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "model" {
+					h := m.GetHistogram()
+					out[l.GetValue()] = applierTime{Batches: int(h.GetSampleCount()), Secs: h.GetSampleSum()}
+				}
+			}
+		}
+	}
+	return out
+}
+
 // victimStats adds what only the victim reports: refusals by reason, what
 // it took of the flood, parked records.
 func victimStats(n *actors.Node, lib *actors.Library, hostile messages.DeviceID, r *floodNodeResult) {
@@ -227,6 +250,7 @@ func victimStats(n *actors.Node, lib *actors.Library, hostile messages.DeviceID,
 			r.Rejected[string(reason)] = v
 		}
 	}
+	r.Applied = applierTimes(n)
 	if fr, err := lib.Store().RangeSummary(persistence.ModelEntry, hostile, messages.UUID{}, messages.UUID{}, 0); err == nil {
 		r.FloodRows = int64(fr.Count)
 	}

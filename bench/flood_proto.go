@@ -67,8 +67,17 @@ type floodNodeResult struct {
 	Rejected  map[string]float64 `json:"rejected,omitempty"`
 	FloodRows int64              `json:"flood_rows,omitempty"` // the hostile's entries stored here
 	Parked    int                `json:"parked,omitempty"`
+	// Applied is lsync_apply_seconds per applier (model label): how many
+	// transactions it ran and how long they took in all.
+	Applied map[string]applierTime `json:"applied,omitempty"`
 	// Disconnects counts each peer's connections that ended (any node).
 	Disconnects map[messages.DeviceID]int `json:"disconnects,omitempty"`
+}
+
+// applierTime is one applier's transactions.
+type applierTime struct {
+	Batches int     `json:"batches"`
+	Secs    float64 `json:"secs"`
 }
 
 // floodHostileResult is what the flooding peer got through.
@@ -80,7 +89,10 @@ type floodHostileResult struct {
 	Secs         float64 `json:"secs"`
 	SendErrors   int     `json:"send_errors"`
 	Conns        int     `json:"conns"` // connections it used
-	PeakRSSMB    float64 `json:"peak_rss_mb"`
+	// PerSec is how many batches QUIC took in each second of the flood:
+	// the flood's pace, and where back-pressure slowed it.
+	PerSec    []int   `json:"per_sec"`
+	PeakRSSMB float64 `json:"peak_rss_mb"`
 }
 
 // floodUUID is the uuid of change seq of writer dev: writers and watchers

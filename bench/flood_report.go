@@ -24,14 +24,16 @@ type floodResult struct {
 	WireMBPerSec  float64            `json:"flood_wire_mb_per_sec"`
 	HostileCPU    float64            `json:"hostile_cpu_secs"`
 
-	VictimRSSMB float64            `json:"victim_peak_rss_mb"`
-	VictimRSS   []float64          `json:"victim_rss_mb"`  // once a second from GO
-	VictimHeap  []float64          `json:"victim_heap_mb"` // Go heap objects, same instants
-	VictimCPU   float64            `json:"victim_cpu_secs"`
-	HonestRSSMB []float64          `json:"honest_peak_rss_mb"`
-	FloodRows   int64              `json:"flood_rows_stored"` // the hostile's entries in the victim's database
-	Parked      int                `json:"victim_parked"`
-	Rejected    map[string]float64 `json:"victim_rejected"`
+	VictimRSSMB float64   `json:"victim_peak_rss_mb"`
+	VictimRSS   []float64 `json:"victim_rss_mb"`  // once a second from GO
+	VictimHeap  []float64 `json:"victim_heap_mb"` // Go heap objects, same instants
+	VictimCPU   float64   `json:"victim_cpu_secs"`
+	HonestRSSMB []float64 `json:"honest_peak_rss_mb"`
+	FloodRows   int64     `json:"flood_rows_stored"` // the hostile's entries in the victim's database
+	Parked      int       `json:"victim_parked"`
+	// Applied is the victim's appliers' transactions (lsync_apply_seconds).
+	Applied  map[string]applierTime `json:"victim_applied"`
+	Rejected map[string]float64     `json:"victim_rejected"`
 	// Disconnects counts the victim's connections that ended, by role.
 	Disconnects map[string]int `json:"victim_disconnects,omitempty"`
 
@@ -65,7 +67,8 @@ func summarizeFlood(run *floodRun, o *options) *floodResult {
 	res := &floodResult{Status: "ok", DurationSecs: o.floodDuration.Seconds(), RatePerWriter: o.floodRate, BatchRecords: o.floodBatch,
 		Hostile: run.flood, HostileCPU: run.hostile.stats.CPUSecs,
 		VictimRSSMB: v.PeakRSSMB, VictimRSS: v.RSSMB, VictimHeap: v.HeapMB, VictimCPU: run.victim.stats.CPUSecs,
-		FloodRows: v.FloodRows, Parked: v.Parked, Rejected: map[string]float64{}, Disconnects: map[string]int{}}
+		FloodRows: v.FloodRows, Parked: v.Parked, Rejected: map[string]float64{}, Disconnects: map[string]int{},
+		Applied: v.Applied}
 	maps.Copy(res.Rejected, v.Rejected)
 	if s := run.flood.Secs; s > 0 {
 		res.RecordsPerSec = float64(run.flood.Records) / s
@@ -157,8 +160,10 @@ func (f *floodResult) write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "flood: %.0f s; the hostile peer got %d batches of %d entries through (%.2f MB each before zstd): %.0f records/s, %.1f MB/s on the wire, %d send errors, CPU %.1f s\n",
 		f.DurationSecs, h.Batches, f.BatchRecords, perBatch, f.RecordsPerSec, f.WireMBPerSec, h.SendErrors, f.HostileCPU)
+	fmt.Fprintf(w, "flood batches QUIC took each second: %s\n", joinInts(h.PerSec))
 	fmt.Fprintf(w, "flood victim: peak RSS %.0f MB, CPU %.1f s, %d flood rows stored, %d parked; honest peers' peak RSS %s MB\n",
 		f.VictimRSSMB, f.VictimCPU, f.FloodRows, f.Parked, joinFloats(f.HonestRSSMB))
+	fmt.Fprintf(w, "flood victim appliers: %s\n", appliedLabel(f.Applied))
 	fmt.Fprintf(w, "flood victim RSS MB, once a second: %s\n", joinFloats(f.VictimRSS))
 	fmt.Fprintf(w, "flood victim Go heap MB:            %s\n", joinFloats(f.VictimHeap))
 	fmt.Fprintf(w, "flood victim refused: %s; connections ended: %s\n", countsLabel(f.Rejected), countsLabel(f.Disconnects))
@@ -201,6 +206,30 @@ func joinFloats(xs []float64) string {
 		parts[i] = fmt.Sprintf("%.0f", x)
 	}
 	return strings.Join(parts, " ")
+}
+
+// joinInts prints xs space-separated.
+func joinInts(xs []int) string {
+	fs := make([]float64, len(xs))
+	for i, x := range xs {
+		fs[i] = float64(x)
+	}
+	return joinFloats(fs)
+}
+
+// appliedLabel prints each applier's transactions and time.
+func appliedLabel(m map[string]applierTime) string {
+	var parts []string
+	for model, a := range m {
+		if a.Batches > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d transactions in %.1f s (%.0f ms each)", model, a.Batches, a.Secs, a.Secs/float64(a.Batches)*1000))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
 }
 
 // countsLabel prints a count per name, "none" for none.
