@@ -82,16 +82,8 @@ func TestHarnessEndToEnd(t *testing.T) {
 	work := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var stdout, stderr bytes.Buffer
-	args := []string{"--entries", "4000", "--subset", "400", "--seed", "3", "--work", work, "--json",
-		"--scenarios", "individual,batched-1k", "--cpuprofile", filepath.Join(work, "prof")}
-	if err := Run(ctx, args, nil, &stdout, &stderr); err != nil {
-		t.Fatalf("bench: %v\n%s", err, stderr.String())
-	}
-	var rep report
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		t.Fatalf("--json output: %v\n%s", err, stdout.String())
-	}
+	rep, table := runJSON(ctx, t, "--entries", "4000", "--subset", "400", "--seed", "3", "--work", work,
+		"--scenarios", "individual,batched-1k", "--cpuprofile", filepath.Join(work, "prof"))
 	if rep.Raw == nil || rep.Raw.Rows != 4000 || rep.Copy == nil || rep.Copy.Bytes == 0 {
 		t.Fatalf("baselines missing: %+v %+v", rep.Raw, rep.Copy)
 	}
@@ -115,13 +107,12 @@ func TestHarnessEndToEnd(t *testing.T) {
 	if ind.Name != "individual" || ind.Scale != 10 || ind.LibEntries != 400 {
 		t.Fatalf("individual scenario not on the extrapolated subset: %+v", ind)
 	}
-	if !strings.Contains(stderr.String(), "individual (400 ×10, extrapolated)") {
-		t.Fatalf("table does not label the extrapolation:\n%s", stderr.String())
+	if !strings.Contains(table, "individual (400 ×10, extrapolated)") {
+		t.Fatalf("table does not label the extrapolation:\n%s", table)
 	}
 	// A second run reuses the cached libraries.
-	stderr.Reset()
-	stdout.Reset()
-	args = []string{"--entries", "4000", "--seed", "3", "--work", work, "--scenarios", "batched-10k", "--baselines=false"}
+	var stdout, stderr bytes.Buffer
+	args := []string{"--entries", "4000", "--seed", "3", "--work", work, "--scenarios", "batched-10k", "--baselines=false"}
 	if err := Run(ctx, args, nil, &stdout, &stderr); err != nil {
 		t.Fatalf("second run: %v\n%s", err, stderr.String())
 	}
@@ -131,4 +122,52 @@ func TestHarnessEndToEnd(t *testing.T) {
 	if !strings.Contains(stdout.String(), "batched-10k") {
 		t.Fatalf("no table on stdout:\n%s", stdout.String())
 	}
+}
+
+// TestFloodEndToEnd runs the flood scenario for 3 s: four processes (the
+// victim, two honest peers, the hostile one) pair over QUIC on 127.0.0.1;
+// every honest change must arrive, and every figure the report shows must
+// be measured.
+func TestFloodEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, table := runJSON(ctx, t, "--scenarios", "flood", "--flood-duration", "3s", "--flood-batch", "2000", "--work", t.TempDir())
+	f := rep.Flood
+	if f == nil || f.Status != "ok" || len(rep.Scenarios) != 0 || rep.Raw != nil {
+		t.Fatalf("flood alone: %+v, scenarios %+v, raw %+v", f, rep.Scenarios, rep.Raw)
+	}
+	for name, s := range map[string]latencyStats{"honest → victim": f.ToVictim, "victim → honest": f.FromVictim} {
+		if s.Written == 0 || s.Arrived != s.Written || s.WriteErrors != 0 || s.P99Ms <= 0 || s.MaxMs < s.P99Ms {
+			t.Fatalf("%s: %+v", name, s)
+		}
+	}
+	if f.Hostile.Batches == 0 || f.Hostile.WireBytes <= 0 || f.RecordsPerSec <= 0 || f.FloodRows == 0 {
+		t.Fatalf("no flood measured: %+v, %d rows stored", f.Hostile, f.FloodRows)
+	}
+	if f.VictimRSSMB <= 0 || len(f.VictimRSS) == 0 || len(f.HonestRSSMB) != 2 || f.VictimCPU <= 0 {
+		t.Fatalf("victim not measured: %+v", f)
+	}
+	for _, want := range []string{"honest changes all arrive", "flood victim RSS", "flood honest → victim: "} {
+		if !strings.Contains(table, want) {
+			t.Fatalf("table lacks %q:\n%s", want, table)
+		}
+	}
+}
+
+// runJSON runs the harness with --json and returns its report and the
+// table it printed on stderr.
+func runJSON(ctx context.Context, t *testing.T, args ...string) (report, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if err := Run(ctx, append(args, "--json"), nil, &stdout, &stderr); err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	var rep report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout.String())
+	}
+	return rep, stderr.String()
 }

@@ -75,6 +75,12 @@ func childLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
+// startNode starts a child's node: listening on 127.0.0.1, logging
+// warnings to stderr.
+func startNode(ctx context.Context, home, name string, sync actors.SyncConfig) (*actors.Node, error) {
+	return actors.Start(ctx, actors.Config{Home: home, Name: name, Listen: "127.0.0.1:0", Logger: childLogger(), Sync: sync})
+}
+
 func emit(w io.Writer, tag string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -120,13 +126,16 @@ func fillTraffic(n *actors.Node, r *nodeResult) {
 }
 
 // peakRSSMB reads VmHWM, the peak resident set of this process.
-func peakRSSMB() float64 {
+func peakRSSMB() float64 { return procStatusMB("VmHWM:") }
+
+// procStatusMB reads a field of /proc/self/status given in kB, in MB.
+func procStatusMB(field string) float64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
 			return kb / 1024
 		}
@@ -161,8 +170,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 		return err
 	}
 	defer stop()
-	n, err := actors.Start(ctx, actors.Config{Home: o.home, Name: serverName, Listen: "127.0.0.1:0", Logger: childLogger(),
-		Sync: actors.SyncConfig{PageSize: o.pageSize}})
+	n, err := startNode(ctx, o.home, serverName, actors.SyncConfig{PageSize: o.pageSize})
 	if err != nil {
 		return err
 	}
@@ -195,13 +203,9 @@ func runJoin(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	server, err := messages.ParseDeviceID(o.server)
+	server, libID, err := parseIDs("--server", o.server, o.library)
 	if err != nil {
-		return fmt.Errorf("--server: %w", err)
-	}
-	libID, err := messages.ParseLibraryID(o.library)
-	if err != nil {
-		return fmt.Errorf("--library: %w", err)
+		return err
 	}
 	stop, err := startProfile(o.cpuProfile)
 	if err != nil {
@@ -210,8 +214,7 @@ func runJoin(ctx context.Context, args []string, stdout io.Writer) error {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	n, err := actors.Start(ctx, actors.Config{Home: o.home, Name: joinerName, Listen: "127.0.0.1:0", Logger: childLogger(),
-		Sync: actors.SyncConfig{PageSize: o.pageSize}})
+	n, err := startNode(ctx, o.home, joinerName, actors.SyncConfig{PageSize: o.pageSize})
 	if err != nil {
 		return err
 	}
@@ -248,6 +251,19 @@ func runJoin(ctx context.Context, args []string, stdout io.Writer) error {
 	fillTraffic(n, &r)
 	r.PeakRSSMB = peakRSSMB()
 	return emit(stdout, "RESULT", r)
+}
+
+// parseIDs parses a device id given with devFlag and a --library id.
+func parseIDs(devFlag, dev, lib string) (messages.DeviceID, messages.LibraryID, error) {
+	d, err := messages.ParseDeviceID(dev)
+	if err != nil {
+		return d, messages.LibraryID{}, fmt.Errorf("%s: %w", devFlag, err)
+	}
+	l, err := messages.ParseLibraryID(lib)
+	if err != nil {
+		return d, l, fmt.Errorf("--library: %w", err)
+	}
+	return d, l, nil
 }
 
 // timeline records when the joining library changes phase, and when the
@@ -339,8 +355,12 @@ func sortMarks(ms []mark) {
 	}
 }
 
-// readTagged scans a child's stdout for "TAG {json}" lines and sends them
-// on the returned channel (closed at EOF); other lines go to logw.
+// lineTags are the tags of the lines children and harness exchange.
+var lineTags = map[string]bool{"READY": true, "RESULT": true, "WROTE": true, "GO": true, "EXPECT": true}
+
+// readTagged scans a child's stdout (or a child's stdin) for "TAG {json}"
+// lines and sends them on the returned channel (closed at EOF); other
+// lines go to logw.
 func readTagged(r io.Reader, logw io.Writer) <-chan [2]string {
 	ch := make(chan [2]string, 4)
 	go func() {
@@ -349,7 +369,7 @@ func readTagged(r io.Reader, logw io.Writer) <-chan [2]string {
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			if tag, body, ok := strings.Cut(line, " "); ok && (tag == "READY" || tag == "RESULT") {
+			if tag, body, ok := strings.Cut(line, " "); ok && lineTags[tag] {
 				ch <- [2]string{tag, body}
 				continue
 			}
@@ -357,4 +377,24 @@ func readTagged(r io.Reader, logw io.Writer) <-chan [2]string {
 		}
 	}()
 	return ch
+}
+
+var errEOF = errors.New("input closed")
+
+// awaitLine returns the body of the next line tagged tag (errEOF once the
+// input closed).
+func awaitLine(ctx context.Context, lines <-chan [2]string, tag string, v any) error {
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return errEOF
+			}
+			if l[0] == tag {
+				return json.Unmarshal([]byte(l[1]), v)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

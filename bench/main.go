@@ -7,9 +7,22 @@
 // database.db. Every join is verified against the server before it counts.
 // The README's Performance section holds a real run.
 //
-//	go run ./bench                      # every scenario on 1M entries
+// The flood scenario (issue 9), run only when named, measures something
+// else: a victim node, two honest peers and a hostile peer, each its own
+// process (the hidden subcommands flood-victim, flood-honest and
+// flood-hostile). The hostile peer pairs with the victim, becomes a
+// partner of its library and sends valid state batches of its own entries
+// as fast as QUIC takes them for --flood-duration, while the honest peers
+// and the victim write live changes (tags and entries) to each other at
+// --flood-rate each. It reports the victim's peak RSS (and its curve), the
+// latency of the honest changes (write → applied on the other side), how
+// many arrived, what the flood got through and what the victim refused
+// (flood.go).
+//
+//	go run ./bench                      # every join scenario on 1M entries
 //	go run ./bench --entries 100000 --scenarios batched-10k --json
 //	go run ./bench --cpuprofile /tmp/prof   # CPU profiles of both processes
+//	go run ./bench --scenarios flood        # 30 s of flood against a victim
 //
 // Hazard: the machine may be shared; absolute times move with its load,
 // ratios measured in one run (× raw insert, × file copy) much less.
@@ -28,6 +41,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -55,6 +69,12 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runServe(ctx, args[1:], stdin, stdout)
 		case "join":
 			return runJoin(ctx, args[1:], stdout)
+		case "flood-victim":
+			return runFloodVictim(ctx, args[1:], stdin, stdout)
+		case "flood-honest":
+			return runFloodHonest(ctx, args[1:], stdin, stdout)
+		case "flood-hostile":
+			return runFloodHostile(ctx, args[1:], stdin, stdout)
 		}
 	}
 	o, err := parseOptions(args, stderr)
@@ -92,8 +112,13 @@ type options struct {
 	timeout    time.Duration
 	derived    string // auto, always, never
 	command    string
+
+	floodDuration time.Duration
+	floodRate     float64
+	floodBatch    int
 }
 
+// allScenarios is the default list; flood runs only when named.
 var allScenarios = []string{"individual", "batched-1k", "batched-10k", "snapshot"}
 
 func parseOptions(args []string, stderr io.Writer) (*options, error) {
@@ -105,13 +130,17 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.Uint64Var(&o.seed, "seed", 1, "generator seed")
 	fs.StringVar(&o.work, "work", filepath.Join(os.TempDir(), "lsync-bench"), "work `dir`: cached libraries and scenario homes")
 	fs.BoolVar(&o.regen, "regen", false, "regenerate the libraries even if cached")
-	sc := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ", "))
+	sc := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ", ")+
+		", and "+floodScenario+" (not run unless named)")
 	fs.BoolVar(&o.baselines, "baselines", true, "measure the raw SQLite insert and file copy baselines")
 	fs.BoolVar(&o.json, "json", false, "print the results as one JSON document on stdout (the table goes to stderr)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write CPU profiles of both processes of every scenario into `dir`")
 	fs.BoolVar(&o.keep, "keep", false, "keep the scenario homes after the run")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Hour, "give up on a join after this long")
 	fs.StringVar(&o.derived, "verify-derived", "auto", "rebuild the joiner's derived caches from scratch and compare: auto (up to 200K entries), always, never")
+	fs.DurationVar(&o.floodDuration, "flood-duration", 30*time.Second, "flood: how long the hostile peer floods and the honest peers write")
+	fs.Float64Var(&o.floodRate, "flood-rate", 20, "flood: live changes per second each honest writer (and the victim) writes")
+	fs.IntVar(&o.floodBatch, "flood-batch", 5000, "flood: entries per state batch the hostile peer sends")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -123,13 +152,16 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		if s == "" {
 			continue
 		}
-		if _, _, ok := scenarioShape(s); !ok {
-			return nil, fmt.Errorf("--scenarios: unknown %q (want %s)", s, strings.Join(allScenarios, ", "))
+		if _, _, ok := scenarioShape(s); !ok && s != floodScenario {
+			return nil, fmt.Errorf("--scenarios: unknown %q (want %s or %s)", s, strings.Join(allScenarios, ", "), floodScenario)
 		}
 		o.scenarios = append(o.scenarios, s)
 	}
 	if o.entries < 100 || o.subset < 100 {
 		return nil, errors.New("--entries and --subset must be at least 100")
+	}
+	if o.floodDuration <= 0 || o.floodRate <= 0 || o.floodBatch < 1 {
+		return nil, errors.New("--flood-duration, --flood-rate and --flood-batch must be positive")
 	}
 	o.subset = min(o.subset, o.entries)
 	o.command = "go run ./bench " + strings.Join(args, " ")
@@ -164,21 +196,11 @@ func runBench(ctx context.Context, o *options, logw io.Writer) (*report, error) 
 			return nil, err
 		}
 	}
-	// The libraries: the full one, and the subset the individual-messages
-	// scenario runs on.
-	full, err := ensureLibrary(o.work, genParams{Entries: o.entries, Seed: o.seed}, o.regen, logf)
+	full, sub, err := libraries(o, logf)
 	if err != nil {
 		return nil, err
 	}
 	rep := newReport(o.command, full)
-	var sub *cachedLib
-	for _, s := range o.scenarios {
-		if s == "individual" && o.subset < o.entries {
-			if sub, err = ensureLibrary(o.work, genParams{Entries: o.subset, Seed: o.seed}, o.regen, logf); err != nil {
-				return rep, err
-			}
-		}
-	}
 	runDir, err := os.MkdirTemp(o.work, "run-")
 	if err != nil {
 		return rep, err
@@ -187,7 +209,7 @@ func runBench(ctx context.Context, o *options, logw io.Writer) (*report, error) 
 		defer os.RemoveAll(runDir)
 	}
 	// Baselines on the same data, in the same run.
-	if o.baselines {
+	if o.baselines && full != nil {
 		logf("baseline: raw SQLite insert of %d entry rows", o.entries)
 		raw, err := rawInsertBaseline(filepath.Join(runDir, "raw"), full)
 		if err != nil {
@@ -206,6 +228,15 @@ func runBench(ctx context.Context, o *options, logw io.Writer) (*report, error) 
 	// at once).
 	var failed []string
 	for _, name := range o.scenarios {
+		if name == floodScenario {
+			if err := runFloodScenario(ctx, o, runDir, rep, logf); err != nil {
+				failed = append(failed, fmt.Sprintf("%s: %v", name, err))
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
 		mode, page, _ := scenarioShape(name)
 		sc := scenario{Name: name, Mode: mode, PageSize: page, Lib: full, Scale: 1}
 		if name == "individual" && sub != nil {
@@ -247,6 +278,42 @@ func runBench(ctx context.Context, o *options, logw io.Writer) (*report, error) 
 		return rep, fmt.Errorf("%d scenario(s) failed:\n  %s", len(failed), strings.Join(failed, "\n  "))
 	}
 	return rep, ctx.Err()
+}
+
+// libraries returns the generated library, and the subset the
+// individual-messages scenario runs on, when a join scenario is to run
+// (the flood scenario needs neither).
+func libraries(o *options, logf func(string, ...any)) (full, sub *cachedLib, err error) {
+	if !slices.ContainsFunc(o.scenarios, func(s string) bool { return s != floodScenario }) {
+		return nil, nil, nil
+	}
+	if full, err = ensureLibrary(o.work, genParams{Entries: o.entries, Seed: o.seed}, o.regen, logf); err != nil {
+		return nil, nil, err
+	}
+	if slices.Contains(o.scenarios, "individual") && o.subset < o.entries {
+		if sub, err = ensureLibrary(o.work, genParams{Entries: o.subset, Seed: o.seed}, o.regen, logf); err != nil {
+			return nil, nil, err
+		}
+	}
+	return full, sub, nil
+}
+
+// runFloodScenario runs the flood scenario into rep.
+func runFloodScenario(ctx context.Context, o *options, runDir string, rep *report, logf func(string, ...any)) error {
+	logf("scenario %s: %s of flood, %g live changes/s per writer, %d entries per batch", floodScenario, o.floodDuration, o.floodRate, o.floodBatch)
+	f, err := runFlood(ctx, o, runDir)
+	if err != nil {
+		rep.Flood = &floodResult{Status: "failed: " + firstLineOf(err.Error())}
+		logf("scenario %s: FAILED: %v", floodScenario, err)
+		return err
+	}
+	rep.Flood = f
+	logf("scenario %s: victim peak RSS %.0f MB; %d/%d honest changes arrived, p99 %.0f ms", floodScenario,
+		f.VictimRSSMB, f.ToVictim.Arrived, f.ToVictim.Written, f.ToVictim.P99Ms)
+	if !o.keep {
+		os.RemoveAll(filepath.Join(runDir, floodScenario))
+	}
+	return nil
 }
 
 func firstLineOf(s string) string {

@@ -14,10 +14,11 @@ type report struct {
 	Command   string           `json:"command"`
 	StartedAt time.Time        `json:"started_at"`
 	Machine   machineInfo      `json:"machine"`
-	Library   libInfo          `json:"library"`
+	Library   libInfo          `json:"library,omitzero"` // zero when only the flood ran
 	Raw       *rawResult       `json:"raw_insert,omitempty"`
 	Copy      *copyResult      `json:"file_copy,omitempty"`
 	Scenarios []scenarioResult `json:"scenarios"`
+	Flood     *floodResult     `json:"flood,omitempty"`
 	Targets   []targetCheck    `json:"targets,omitempty"`
 }
 
@@ -68,9 +69,12 @@ type targetCheck struct {
 }
 
 func newReport(cmd string, lib *cachedLib) *report {
-	return &report{Command: cmd, StartedAt: time.Now().UTC(),
-		Machine: machineInfo{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
-		Library: libInfo{Entries: lib.Params.Entries, Seed: lib.Params.Seed, Records: lib.records(), Models: lib.Stats, DBBytes: lib.DBBytes}}
+	rep := &report{Command: cmd, StartedAt: time.Now().UTC(),
+		Machine: machineInfo{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}}
+	if lib != nil {
+		rep.Library = libInfo{Entries: lib.Params.Entries, Seed: lib.Params.Seed, Records: lib.records(), Models: lib.Stats, DBBytes: lib.DBBytes}
+	}
+	return rep
 }
 
 // result turns a run into its table row, extrapolating subset runs.
@@ -121,8 +125,12 @@ func result(sc scenario, run *scenarioRun, raw *rawResult, cp *copyResult) scena
 	return r
 }
 
-// checkTargets compares the 1M-entry results with the issue's targets.
+// checkTargets compares the results with the issues' targets: the joins'
+// at 1M entries, the flood's at any size.
 func (rep *report) checkTargets() {
+	if rep.Flood != nil {
+		rep.Targets = append(rep.Targets, rep.Flood.targets()...)
+	}
 	if rep.Library.Entries < 1_000_000 {
 		return
 	}
@@ -169,9 +177,36 @@ func mb(b float64) string { return fmt.Sprintf("%.1f", b/1e6) }
 
 // writeTable prints the human-readable table.
 func (rep *report) writeTable(w io.Writer) {
-	fmt.Fprintf(w, "lsync bench: %d entries (%d records, database.db %.0f MB), seed %d, %d CPUs, %s\n",
-		rep.Library.Entries, rep.Library.Records, float64(rep.Library.DBBytes)/1e6, rep.Library.Seed, rep.Machine.CPUs, rep.Machine.GoVersion)
+	if rep.Library.Entries > 0 {
+		fmt.Fprintf(w, "lsync bench: %d entries (%d records, database.db %.0f MB), seed %d, %d CPUs, %s\n",
+			rep.Library.Entries, rep.Library.Records, float64(rep.Library.DBBytes)/1e6, rep.Library.Seed, rep.Machine.CPUs, rep.Machine.GoVersion)
+	} else {
+		fmt.Fprintf(w, "lsync bench: %d CPUs, %s\n", rep.Machine.CPUs, rep.Machine.GoVersion)
+	}
 	fmt.Fprintf(w, "command: %s\n\n", rep.Command)
+	if len(rep.Scenarios) > 0 {
+		rep.writeJoins(w)
+	}
+	if rep.Flood != nil {
+		if len(rep.Scenarios) > 0 {
+			fmt.Fprintln(w)
+		}
+		rep.Flood.write(w)
+	}
+	if len(rep.Targets) > 0 {
+		fmt.Fprintln(w, "\ntargets:")
+		for _, t := range rep.Targets {
+			mark := "MET   "
+			if !t.Met {
+				mark = "MISSED"
+			}
+			fmt.Fprintf(w, "  %s %-34s want %-9s got %s\n", mark, t.What, t.Want, t.Got)
+		}
+	}
+}
+
+// writeJoins prints the join scenarios' table and notes.
+func (rep *report) writeJoins(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tpage\twall s\trecords/s\twire MB\traw MB\tjoiner RSS MB\tserver RSS MB\tjoiner CPU s\tserver CPU s\t× raw insert\t× file copy\t")
 	for _, r := range rep.Scenarios {
@@ -214,16 +249,6 @@ func (rep *report) writeTable(w io.Writer) {
 	for _, r := range rep.Scenarios {
 		if r.Verified != "" {
 			fmt.Fprintf(w, "verified %-10s %s\n", r.Name+":", r.Verified)
-		}
-	}
-	if len(rep.Targets) > 0 {
-		fmt.Fprintln(w, "\ntargets (1M entries):")
-		for _, t := range rep.Targets {
-			mark := "MET   "
-			if !t.Met {
-				mark = "MISSED"
-			}
-			fmt.Fprintf(w, "  %s %-28s want %-9s got %s\n", mark, t.What, t.Want, t.Got)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -92,20 +91,14 @@ func startChild(ctx context.Context, dir, name string, args []string) (*child, e
 
 // await returns the body of the next line tagged tag.
 func (c *child) await(ctx context.Context, tag string, v any) error {
-	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				return fmt.Errorf("%s exited before %s: %s", c.cmd.Args[1], tag, c.tail())
-			}
-			if l[0] != tag {
-				continue
-			}
-			return json.Unmarshal([]byte(l[1]), v)
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s %s: %w", c.cmd.Args[1], tag, ctx.Err())
-		}
+	err := awaitLine(ctx, c.lines, tag, v)
+	switch {
+	case errors.Is(err, errEOF):
+		return fmt.Errorf("%s exited before %s: %s", c.cmd.Args[1], tag, c.tail())
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("waiting for %s %s: %w", c.cmd.Args[1], tag, ctx.Err())
 	}
+	return err
 }
 
 func (c *child) wait() (procStats, error) {
