@@ -15,6 +15,17 @@
 // ahead of the local wall clock, leaving the clock untouched; callers refuse
 // the change that carried it and count it.
 //
+// Hazard: arithmetic that wraps. time.Duration ends 292 years out, so a
+// remote 300 years ahead once measured as negative skew and was taken.
+// Observe compares integer milliseconds and refuses, whatever the skew
+// bound, any timestamp past MaxHLCTimestamp (the end of the year 9999);
+// decoding refuses one in any message too, and a wall clock reading past
+// it (or before 1970) is clamped. The clock's timestamp therefore never
+// nears 2^64: when the counter is exhausted (2^32 events in one
+// millisecond, or a remote at counter MaxUint32) the clock borrows the
+// next millisecond instead of wrapping, and Now stays strictly greater
+// than everything before it, for good.
+//
 // Hazard: a restarted process has forgotten its clock. Persistence seeds a
 // new Clock from the largest HLC it has stored (see persistence), so a
 // restart with the wall clock set back still issues larger HLCs.
