@@ -135,22 +135,22 @@ func (h HLC) EncodeMsgpack(enc *msgpack.Encoder) error {
 	return enc.EncodeBytes(b)
 }
 
-// DecodeMsgpack reads the form written by EncodeMsgpack, and refuses a
-// timestamp beyond MaxHLCTimestamp: no working clock issues one (Observe
-// refuses it too), and arithmetic on it overflows.
+// DecodeMsgpack reads the form written by EncodeMsgpack (nil or an empty
+// bin is the zero HLC), and refuses a timestamp beyond MaxHLCTimestamp:
+// no working clock issues one (Observe refuses it too), and arithmetic
+// on it overflows.
 func (h *HLC) DecodeMsgpack(dec *msgpack.Decoder) error {
-	b, err := dec.DecodeBytes()
-	if err != nil {
+	var b [HLCBinaryLen]byte
+	zero, err := readBin(dec, b[:])
+	switch {
+	case err != nil:
 		return fmt.Errorf("%w: %v", ErrMalformedHLC, err)
-	}
-	if len(b) == 0 {
+	case zero:
 		*h = HLC{}
 		return nil
 	}
 	var v HLC
-	if err := v.UnmarshalBinary(b); err != nil {
-		return err
-	}
+	_ = v.UnmarshalBinary(b[:])
 	if v.Timestamp > MaxHLCTimestamp {
 		return fmt.Errorf("%w: timestamp %d is after the year 9999", ErrMalformedHLC, v.Timestamp)
 	}
