@@ -128,3 +128,78 @@ func TestEncodeRefusesPayloadOverFrameLimit(t *testing.T) {
 		t.Fatalf("decode just under the limit: %v", err)
 	}
 }
+
+// A payload at the frame limit whose values are nils: 16 MiB of them
+// decode into 256 MiB of interfaces. The decode budget refuses it,
+// compressed or not, before decoding: only the decompressed payload is
+// allocated.
+func TestHostileDecodeNilValues(t *testing.T) {
+	// A StateChange whose record has 16 million nil values.
+	head := []byte{0x93, 0xa3, 't', 'a', 'g', 0xc4, 16}
+	head = append(head, devB[:]...)
+	head = append(head, 0x94, 0xc4, 16)
+	head = append(head, devC[:]...)
+	head = append(head, 0xc4, 28)
+	head, _ = HLC{Timestamp: 1_730_000_000_000, Device: devB}.AppendBinary(head)
+	head = append(head, 0xc2)
+	n := DefaultMaxFrame - 64 - len(head) - 5 // a frame at the limit
+	payload := append(head, nilArray(n)...)
+	if cost, err := skimShape(payload, typeTable[TypeStateChange].shape); err != nil || cost < 16*int64(n) {
+		t.Fatalf("skim counts %d (%v)", cost, err)
+	}
+	raw := Envelope{SchemaVersion: SchemaVersion, Library: lib, Type: TypeStateChange, Payload: payload}
+	compressed := raw
+	compressed.Flags = FlagZstd
+	var err error
+	if compressed.Payload, err = compressPayload(nil, payload); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []Envelope{raw, compressed} {
+		frame, err := AppendFrame(nil, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grown := allocatedBy(func() { _, _, err = DecodeFrame(frame, 0) })
+		if !errors.Is(err, ErrFrameTooLarge) || ReasonOf(err) != ReasonFrameTooLarge || !strings.Contains(err.Error(), "decodes into") {
+			t.Fatalf("%d-byte frame of nils: %v", len(frame), err)
+		}
+		limit := uint64(len(frame) + 1<<20) // the frame read, and a little
+		if env.Flags&FlagZstd != 0 {
+			limit += DefaultMaxFrame // the payload decompressed
+		}
+		if grown > limit {
+			t.Fatalf("refusing a %d-byte frame of nils allocated %d bytes", len(frame), grown)
+		}
+	}
+}
+
+// msgpack reads a map wrapped in an extension type past the bytes the
+// extension claims, so a 70-byte payload once made it allocate 20 GB for
+// a map the payload claimed (skim skipped the extension's bytes). lsync's
+// wire has no extension types: skim refuses them.
+func TestHostileDecodeExtensionWrappedMap(t *testing.T) {
+	env, err := Encode(lib, &SharedChange{HLC: HLC{Timestamp: 5, Device: devA}, Model: "tag", Record: UUID(devB),
+		Op: OpUpdate, Fields: map[string]any{"a": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := []byte{0x81, 0xa1, 'a', 0x01}
+	p, ok := bytes.CutSuffix(env.Payload, fields)
+	if !ok {
+		t.Fatalf("payload % x does not end with the fields", env.Payload)
+	}
+	env.Payload = append(p, 0xc7, 0x05, 0x01, 0xdf, 0x0f, 0xff, 0xff, 0xff)
+	grown := allocatedBy(func() { _, err = env.Decode() })
+	if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "extension") {
+		t.Fatalf("a map in an extension: %v", err)
+	}
+	if grown > 64<<10 {
+		t.Fatalf("refusing a %d-byte payload allocated %d bytes", len(env.Payload), grown)
+	}
+	// Extension types are refused anywhere, the envelope included.
+	for _, ext := range [][]byte{{0xd4, 1, 0}, {0xd8, 1}, {0xc9, 0, 0, 0, 0, 1}} {
+		if err := skim(append([]byte{0x91}, ext...)); err == nil || !strings.Contains(err.Error(), "extension") {
+			t.Errorf("skim % x: %v", ext, err)
+		}
+	}
+}

@@ -42,11 +42,24 @@
 // of both transports, checks the length against the limit before
 // allocating, grows a large body with the bytes that arrive, and checks
 // the version before the type. Decode refuses unknown types and flags,
-// caps decompression (MaxDecompressed), bounds every msgpack length claim
-// by the bytes that remain (skim), and validates the message. Each failure
-// wraps one sentinel: ErrFrameTooLarge, ErrTruncated, ErrUnknownType,
-// ErrMalformed or ErrSchemaVersion (a *VersionError naming the side that
-// must upgrade).
+// decompresses at most DefaultMaxFrame (a compressed payload must declare
+// its size; Encode refuses a larger message), skims the payload against
+// the shape of its type (skim: every msgpack length claim bounded by the
+// bytes that remain, no extension types, and a bound on what decoding
+// will allocate), and validates the message. Each failure wraps one
+// sentinel: ErrFrameTooLarge, ErrTruncated, ErrUnknownType, ErrMalformed
+// or ErrSchemaVersion (a *VersionError naming the side that must upgrade).
+//
+// Hazard: the cheapest bytes to send are the dearest to decode. A nil is
+// one byte and a 16-byte interface, an empty map one byte and over 300,
+// a nil struct in a slice one byte and up to 112, and zstd multiplies
+// each byte by up to 32,000; unchecked, a 2 KB frame cost a gigabyte.
+// So the frame limit holds after decompression, and skim counts what
+// decoding a payload would allocate (a model of the msgpack library and
+// Go's allocator that TestDecodeCostBoundsAllocation holds to the truth)
+// and refuses, as too large, anything over 8 bytes per payload byte plus
+// 1 MiB: reading and decoding a frame takes at most about 160 MiB,
+// whatever its content. Honest messages count 2 to 6 bytes per byte.
 //
 // The list of message types is append-only and has one home: typeTable
 // (types.go) gives each Type its name, its constructor and whether it is
