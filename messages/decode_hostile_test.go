@@ -18,7 +18,7 @@ func nilArray(n int) []byte {
 }
 
 // zstdFrame is a frame of type t whose payload is z, flagged compressed.
-func zstdFrame(t *testing.T, typ Type, z []byte) []byte {
+func zstdFrame(t testing.TB, typ Type, z []byte) []byte {
 	t.Helper()
 	frame, err := AppendFrame(nil, Envelope{SchemaVersion: SchemaVersion, Library: lib, Type: typ, Flags: FlagZstd, Payload: z})
 	if err != nil {
