@@ -162,8 +162,8 @@ func (h *HLC) DecodeMsgpack(dec *msgpack.Decoder) error {
 // millisecond of the year 9999. A Clock never reads its wall clock as
 // later, Observe refuses a remote HLC beyond it whatever the maximum skew,
 // and a message carrying one is malformed. The ceiling leaves the clock
-// room to advance for good: past it, 2^64 milliseconds of 2^32 counter
-// values each remain.
+// room to advance for good: above it remain nearly 2^64 milliseconds of
+// 2^32 counter values each, which no clock exhausts.
 const MaxHLCTimestamp uint64 = 253_402_300_799_999
 
 // SkewError is returned by Clock.Observe when a remote HLC is further ahead
@@ -238,9 +238,9 @@ func NewClock(device uuid.UUID, wall func() time.Time, maxSkew time.Duration) *C
 
 func (c *Clock) wallMS() uint64 { return wallMillis(c.wall()) }
 
-// wallMillis is t in HLC milliseconds: 0 before the Unix epoch,
-// MaxHLCTimestamp after it (time.Time.UnixMilli wraps past 292 million
-// years, so a broken wall clock could otherwise read as any value).
+// wallMillis is t in HLC milliseconds, clamped to [0, MaxHLCTimestamp]
+// (time.Time.UnixMilli wraps past 292 million years, so a broken wall
+// clock could otherwise read as any value).
 func wallMillis(t time.Time) uint64 {
 	s := t.Unix()
 	switch {

@@ -13,11 +13,12 @@ const maxDepth = 32
 
 // The decode budget: decoding a payload of n bytes may allocate at most
 // decodeFactor·n + decodeSlack bytes, as skim counts them. Honest
-// messages stay well under it (a page of entries takes about 5·n, a
-// batch of one-field shared changes about 6·n); the cheapest bytes to
-// send are the dearest to decode (a nil is 1 byte and a 16-byte
-// interface, an empty map 1 byte and over 300), so without a budget a
-// 16 MiB payload could take gigabytes.
+// messages stay under it (a page of entries counts about 3·n, a batch of
+// one-field shared changes about 6·n: TestDecodeCostBoundsAllocation
+// fails above 7·n); the cheapest bytes to send are the dearest to decode
+// (a nil is 1 byte and a 16-byte interface, an empty map 1 byte and over
+// 300), so without a budget a 16 MiB payload could take gigabytes.
+// Encode does not check it: walking a page costs a tenth of encoding it.
 const (
 	decodeFactor = 8
 	decodeSlack  = 1 << 20
