@@ -73,7 +73,9 @@ func (e *VersionError) Is(target error) bool { return target == ErrSchemaVersion
 func IsSchemaVersion(err error) bool { return errors.Is(err, ErrSchemaVersion) }
 
 // Encode wraps m in an envelope for library lib, compressing the payload
-// when it is larger than compressThreshold.
+// when it is larger than compressThreshold. A message whose msgpack is
+// larger than DefaultMaxFrame is refused with ErrFrameTooLarge, compressed
+// or not: no receiver would take it.
 func Encode(lib LibraryID, m Message) (Envelope, error) {
 	if m == nil {
 		return Envelope{}, fmt.Errorf("encode: %w: nil message", ErrMalformed)
@@ -85,6 +87,11 @@ func Encode(lib LibraryID, m Message) (Envelope, error) {
 	payload, err := msgpack.Marshal(m)
 	if err != nil {
 		return Envelope{}, fmt.Errorf("encode %s: %w", t, err)
+	}
+	if len(payload) > DefaultMaxFrame {
+		// Compressed it might fit in a frame, but the receiver would not
+		// decompress it (the frame limit holds after decompression too).
+		return Envelope{}, fmt.Errorf("encode %s: %w: payload of %d bytes (limit %d)", t, ErrFrameTooLarge, len(payload), DefaultMaxFrame)
 	}
 	env := Envelope{SchemaVersion: SchemaVersion, Library: lib, Type: t, Payload: payload}
 	if len(payload) > compressThreshold {
@@ -107,11 +114,13 @@ func (env Envelope) PayloadSize() int {
 		return len(env.Payload)
 	}
 	n, _ := zstdContentSize(env.Payload)
-	return int(min(n, MaxDecompressed+1))
+	return int(min(n, DefaultMaxFrame+1))
 }
 
-// Decode returns the message in env, validated. A compressed payload may
-// expand to at most MaxDecompressed bytes.
+// Decode returns the message in env, validated. A payload is at most
+// DefaultMaxFrame bytes of msgpack, compressed or not: a compressed one
+// must declare its size, and one that declares more is refused before
+// anything is allocated for it (ErrFrameTooLarge).
 func (env Envelope) Decode() (Message, error) {
 	if env.SchemaVersion != SchemaVersion {
 		return nil, &VersionError{Local: SchemaVersion, Remote: env.SchemaVersion}
@@ -124,13 +133,23 @@ func (env Envelope) Decode() (Message, error) {
 	}
 	payload := env.Payload
 	if env.Flags&FlagZstd != 0 {
+		var tooLarge bool
 		var err error
-		if payload, _, err = decompress(payload, MaxDecompressed); err != nil {
+		if payload, tooLarge, err = decompressPayload(payload); tooLarge {
+			return nil, fmt.Errorf("%w: %s: %v", ErrFrameTooLarge, env.Type, err)
+		} else if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, env.Type, err)
 		}
 	}
-	if err := skim(payload); err != nil {
+	if len(payload) > DefaultMaxFrame {
+		return nil, fmt.Errorf("%w: %s: payload of %d bytes (limit %d)", ErrFrameTooLarge, env.Type, len(payload), DefaultMaxFrame)
+	}
+	cost, err := skimShape(payload, typeTable[env.Type].shape)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, env.Type, err)
+	}
+	if limit := decodeBudget(len(payload)); cost > limit {
+		return nil, fmt.Errorf("%w: %s: a payload of %d bytes that decodes into up to %d (limit %d)", ErrFrameTooLarge, env.Type, len(payload), cost, limit)
 	}
 	m := newMessage(env.Type)
 	rd := bytes.NewReader(payload)

@@ -148,11 +148,16 @@ func parseEnvelope(body []byte, version uint16) (Envelope, error) {
 		return Envelope{}, fmt.Errorf("%w: envelope flags", ErrMalformed)
 	}
 	env.Flags = uint8(f)
-	if env.Payload, err = dec.DecodeBytes(); err != nil {
+	// The payload is the body's tail: slice it, rather than copy up to
+	// the frame limit once more.
+	size, err := dec.DecodeBytesLen()
+	if err != nil {
 		return Envelope{}, fmt.Errorf("%w: envelope payload: %v", ErrMalformed, err)
 	}
-	if rd.Len() != 0 {
-		return Envelope{}, fmt.Errorf("%w: %d trailing bytes after envelope", ErrMalformed, rd.Len())
+	start := len(body) - rd.Len()
+	if end := start + max(size, 0); end != len(body) { // skim checked size against the body
+		return Envelope{}, fmt.Errorf("%w: %d trailing bytes after envelope", ErrMalformed, len(body)-end)
 	}
+	env.Payload = body[start:len(body):len(body)]
 	return env, nil
 }

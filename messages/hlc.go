@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -134,31 +135,58 @@ func (h HLC) EncodeMsgpack(enc *msgpack.Encoder) error {
 	return enc.EncodeBytes(b)
 }
 
-// DecodeMsgpack reads the form written by EncodeMsgpack.
+// DecodeMsgpack reads the form written by EncodeMsgpack (nil or an empty
+// bin is the zero HLC), and refuses a timestamp beyond MaxHLCTimestamp:
+// no working clock issues one (Observe refuses it too), and arithmetic
+// on it overflows.
 func (h *HLC) DecodeMsgpack(dec *msgpack.Decoder) error {
-	b, err := dec.DecodeBytes()
-	if err != nil {
+	var b [HLCBinaryLen]byte
+	zero, err := readBin(dec, b[:])
+	switch {
+	case err != nil:
 		return fmt.Errorf("%w: %v", ErrMalformedHLC, err)
-	}
-	if len(b) == 0 {
+	case zero:
 		*h = HLC{}
 		return nil
 	}
-	return h.UnmarshalBinary(b)
+	var v HLC
+	_ = v.UnmarshalBinary(b[:])
+	if v.Timestamp > MaxHLCTimestamp {
+		return fmt.Errorf("%w: timestamp %d is after the year 9999", ErrMalformedHLC, v.Timestamp)
+	}
+	*h = v
+	return nil
 }
 
+// MaxHLCTimestamp is the largest HLC timestamp lsync accepts: the last
+// millisecond of the year 9999. A Clock never reads its wall clock as
+// later, Observe refuses a remote HLC beyond it whatever the maximum skew,
+// and a message carrying one is malformed. The ceiling leaves the clock
+// room to advance for good: above it remain nearly 2^64 milliseconds of
+// 2^32 counter values each, which no clock exhausts.
+const MaxHLCTimestamp uint64 = 253_402_300_799_999
+
 // SkewError is returned by Clock.Observe when a remote HLC is further ahead
-// of the local wall clock than the clock's maximum skew.
+// of the local wall clock than the clock's maximum skew, or beyond
+// MaxHLCTimestamp.
 type SkewError struct {
 	Remote HLC
 	Wall   uint64        // local wall clock, ms
-	Ahead  time.Duration // how far the remote is ahead of the wall clock
-	Max    time.Duration
+	Ahead  time.Duration // how far the remote is ahead of the wall clock (saturates at 292 years)
+	Max    time.Duration // the clock's maximum skew (0: none)
 }
 
 func (e *SkewError) Error() string {
-	return fmt.Sprintf("clock skew: remote hlc %s from device %s is %v ahead of the local clock (max %v)",
-		e.Remote, e.Remote.Device, e.Ahead, e.Max)
+	ahead := e.Ahead.String()
+	if e.Ahead == math.MaxInt64 {
+		ahead = "more than 292 years"
+	}
+	if e.Remote.Timestamp > MaxHLCTimestamp {
+		return fmt.Sprintf("clock skew: remote hlc %s from device %s is after the year 9999 (%s ahead of the local clock)",
+			e.Remote, e.Remote.Device, ahead)
+	}
+	return fmt.Sprintf("clock skew: remote hlc %s from device %s is %s ahead of the local clock (max %v)",
+		e.Remote, e.Remote.Device, ahead, e.Max)
 }
 
 // ErrClockSkew is matched by every *SkewError through errors.Is.
@@ -173,10 +201,18 @@ func IsClockSkew(err error) bool { return errors.Is(err, ErrClockSkew) }
 // Clock issues HLCs following Kulkarni et al., "Logical Physical Clocks"
 // (2014). It never goes backwards, even when the wall clock does; it is safe
 // for concurrent use.
+//
+// Every comparison is in integer milliseconds (uint64), never through
+// time.Duration, which wraps 292 years out: a remote HLC of any size is
+// either within the bound or refused.
 type Clock struct {
 	device  uuid.UUID
 	wall    func() time.Time
 	maxSkew time.Duration
+	// skewMS is maxSkew in whole milliseconds: a remote ahead by a ms
+	// count is within the bound iff that count is at most skewMS (ms
+	// are integers, so flooring maxSkew loses nothing).
+	skewMS uint64
 
 	mu sync.Mutex
 	// last is the largest (timestamp, counter) issued or observed; Now
@@ -187,20 +223,33 @@ type Clock struct {
 
 // NewClock returns a clock for device. wall is the physical clock (inject a
 // fake in tests; nil means time.Now). maxSkew bounds how far ahead of wall a
-// remote HLC may be before Observe refuses it; zero or negative means no bound.
+// remote HLC may be before Observe refuses it; zero or negative means no
+// bound (MaxHLCTimestamp still applies).
 func NewClock(device uuid.UUID, wall func() time.Time, maxSkew time.Duration) *Clock {
 	if wall == nil {
 		wall = time.Now
 	}
-	return &Clock{device: device, wall: wall, maxSkew: maxSkew}
+	c := &Clock{device: device, wall: wall, maxSkew: maxSkew}
+	if maxSkew > 0 {
+		c.skewMS = uint64(maxSkew / time.Millisecond)
+	}
+	return c
 }
 
-func (c *Clock) wallMS() uint64 {
-	ms := c.wall().UnixMilli()
-	if ms < 0 {
+func (c *Clock) wallMS() uint64 { return wallMillis(c.wall()) }
+
+// wallMillis is t in HLC milliseconds, clamped to [0, MaxHLCTimestamp]
+// (time.Time.UnixMilli wraps past 292 million years, so a broken wall
+// clock could otherwise read as any value).
+func wallMillis(t time.Time) uint64 {
+	s := t.Unix()
+	switch {
+	case s < 0:
 		return 0
+	case uint64(s) > MaxHLCTimestamp/1000:
+		return MaxHLCTimestamp
 	}
-	return uint64(ms)
+	return min(uint64(s)*1000+uint64(t.Nanosecond())/1e6, MaxHLCTimestamp)
 }
 
 // Now returns an HLC strictly greater than every HLC this clock has issued
@@ -217,10 +266,12 @@ func (c *Clock) Now() HLC {
 	return HLC{Timestamp: c.lastTS, Counter: c.lastC, Device: c.device}
 }
 
-// bumpLocked advances the logical part by one; a counter overflow (4 billion
-// events in one millisecond) borrows the next millisecond.
+// bumpLocked advances the logical part by one; an exhausted counter (4
+// billion events in one millisecond) borrows the next millisecond instead
+// of wrapping. The timestamp itself cannot overflow: nothing sets it
+// beyond MaxHLCTimestamp, and each bump adds at most 1 ms per 2^32 calls.
 func (c *Clock) bumpLocked() {
-	if c.lastC == ^uint32(0) {
+	if c.lastC == math.MaxUint32 {
 		c.lastTS++
 		c.lastC = 0
 		return
@@ -229,15 +280,14 @@ func (c *Clock) bumpLocked() {
 }
 
 // Observe merges a remote HLC into the clock (the receive rule): the clock
-// moves to max(local, remote, wall). A remote more than maxSkew ahead of the
-// wall clock is refused with a *SkewError and leaves the clock unchanged.
+// moves to max(local, remote, wall), and the next Now is strictly greater
+// than remote. A remote more than maxSkew ahead of the wall clock, or
+// beyond MaxHLCTimestamp, is refused with a *SkewError and leaves the
+// clock unchanged.
 func (c *Clock) Observe(remote HLC) error {
 	pt := c.wallMS()
-	if c.maxSkew > 0 && remote.Timestamp > pt {
-		ahead := time.Duration(remote.Timestamp-pt) * time.Millisecond
-		if ahead > c.maxSkew {
-			return &SkewError{Remote: remote, Wall: pt, Ahead: ahead, Max: c.maxSkew}
-		}
+	if err := c.admit(remote, pt); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -251,7 +301,25 @@ func (c *Clock) Observe(remote HLC) error {
 	case remote.Timestamp == l:
 		c.lastC = max(lc, remote.Counter)
 	}
-	// The merged logical time must exceed both inputs, so bump once more.
+	// The merged logical time must exceed both inputs, so bump once more
+	// (a remote at counter MaxUint32 thus moves the clock to the next ms).
 	c.bumpLocked()
 	return nil
+}
+
+// admit is the skew rule: remote may be at most skewMS ahead of the wall
+// clock pt (any amount with no bound), and never beyond MaxHLCTimestamp.
+func (c *Clock) admit(remote HLC, pt uint64) error {
+	if remote.Timestamp <= pt {
+		return nil // pt <= MaxHLCTimestamp
+	}
+	ahead := remote.Timestamp - pt
+	if remote.Timestamp <= MaxHLCTimestamp && (c.maxSkew <= 0 || ahead <= c.skewMS) {
+		return nil
+	}
+	d := time.Duration(math.MaxInt64)
+	if ahead <= math.MaxInt64/uint64(time.Millisecond) {
+		d = time.Duration(ahead) * time.Millisecond
+	}
+	return &SkewError{Remote: remote, Wall: pt, Ahead: d, Max: max(c.maxSkew, 0)}
 }

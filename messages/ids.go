@@ -76,17 +76,12 @@ func (u *UUID) DecodeMsgpack(dec *msgpack.Decoder) error {
 }
 
 func decodeUUID16(dec *msgpack.Decoder, dst *[16]byte) error {
-	b, err := dec.DecodeBytes()
-	if err != nil {
-		return err
-	}
-	switch len(b) {
-	case 0:
+	zero, err := readBin(dec, dst[:])
+	switch {
+	case err != nil:
+		return fmt.Errorf("uuid: %w", err)
+	case zero:
 		*dst = [16]byte{}
-	case 16:
-		copy(dst[:], b)
-	default:
-		return fmt.Errorf("uuid: %d bytes, want 16", len(b))
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package messages
 
 import (
 	"errors"
+	"reflect"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -88,6 +89,7 @@ type typeInfo struct {
 	name  string
 	new   func() Message // a zero message of the type, for Decode to fill
 	flags typeFlags
+	shape *shape // what skim checks a payload of the type against
 }
 
 type typeFlags uint8
@@ -102,7 +104,7 @@ func row[M any, PM interface {
 	*M
 	Message
 }](name string, flags typeFlags) typeInfo {
-	return typeInfo{name: name, new: func() Message { return PM(new(M)) }, flags: flags}
+	return typeInfo{name: name, new: func() Message { return PM(new(M)) }, flags: flags, shape: shapeOf(reflect.TypeFor[M]())}
 }
 
 // Known reports whether t is a type this build understands.

@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -9,28 +10,34 @@ import (
 
 // lsync's one zstd codec: frame payloads above compressThreshold (Encode,
 // Envelope.Decode) and snapshot chunks (CompressChunk, DecompressChunk).
-// Both kinds share the decoder and its limits; each has its own encoder,
-// because they want different levels: a frame is compressed once per send
-// and is small, a snapshot chunk is megabytes of database pages served
-// while the source keeps working, where SpeedFastest compresses about
-// three times faster for a few percent larger output.
+// Each kind has its own encoder, because they want different levels: a
+// frame is compressed once per send and is small, a snapshot chunk is
+// megabytes of database pages served while the source keeps working,
+// where SpeedFastest compresses about three times faster for a few
+// percent larger output. Each kind has its own decoder too, because they
+// have different limits.
 //
-// Hazard: zstd output grows by a factor of up to thousands over its input,
-// so every decompression has an output cap, checked against the size the
-// zstd header declares before anything is allocated and enforced by the
-// decoder while it runs (a header may lie, or declare nothing).
+// Hazard: zstd output grows by a factor of up to about 32,000 over its
+// input (a 2 KB frame once decompressed to 60 MB of msgpack), so every
+// decompression has an output cap, checked against the size the zstd
+// header declares before anything is allocated and enforced by the
+// decoder while it runs (a header may lie). A frame payload must declare
+// its size (Encode's always do) and may declare at most DefaultMaxFrame:
+// the frame limit holds after decompression too. A snapshot chunk may
+// omit it and is capped by its caller's maxSize.
 
-// MaxDecompressed is the most any decompression in lsync yields: a frame's
-// payload (4 × DefaultMaxFrame, so a compressed frame under the frame
-// limit may carry a larger message) and a snapshot chunk alike.
+// MaxDecompressed is the most DecompressChunk yields (4 × DefaultMaxFrame,
+// so a chunk that compresses into one frame may be larger than a frame).
+// Frame payloads have a lower cap: DefaultMaxFrame.
 const MaxDecompressed = 4 * DefaultMaxFrame
 
 var zstdCodec struct {
-	once    sync.Once
-	frames  *zstd.Encoder // SpeedDefault: frame payloads (pinned by the golden frames)
-	chunks  *zstd.Encoder // SpeedFastest: snapshot chunks
-	dec     *zstd.Decoder // both; refuses output over MaxDecompressed
-	initErr error
+	once     sync.Once
+	frames   *zstd.Encoder // SpeedDefault: frame payloads (pinned by the golden frames)
+	chunks   *zstd.Encoder // SpeedFastest: snapshot chunks
+	frameDec *zstd.Decoder // frame payloads; refuses output over DefaultMaxFrame
+	chunkDec *zstd.Decoder // snapshot chunks; refuses output over MaxDecompressed
+	initErr  error
 }
 
 // The codec is built when the package loads, not on first use: the zstd
@@ -45,9 +52,10 @@ func init() {
 	}
 }
 
-// zstdInit builds the codec once. Each encoder and the decoder run
-// on one core per call; the decoder takes two calls at once, so a
-// multi-megabyte chunk does not hold up the frames of other peers.
+// zstdInit builds the codec once. Each encoder and decoder runs on one
+// core per call; each decoder takes two calls at once, and frames have
+// their own, so a multi-megabyte chunk does not hold up other peers'
+// frames.
 func zstdInit() error {
 	c := &zstdCodec
 	c.once.Do(func() {
@@ -57,7 +65,10 @@ func zstdInit() error {
 		if c.chunks, c.initErr = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1)); c.initErr != nil {
 			return
 		}
-		c.dec, c.initErr = zstd.NewReader(nil, zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxMemory(MaxDecompressed))
+		if c.frameDec, c.initErr = zstd.NewReader(nil, zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxMemory(DefaultMaxFrame)); c.initErr != nil {
+			return
+		}
+		c.chunkDec, c.initErr = zstd.NewReader(nil, zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxMemory(MaxDecompressed))
 	})
 	if c.initErr != nil {
 		return fmt.Errorf("zstd: %w", c.initErr)
@@ -113,7 +124,7 @@ func decompress(src []byte, maxSize int) (out []byte, tooLarge bool, err error) 
 	if n, ok := zstdContentSize(src); ok && n > uint64(maxSize) {
 		return nil, true, fmt.Errorf("zstd data declares %d bytes (limit %d)", n, maxSize)
 	}
-	out, err = zstdCodec.dec.DecodeAll(src, nil)
+	out, err = zstdCodec.chunkDec.DecodeAll(src, nil)
 	switch {
 	case err == zstd.ErrDecoderSizeExceeded:
 		return nil, true, fmt.Errorf("zstd data decompresses to more than %d bytes", MaxDecompressed)
@@ -121,6 +132,30 @@ func decompress(src []byte, maxSize int) (out []byte, tooLarge bool, err error) 
 		return nil, false, fmt.Errorf("zstd: %v", err)
 	case len(out) > maxSize:
 		return nil, true, fmt.Errorf("zstd data decompresses to more than %d bytes", maxSize)
+	}
+	return out, false, nil
+}
+
+// decompressPayload decompresses a frame payload, which must declare its
+// size, at most DefaultMaxFrame: the output is allocated once, at the
+// declared size, and only when that is within the limit.
+func decompressPayload(src []byte) (out []byte, tooLarge bool, err error) {
+	if err := zstdInit(); err != nil {
+		return nil, false, err
+	}
+	n, ok := zstdContentSize(src)
+	switch {
+	case !ok:
+		return nil, false, errors.New("zstd payload does not declare its size")
+	case n > DefaultMaxFrame:
+		return nil, true, fmt.Errorf("zstd payload declares %d bytes (limit %d)", n, DefaultMaxFrame)
+	}
+	out, err = zstdCodec.frameDec.DecodeAll(src, make([]byte, 0, n))
+	switch {
+	case err == zstd.ErrDecoderSizeExceeded:
+		return nil, true, fmt.Errorf("zstd payload decompresses to more than %d bytes", DefaultMaxFrame)
+	case err != nil:
+		return nil, false, fmt.Errorf("zstd: %v", err)
 	}
 	return out, false, nil
 }

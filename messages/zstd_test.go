@@ -66,18 +66,30 @@ func TestChunkWithoutDeclaredSizeIsCapped(t *testing.T) {
 	if _, err := DecompressChunk(append(one, one...), 1<<20); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("two frames over the cap: %v", err)
 	}
-	// In a frame, a payload over MaxDecompressed is a malformed message:
-	// here a zstd header declaring one byte more (single segment, 8-byte
-	// content size) and an empty last block.
-	hdr := binary.LittleEndian.AppendUint32(nil, 0xFD2FB528)
-	hdr = append(hdr, 0xe0)
-	hdr = binary.LittleEndian.AppendUint64(hdr, MaxDecompressed+1)
-	hdr = append(hdr, 0x01, 0x00, 0x00)
-	if n, ok := zstdContentSize(hdr); !ok || n != MaxDecompressed+1 {
+	// In a frame, a payload over DefaultMaxFrame is too large: the frame
+	// limit holds after decompression too. Here a zstd header declaring
+	// one byte more (single segment, 8-byte content size) and an empty
+	// last block.
+	hdr := zstdHeaderDeclaring(DefaultMaxFrame + 1)
+	if n, ok := zstdContentSize(hdr); !ok || n != DefaultMaxFrame+1 {
 		t.Fatalf("hand-made header declares %d (%v)", n, ok)
 	}
 	env := Envelope{SchemaVersion: SchemaVersion, Type: TypePing, Flags: FlagZstd, Payload: hdr}
-	if _, err := env.Decode(); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "declares") {
-		t.Fatalf("frame payload over MaxDecompressed: %v", err)
+	if _, err := env.Decode(); !errors.Is(err, ErrFrameTooLarge) || !strings.Contains(err.Error(), "declares") {
+		t.Fatalf("frame payload over DefaultMaxFrame: %v", err)
 	}
+	// And a frame payload must declare its size.
+	env.Payload = buf.Bytes()
+	if _, err := env.Decode(); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "declare") {
+		t.Fatalf("frame payload without a declared size: %v", err)
+	}
+}
+
+// zstdHeaderDeclaring is a zstd frame that declares n bytes of content
+// (single segment, 8-byte content size) and holds one empty last block.
+func zstdHeaderDeclaring(n uint64) []byte {
+	hdr := binary.LittleEndian.AppendUint32(nil, 0xFD2FB528)
+	hdr = append(hdr, 0xe0)
+	hdr = binary.LittleEndian.AppendUint64(hdr, n)
+	return append(hdr, 0x01, 0x00, 0x00)
 }
