@@ -207,6 +207,18 @@ func (j *snapshotJoinActor) retry(ctx actor.Context, err error) {
 // finish cuts the file to its size and asks the node to install it; the
 // node stops this actor.
 func (j *snapshotJoinActor) finish(ctx actor.Context) {
+	if uint64(j.p.Offset) != j.p.TotalBytes {
+		// The chunks do not add up to the size the source announced (a
+		// source that lies could otherwise make us truncate the file to
+		// any size): start over.
+		j.n.log.Warn("snapshot chunks do not add up to its size; starting over", "library", j.lib,
+			"chunks_bytes", j.p.Offset, "announced", j.p.TotalBytes)
+		j.n.metrics.Rejected(messages.ReasonSnapshotChunkChecksum)
+		j.p.restart()
+		j.check(ctx, j.fh.Truncate(0))
+		j.next(ctx)
+		return
+	}
 	j.check(ctx, j.fh.Truncate(int64(j.p.TotalBytes)))
 	j.check(ctx, j.fh.Close())
 	j.fh = nil
