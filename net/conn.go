@@ -1,6 +1,7 @@
 package net
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -14,6 +15,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net/internal/budget"
 )
 
 // quicConn is one authenticated QUIC connection to a peer. Its goroutines:
@@ -35,7 +37,12 @@ type quicConn struct {
 	control *quic.Stream
 	ctrlMu  sync.Mutex // serializes frames written on control
 
-	inbox chan Inbound  // live messages and requests, for Recv
+	// What the peer's input may hold (see the package doc, Back-pressure).
+	inbox    chan pending   // live messages and requests, decoded, for Recv
+	reading  *budget.Budget // wire bytes of frames being read and decoded
+	queued   *budget.Budget // payload bytes of the messages in inbox (or on their way in)
+	requests chan struct{}  // one token per request stream accepted and not yet returned by Recv
+
 	slots chan struct{} // one token per queued live frame; cap is Config.SendQueue
 
 	mu   sync.Mutex
@@ -44,6 +51,15 @@ type quicConn struct {
 	pingMu sync.Mutex
 	pings  map[uint64]time.Time // guarded by pingMu: outstanding Ping nonces → when sent
 	rtt    atomic.Int64         // latest Ping/Pong round trip (ns); 0 before the first
+}
+
+// pending is a decoded message on its way to Recv, holding its share of
+// the connection's receive budget (and a request slot, for requests)
+// until Recv returns it.
+type pending struct {
+	in      Inbound
+	held    int64 // of queued
+	request bool  // holds a token of requests
 }
 
 // liveSender is the queue of one library's live stream.
@@ -62,7 +78,10 @@ func newConn(t *QUICTransport, qc *quic.Conn, control *quic.Stream, peer message
 		peer:     peer,
 		peerName: name,
 		control:  control,
-		inbox:    make(chan Inbound, inboxLen),
+		inbox:    make(chan pending, inboxLen),
+		reading:  budget.New(int64(t.recvBuf)),
+		queued:   budget.New(int64(t.recvBuf)),
+		requests: make(chan struct{}, maxPendingRequests),
 		slots:    make(chan struct{}, t.sendQueue),
 		live:     map[messages.LibraryID]*liveSender{},
 		pings:    map[uint64]time.Time{},
@@ -171,26 +190,31 @@ func (c *quicConn) writeLoop(ls *liveSender) {
 }
 
 // Recv returns the next inbound live message or request. Messages already
-// received are still returned after the connection ended.
+// received are still returned after the connection ended. Returning a
+// message frees its share of the receive buffer: from here on, what the
+// consumer keeps is the consumer's to bound.
 func (c *quicConn) Recv(ctx context.Context) (Inbound, error) {
+	var p pending
 	select {
-	case in := <-c.inbox:
-		return in, nil
+	case p = <-c.inbox:
 	default:
-	}
-	select {
-	case in := <-c.inbox:
-		return in, nil
-	case <-ctx.Done():
-		return Inbound{}, ctx.Err()
-	case <-c.ctx.Done():
 		select {
-		case in := <-c.inbox:
-			return in, nil
-		default:
-			return Inbound{}, c.Err()
+		case p = <-c.inbox:
+		case <-ctx.Done():
+			return Inbound{}, ctx.Err()
+		case <-c.ctx.Done():
+			select {
+			case p = <-c.inbox:
+			default:
+				return Inbound{}, c.Err()
+			}
 		}
 	}
+	c.queued.Release(p.held)
+	if p.request {
+		<-c.requests
+	}
+	return p.in, nil
 }
 
 // Request sends m on a fresh stream and waits for the one response.
@@ -318,7 +342,8 @@ func (c *quicConn) acceptLiveLoop() {
 }
 
 // liveReadLoop reads one live stream: kind byte, then frames of one
-// library, in order, into the inbox. Bad input refuses this stream only.
+// library, in order, into the inbox. Bad input refuses this stream only; a
+// frame the Authorizer refuses is dropped unread and the stream goes on.
 func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 	var kind [1]byte
 	if _, err := io.ReadFull(s, kind[:]); err != nil {
@@ -330,44 +355,131 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 	}
 	var lib messages.LibraryID
 	for first := true; ; first = false {
-		env, n, err := c.t.frames.Read(s)
-		if err == io.EOF {
-			return
-		}
+		f, err := c.readFrame(s)
 		if err != nil {
 			if isBadInput(err) {
 				c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
 			}
 			return
 		}
-		m, err := env.Decode()
+		env := f.env
+		// Checks on the envelope alone, before anything is decoded.
+		reason, err := messages.Reason(""), error(nil)
+		switch {
+		case env.Type.Control():
+			reason, err = messages.ReasonUnexpected, fmt.Errorf("%s on a live stream", env.Type)
+		case first:
+			lib = env.Library // one live stream carries one library
+		case env.Library != lib:
+			reason, err = messages.ReasonMalformed, fmt.Errorf("live stream of library %s carried a frame of %s", lib, env.Library)
+		}
 		if err != nil {
-			c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
+			c.reading.Release(f.held)
+			c.refuse(s.CancelRead, s.StreamID(), reason, err)
 			return
 		}
-		if env.Type.Control() {
-			c.refuse(s.CancelRead, s.StreamID(), messages.ReasonUnexpected, fmt.Errorf("%s on a live stream", env.Type))
+		if err := c.t.authorize(c.peer, env); err != nil {
+			c.reading.Release(f.held)
+			c.unauthorized(env, err)
+			continue
+		}
+		p, err := c.decode(f)
+		if err != nil {
+			if isBadInput(err) {
+				c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
+			}
 			return
 		}
-		// One live stream carries one library.
-		if first {
-			lib = env.Library
-		} else if env.Library != lib {
-			c.refuse(s.CancelRead, s.StreamID(), messages.ReasonMalformed, fmt.Errorf("live stream of library %s carried a frame of %s", lib, env.Library))
-			return
-		}
-		c.t.received(c.peer, env, n)
-		select {
-		case c.inbox <- Inbound{Library: env.Library, Message: m, Bytes: n}:
-		case <-c.ctx.Done():
+		if !c.deliver(p) {
 			return
 		}
 	}
 }
 
-// acceptBulkLoop accepts the peer's bidirectional (request) streams.
+// inFrame is a frame whose envelope is parsed, holding its share of the
+// connection's read budget.
+type inFrame struct {
+	env  messages.Envelope
+	n    int   // bytes on the wire
+	held int64 // of reading
+}
+
+// readFrame reads the next frame of r once the read budget has room for
+// the length its header announces, so that streams stop being read (and
+// the peer stops being granted flow-control credit) while the frames
+// already read are waiting to be decoded. A length over the limit is
+// refused by the frame reader without taking anything. Errors are those
+// of messages.FrameReader.Read, or the context's when the connection
+// ends while waiting.
+func (c *quicConn) readFrame(r io.Reader) (inFrame, error) {
+	var hdr [messages.FrameHeaderLen]byte
+	k, err := io.ReadFull(r, hdr[:])
+	var held int64
+	if err == nil {
+		if n := binary.BigEndian.Uint32(hdr[:]); int64(n) <= int64(c.t.maxFrame) {
+			if held, err = c.reading.Acquire(c.ctx, int64(n)+messages.FrameHeaderLen); err != nil {
+				return inFrame{}, err
+			}
+		}
+	}
+	// The reader sees the header again, and r's error if reading it failed.
+	env, n, err := c.t.frames.Read(io.MultiReader(bytes.NewReader(hdr[:k]), r))
+	if err != nil {
+		c.reading.Release(held)
+		return inFrame{}, err
+	}
+	return inFrame{env: env, n: n, held: held}, nil
+}
+
+// decode takes f's share of the receive buffer (waiting for Recv to free
+// room), decodes its message and gives back f's read budget. An error is
+// bad input (messages' sentinels), or the context's when the connection
+// ended while waiting.
+func (c *quicConn) decode(f inFrame) (pending, error) {
+	defer c.reading.Release(f.held)
+	cost := budget.PayloadCost(f.env)
+	held, err := c.queued.Acquire(c.ctx, int64(cost))
+	if err != nil {
+		return pending{}, err
+	}
+	m, err := f.env.Decode()
+	if err != nil {
+		c.queued.Release(held)
+		return pending{}, err
+	}
+	c.t.received(c.peer, f.env, f.n)
+	in := Inbound{Library: f.env.Library, Message: m, Bytes: f.n, PayloadBytes: cost}
+	return pending{in: in, held: held}, nil
+}
+
+// deliver queues p for Recv; false if the connection ended first.
+func (c *quicConn) deliver(p pending) bool {
+	select {
+	case c.inbox <- p:
+		return true
+	case <-c.ctx.Done():
+		c.queued.Release(p.held)
+		return false
+	}
+}
+
+// unauthorized counts and logs a frame the Authorizer refused.
+func (c *quicConn) unauthorized(env messages.Envelope, err error) {
+	reason := RefusalReason(err)
+	c.t.obs.Rejected(reason)
+	c.t.warnRefusal(c.peer.String(), reason, "refused a message the peer may not send",
+		"peer", c.peer, "library", env.Library, "type", env.Type, "err", err)
+}
+
+// acceptBulkLoop accepts the peer's bidirectional (request) streams, at
+// most maxPendingRequests of them not yet returned by Recv.
 func (c *quicConn) acceptBulkLoop() {
 	for {
+		select {
+		case c.requests <- struct{}{}:
+		case <-c.ctx.Done():
+			return
+		}
 		s, err := c.qc.AcceptStream(c.ctx)
 		if err != nil {
 			return
@@ -380,7 +492,15 @@ func (c *quicConn) acceptBulkLoop() {
 
 // serveRequest reads the one request frame of a request stream and hands
 // it to Recv with a Reply that writes the response and closes the stream.
+// It holds a token of c.requests, which Recv frees, or it does on return
+// if the request never reached the inbox.
 func (c *quicConn) serveRequest(s *quic.Stream) {
+	handed := false
+	defer func() {
+		if !handed {
+			<-c.requests
+		}
+	}()
 	refuse := func(reason messages.Reason, err error) {
 		c.refuse(s.CancelRead, s.StreamID(), reason, err)
 		s.CancelWrite(streamBadInput)
@@ -394,7 +514,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 		refuse(messages.ReasonUnknownStream, fmt.Errorf("bidirectional stream of kind %q", kind[0]))
 		return
 	}
-	env, n, err := c.t.frames.Read(s)
+	f, err := c.readFrame(s)
 	if err == io.EOF {
 		err = fmt.Errorf("%w: request stream without a request", messages.ErrTruncated)
 	}
@@ -406,33 +526,59 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 		}
 		return
 	}
-	// A frame that parses but does not decode (unknown type, invalid
-	// message) is answered with bad_request, then the stream ends.
-	m, err := env.Decode()
-	reason := messages.ReasonOf(err)
-	if err == nil && env.Type.Control() {
-		err, reason = fmt.Errorf("%w: %s as a request", messages.ErrMalformed, env.Type), messages.ReasonUnexpected
-	}
-	if err != nil {
-		c.refuse(s.CancelRead, s.StreamID(), reason, err)
-		msg := &messages.Error{Code: messages.CodeBadRequest, Message: err.Error()}
-		if f, e2 := encodeFrame(env.Library, msg, c.t.version, c.t.maxFrame); e2 == nil && writeLimited(c.ctx, c.t.bucket, s, f.b) == nil {
-			c.t.sent(c.peer, f)
-		}
-		s.Close()
+	env := f.env
+	if env.Type.Control() {
+		c.reading.Release(f.held)
+		err := fmt.Errorf("%w: %s as a request", messages.ErrMalformed, env.Type)
+		c.refuse(s.CancelRead, s.StreamID(), messages.ReasonUnexpected, err)
+		c.answer(s, env.Library, &messages.Error{Code: messages.CodeBadRequest, Message: err.Error()})
 		return
 	}
-	c.t.received(c.peer, env, n)
+	if err := c.t.authorize(c.peer, env); err != nil {
+		c.reading.Release(f.held)
+		c.unauthorized(env, err)
+		s.CancelRead(streamBadInput)
+		c.answer(s, env.Library, &messages.Error{Code: messages.CodeUnauthorized, Message: err.Error()})
+		return
+	}
+	// A frame that parses but does not decode (an invalid message) is
+	// answered with bad_request, then the stream ends.
+	p, err := c.decode(f)
+	if err != nil {
+		if !isBadInput(err) {
+			s.CancelWrite(streamCanceled)
+			return
+		}
+		c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
+		c.answer(s, env.Library, &messages.Error{Code: messages.CodeBadRequest, Message: err.Error()})
+		return
+	}
+	p.request = true
+	p.in.Reply = c.replier(s, env.Library)
+	handed = c.deliver(p)
+}
+
+// answer writes a response that needs no Reply (a refusal) and closes s.
+func (c *quicConn) answer(s *quic.Stream, lib messages.LibraryID, m messages.Message) {
+	if f, err := encodeFrame(lib, m, c.t.version, c.t.maxFrame); err == nil && writeLimited(c.ctx, c.t.bucket, s, f.b) == nil {
+		c.t.sent(c.peer, f)
+	}
+	s.Close()
+}
+
+// replier is the Reply of a request read from s: it writes the one
+// response and closes the stream.
+func (c *quicConn) replier(s *quic.Stream, lib messages.LibraryID) func(messages.Message) error {
 	var replied atomic.Bool
-	reply := func(resp messages.Message) error {
+	return func(resp messages.Message) error {
 		if !replied.CompareAndSwap(false, true) {
 			return errors.New("reply: already sent")
 		}
-		f, err := encodeFrame(env.Library, resp, c.t.version, c.t.maxFrame)
+		f, err := encodeFrame(lib, resp, c.t.version, c.t.maxFrame)
 		if err != nil {
 			// Tell the requester rather than leave it waiting.
 			msg := &messages.Error{Code: messages.CodeInternal, Message: "response not sent: " + err.Error()}
-			if ef, e2 := encodeFrame(env.Library, msg, c.t.version, c.t.maxFrame); e2 == nil {
+			if ef, e2 := encodeFrame(lib, msg, c.t.version, c.t.maxFrame); e2 == nil {
 				f = ef
 			} else {
 				s.CancelWrite(streamCanceled)
@@ -450,10 +596,6 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 		}
 		return nil
 	}
-	select {
-	case c.inbox <- Inbound{Library: env.Library, Message: m, Bytes: n, Reply: reply}:
-	case <-c.ctx.Done():
-	}
 }
 
 // controlReadLoop reads the control stream after Hello: Ping → Pong,
@@ -465,7 +607,7 @@ func (c *quicConn) controlReadLoop() {
 		c.control.CancelWrite(streamBadInput)
 	}
 	for {
-		env, n, err := c.t.frames.Read(c.control)
+		env, n, err := c.t.ctrl.Read(c.control)
 		if err != nil {
 			if isBadInput(err) {
 				refuse(messages.ReasonOf(err), err)
@@ -554,6 +696,6 @@ func (c *quicConn) writeControl(m messages.Message) error {
 // streamBadInput. The connection and its other streams go on.
 func (c *quicConn) refuse(cancel func(quic.StreamErrorCode), id quic.StreamID, reason messages.Reason, err error) {
 	c.t.obs.Rejected(reason)
-	c.t.log.Warn("refused stream", "peer", c.peer, "stream", int64(id), "reason", reason, "err", err)
+	c.t.warnRefusal(c.peer.String(), reason, "refused stream", "peer", c.peer, "stream", int64(id), "err", err)
 	cancel(streamBadInput)
 }

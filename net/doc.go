@@ -55,10 +55,50 @@
 // Bulk never blocks live: each request runs on its own stream, each
 // library's live frames on theirs, and QUIC flow control is per stream.
 //
-// Send blocks while Config.SendQueue frames of the connection are queued
-// and unwritten; writers block on QUIC flow control while the peer does not
-// call Recv (its readers block on a bounded inbox). So a peer that stops
-// reading slows the sender down to a stop instead of growing memory.
+// Back-pressure, sending: Send blocks while Config.SendQueue frames of the
+// connection are queued and unwritten, and writers block on QUIC flow
+// control while the peer does not read.
+//
+// Back-pressure, receiving: every path from a stream to Recv is bounded
+// per connection, so a peer sending faster than the consumer calls Recv
+// stalls its own streams instead of growing the receiver's memory.
+//
+//   - A reader takes the frame's announced length from the connection's
+//     read budget (Config.RecvBuffer) before it reads the body, and gives
+//     it back once the frame is decoded or refused.
+//   - Before decoding, it takes the message's payload size
+//     (Inbound.PayloadBytes) from the receive budget (Config.RecvBuffer
+//     again, separately), which Recv gives back when it returns the
+//     message; the inbox also holds at most 64 messages.
+//   - At most maxPendingRequests (64) request streams are accepted and not
+//     yet returned by Recv; further ones wait inside QUIC, bounded by
+//     MaxIncomingStreams and the flow-control windows.
+//   - A frame larger than a budget waits until it has it alone.
+//
+// A reader that waits stops reading its stream; QUIC then stops granting
+// the peer credit, the peer's writers block, and its Send blocks. What one
+// connection holds is thus at most twice RecvBuffer, plus QUIC's receive
+// window (quic-go's default: 15 MiB per connection), plus the decoded
+// form of the queued messages. The two budgets are separate so that no
+// cycle can deadlock: the receive budget is freed only by Recv, and the
+// read budget only by decoding, which needs nothing but the receive
+// budget. Other connections are not affected: each has its own.
+//
+// Hazard: the receive budget counts msgpack bytes; a decoded message can
+// take a small multiple of that in memory (interfaces, slice headers).
+// Consumers that queue messages should budget by PayloadBytes too, and
+// stop calling Recv when their own bound is reached: that is what turns
+// a slow consumer into a stalled sender.
+//
+// Authorization: Config.Authorize (or SetAuthorizer) is asked about every
+// live message and request with the sender, library and type from the
+// envelope, after the frame is read and before its payload is
+// decompressed or decoded: a zstd bomb for a library the peer is not a
+// partner of costs its wire bytes. A refused request is answered with
+// messages.Error{unauthorized}; a refused live message is counted, logged
+// and dropped, and its stream goes on: refusing the stream would make the
+// sender close the connection (live order), cutting the peer's other
+// libraries off because of one it may not be a partner of any more.
 //
 // Bad input on a stream — garbage, an oversized length, a malformed or
 // unknown message, a Hello after the handshake, an unknown stream kind —
@@ -66,6 +106,10 @@
 // (CancelRead/CancelWrite with code 0x10); a request that parses but does
 // not decode is answered with bad_request. The connection and its other
 // streams go on. Nothing from the wire can panic the process.
+//
+// Every refusal is counted, but logged at a bounded rate: one line per
+// (peer or source address, reason) per 30 s, the next line saying how many
+// were suppressed meanwhile.
 //
 // Close closes every connection with a CONNECTION_CLOSE, ends pending
 // pairing codes, and returns after every goroutine of the transport did.
