@@ -5,7 +5,11 @@
 // # Identity and trust
 //
 // A device is an Ed25519 key kept in its home (device.key, mode 0600) and a
-// self-signed certificate for it (device.crt). Its DeviceID is derived from
+// self-signed certificate for it (device.crt). The home must be a
+// directory of this user that group and others cannot write (SecureHome
+// refuses any other, saying how to fix it), and its files are opened
+// without following links (OpenInHome) and rewritten by rename, so a link
+// planted in it is neither read through nor written through. Its DeviceID is derived from
 // the public key — the first 16 bytes of SHA-256(key) with the UUID version
 // 8 and RFC 4122 variant bits — so no certificate can claim another
 // device's id. The PeerStore (peers.json, rewritten atomically) pins each
@@ -13,7 +17,9 @@
 // id. On lsync/1 both sides require a certificate (TLS 1.3, mutual) and
 // admit it only if it is pinned under the id derived from its key and, when
 // dialing, that id is the one dialed. An unpaired device fails the TLS
-// handshake; the refusal is counted as "unpaired" or "wrong_peer".
+// handshake; the refusal is counted as "unpaired" or "wrong_peer", a
+// client without a certificate and a handshake for another protocol
+// (ALPN) are counted too (see observer.go for their reasons).
 //
 // # Transport
 //
@@ -150,10 +156,36 @@
 // that same element, so the Yb_i are independent of the codes and no guess
 // can be checked against them. The creator checks the joiner's MACs before
 // it sends anything derived from ISK, and on failure answers a bare
-// "reject": the attempt learns one bit for its one guess, online. Each
-// failed attempt costs every pending code one attempt, and a code is dead
-// after its attempts, so an online attacker gets a few guesses out of
-// ~2.8·10⁹.
+// "reject": the attempt learns one bit for its one guess, online.
+//
+// Online guessing against denial of service. Attempts are counted per
+// source — the joiner's IP address, or its IPv6 /64 (a certificate costs
+// nothing to make, an address does) — and per code:
+//
+//   - a wrong attempt costs its source one attempt on every pending code
+//     it was tried against (the creator cannot tell which code the joiner
+//     meant); a source with no attempts left on a code is not answered for
+//     it, and one with none left on any code is told so (ErrPairingLocked)
+//     without a PAKE, so the user knows to generate a new code;
+//   - a code ends (ErrPairingExhausted) after attempts × 8 wrong attempts
+//     in all (24 by default), which takes at least 8 sources;
+//   - an attempt is reserved when the challenge is sent, so concurrent
+//     exchanges of a source cannot exceed its attempts, and given back if
+//     the joiner never confirms (no guess was tested).
+//
+// So an online attacker gets at most 24 guesses per code out of ~2.8·10⁹
+// however many addresses it has, and with fewer than 8 addresses it can
+// neither end a code the user is about to type nor lock the user out: its
+// guesses only lock its own addresses. The price: a joiner sharing an
+// address with the attacker (same NAT) shares its attempts, and a
+// botnet can end codes; the user then generates another.
+//
+// Hazard: slots. At most 16 pairing exchanges run at once, 2 per source,
+// and each message of the joiner must arrive within 2 s (the first one
+// counted from the handshake), so connections that send nothing give their
+// slot back within seconds. A connection refused for want of a slot is
+// closed at once (the joiner sees ErrPairingBusy) and counted; holding
+// every slot takes 8 sources reconnecting every few seconds.
 //
 // Hazard: the joiner confirms first, so whoever answers at the address the
 // joiner typed (a fake creator) receives MAC_J for each Yb it sent: it may

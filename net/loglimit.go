@@ -16,7 +16,7 @@ const (
 	logInterval = 30 * time.Second
 	// maxLogKeys bounds the limiter's memory; past it, sources share one
 	// entry per reason.
-	maxLogKeys = 1024
+	maxLogKeys = 256
 )
 
 // logLimiter lets one line per (source, reason) through per interval and
