@@ -1,7 +1,6 @@
 package net
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -39,8 +38,7 @@ type quicConn struct {
 
 	// What the peer's input may hold (see the package doc, Back-pressure).
 	inbox    chan pending   // live messages and requests, decoded, for Recv
-	reading  *budget.Budget // wire bytes of frames being read and decoded
-	queued   *budget.Budget // payload bytes of the messages in inbox (or on their way in)
+	queued   *budget.Budget // payload bytes of the messages in inbox (or being decoded for it)
 	requests chan struct{}  // one token per request stream accepted and not yet returned by Recv
 
 	slots chan struct{} // one token per queued live frame; cap is Config.SendQueue
@@ -79,7 +77,6 @@ func newConn(t *QUICTransport, qc *quic.Conn, control *quic.Stream, peer message
 		peerName: name,
 		control:  control,
 		inbox:    make(chan pending, inboxLen),
-		reading:  budget.New(int64(t.recvBuf)),
 		queued:   budget.New(int64(t.recvBuf)),
 		requests: make(chan struct{}, maxPendingRequests),
 		slots:    make(chan struct{}, t.sendQueue),
@@ -355,14 +352,13 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 	}
 	var lib messages.LibraryID
 	for first := true; ; first = false {
-		f, err := c.readFrame(s)
+		env, n, err := c.t.frames.Read(s)
 		if err != nil {
 			if isBadInput(err) {
 				c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
 			}
 			return
 		}
-		env := f.env
 		// Checks on the envelope alone, before anything is decoded.
 		reason, err := messages.Reason(""), error(nil)
 		switch {
@@ -374,16 +370,14 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 			reason, err = messages.ReasonMalformed, fmt.Errorf("live stream of library %s carried a frame of %s", lib, env.Library)
 		}
 		if err != nil {
-			c.reading.Release(f.held)
 			c.refuse(s.CancelRead, s.StreamID(), reason, err)
 			return
 		}
 		if err := c.t.authorize(c.peer, env); err != nil {
-			c.reading.Release(f.held)
 			c.unauthorized(env, err)
 			continue
 		}
-		p, err := c.decode(f)
+		p, err := c.decode(env, n)
 		if err != nil {
 			if isBadInput(err) {
 				c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
@@ -396,59 +390,25 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 	}
 }
 
-// inFrame is a frame whose envelope is parsed, holding its share of the
-// connection's read budget.
-type inFrame struct {
-	env  messages.Envelope
-	n    int   // bytes on the wire
-	held int64 // of reading
-}
-
-// readFrame reads the next frame of r once the read budget has room for
-// the length its header announces, so that streams stop being read (and
-// the peer stops being granted flow-control credit) while the frames
-// already read are waiting to be decoded. A length over the limit is
-// refused by the frame reader without taking anything. Errors are those
-// of messages.FrameReader.Read, or the context's when the connection
-// ends while waiting.
-func (c *quicConn) readFrame(r io.Reader) (inFrame, error) {
-	var hdr [messages.FrameHeaderLen]byte
-	k, err := io.ReadFull(r, hdr[:])
-	var held int64
-	if err == nil {
-		if n := binary.BigEndian.Uint32(hdr[:]); int64(n) <= int64(c.t.maxFrame) {
-			if held, err = c.reading.Acquire(c.ctx, int64(n)+messages.FrameHeaderLen); err != nil {
-				return inFrame{}, err
-			}
-		}
-	}
-	// The reader sees the header again, and r's error if reading it failed.
-	env, n, err := c.t.frames.Read(io.MultiReader(bytes.NewReader(hdr[:k]), r))
-	if err != nil {
-		c.reading.Release(held)
-		return inFrame{}, err
-	}
-	return inFrame{env: env, n: n, held: held}, nil
-}
-
-// decode takes f's share of the receive buffer (waiting for Recv to free
-// room), decodes its message and gives back f's read budget. An error is
-// bad input (messages' sentinels), or the context's when the connection
-// ended while waiting.
-func (c *quicConn) decode(f inFrame) (pending, error) {
-	defer c.reading.Release(f.held)
-	cost := budget.PayloadCost(f.env)
+// decode takes the frame's share of the receive budget, waiting for Recv
+// to free room, and decodes its message. The frame has fully arrived: a
+// reader must not hold budget while it waits for bytes, or the streams
+// left unread for want of budget could fill QUIC's connection window and
+// starve it for good. An error is bad input (messages' sentinels), or the
+// context's when the connection ended while waiting.
+func (c *quicConn) decode(env messages.Envelope, n int) (pending, error) {
+	cost := budget.PayloadCost(env)
 	held, err := c.queued.Acquire(c.ctx, int64(cost))
 	if err != nil {
 		return pending{}, err
 	}
-	m, err := f.env.Decode()
+	m, err := env.Decode()
 	if err != nil {
 		c.queued.Release(held)
 		return pending{}, err
 	}
-	c.t.received(c.peer, f.env, f.n)
-	in := Inbound{Library: f.env.Library, Message: m, Bytes: f.n, PayloadBytes: cost}
+	c.t.received(c.peer, env, n)
+	in := Inbound{Library: env.Library, Message: m, Bytes: n, PayloadBytes: cost}
 	return pending{in: in, held: held}, nil
 }
 
@@ -514,7 +474,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 		refuse(messages.ReasonUnknownStream, fmt.Errorf("bidirectional stream of kind %q", kind[0]))
 		return
 	}
-	f, err := c.readFrame(s)
+	env, n, err := c.t.frames.Read(s)
 	if err == io.EOF {
 		err = fmt.Errorf("%w: request stream without a request", messages.ErrTruncated)
 	}
@@ -526,16 +486,13 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 		}
 		return
 	}
-	env := f.env
 	if env.Type.Control() {
-		c.reading.Release(f.held)
 		err := fmt.Errorf("%w: %s as a request", messages.ErrMalformed, env.Type)
 		c.refuse(s.CancelRead, s.StreamID(), messages.ReasonUnexpected, err)
 		c.answer(s, env.Library, &messages.Error{Code: messages.CodeBadRequest, Message: err.Error()})
 		return
 	}
 	if err := c.t.authorize(c.peer, env); err != nil {
-		c.reading.Release(f.held)
 		c.unauthorized(env, err)
 		s.CancelRead(streamBadInput)
 		c.answer(s, env.Library, &messages.Error{Code: messages.CodeUnauthorized, Message: err.Error()})
@@ -543,7 +500,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 	}
 	// A frame that parses but does not decode (an invalid message) is
 	// answered with bad_request, then the stream ends.
-	p, err := c.decode(f)
+	p, err := c.decode(env, n)
 	if err != nil {
 		if !isBadInput(err) {
 			s.CancelWrite(streamCanceled)

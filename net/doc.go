@@ -69,26 +69,36 @@
 // per connection, so a peer sending faster than the consumer calls Recv
 // stalls its own streams instead of growing the receiver's memory.
 //
-//   - A reader takes the frame's announced length from the connection's
-//     read budget (Config.RecvBuffer) before it reads the body, and gives
-//     it back once the frame is decoded or refused.
-//   - Before decoding, it takes the message's payload size
-//     (Inbound.PayloadBytes) from the receive budget (Config.RecvBuffer
-//     again, separately), which Recv gives back when it returns the
-//     message; the inbox also holds at most 64 messages.
-//   - At most maxPendingRequests (64) request streams are accepted and not
+//   - Each stream has one reader, which holds at most one frame: it reads
+//     the frame (its length checked first, its buffer growing with the
+//     bytes that arrive), checks and authorizes its envelope, and then
+//     takes the message's payload size (Inbound.PayloadBytes) from the
+//     connection's receive budget (Config.RecvBuffer) before it decodes
+//     it. Recv gives the share back when it returns the message; the inbox
+//     also holds at most 64 messages.
+//   - At most maxPendingRequests (16) request streams are accepted and not
 //     yet returned by Recv; further ones wait inside QUIC, bounded by
 //     MaxIncomingStreams and the flow-control windows.
-//   - A frame larger than a budget waits until it has it alone.
 //
 // A reader that waits stops reading its stream; QUIC then stops granting
 // the peer credit, the peer's writers block, and its Send blocks. What one
-// connection holds is thus at most twice RecvBuffer, plus QUIC's receive
-// window (quic-go's default: 15 MiB per connection), plus the decoded
-// form of the queued messages. The two budgets are separate so that no
-// cycle can deadlock: the receive budget is freed only by Recv, and the
-// read budget only by decoding, which needs nothing but the receive
-// budget. Other connections are not affected: each has its own.
+// connection holds is thus RecvBuffer of decoded messages (plus their
+// in-memory overhead), one frame per stream whose reader waits (live
+// streams of libraries the Authorizer admits, and pending requests), and
+// QUIC's receive window (quic-go's default: at most 15 MiB). Other
+// connections are not affected: each has its own.
+//
+// Budget is taken only once a frame has fully arrived, and is freed only
+// by Recv. A reader holding budget while waiting for the rest of its frame
+// could wait for ever: the streams left unread for want of that budget
+// keep their bytes in QUIC's connection window, which then lets no more
+// bytes in, for any stream.
+//
+// Hazard: the same holds for this side's own requests. While the consumer
+// does not call Recv, the peer's unread live bytes fill the connection
+// window and the responses to our requests on that connection stall too.
+// A consumer must not make its next Recv wait for a response from the
+// same peer.
 //
 // Hazard: the receive budget counts msgpack bytes; a decoded message can
 // take a small multiple of that in memory (interfaces, slice headers).

@@ -200,11 +200,11 @@ func TestHostileLiveFloodIsBackPressured(t *testing.T) {
 	batch := bigBatch(a.id.DeviceID, 1200<<10)
 	base := heapInuse()
 
-	// a floods b on eight libraries while b does not read.
+	// a floods b on four libraries while b does not read.
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	var sent atomic.Int64
-	wg := flood(ctx, ab, 8, batch, &sent)
+	wg := flood(ctx, ab, 4, batch, &sent)
 	defer wg.Wait()
 	defer stop()
 	testutil.Eventually(t, 30*time.Second, "the flooding sender to block", func() bool { return blocked(ab, batch, time.Second) })

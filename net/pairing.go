@@ -359,7 +359,9 @@ func (t *QUICTransport) refundAttempt(src string, cands []candidate) {
 func refundLocked(src string, cands []candidate) {
 	for i, c := range cands {
 		if c.reserved {
-			c.pc.wrong[src]--
+			if c.pc.wrong[src]--; c.pc.wrong[src] <= 0 {
+				delete(c.pc.wrong, src)
+			}
 			c.pc.wrongAll--
 			cands[i].reserved = false
 		}

@@ -58,12 +58,11 @@ type Config struct {
 	// before its payload is decompressed or decoded (see Authorizer); nil
 	// admits everything. SetAuthorizer replaces it.
 	Authorize Authorizer
-	// RecvBuffer bounds what one connection holds of the peer's input
-	// (0: 32 MiB): the payload bytes (Inbound.PayloadBytes) of messages
-	// decoded and not yet returned by Recv, and, separately, the wire
-	// bytes of frames being read and decoded. A frame larger than it
-	// waits until it is alone. When both are full the connection stops
-	// reading, and QUIC flow control stops the peer.
+	// RecvBuffer bounds, per connection, the payload bytes
+	// (Inbound.PayloadBytes) of the messages decoded and not yet returned
+	// by Recv (0: 32 MiB); a message larger than it waits until it is
+	// alone. When it is full the connection's readers stop reading, and
+	// QUIC flow control stops the peer (see the package doc).
 	RecvBuffer int
 	// Now is the clock of pairing-code expiry, of the pairing limits per
 	// source and of the log rate limit (nil: time.Now).
@@ -81,7 +80,7 @@ const (
 	// are accepted and not yet returned by Recv; the peer's further
 	// streams wait in QUIC (MaxIncomingStreams) with their flow-control
 	// windows.
-	maxPendingRequests = 64
+	maxPendingRequests = 16
 	// maxControlFrame bounds frames on the control stream (Hello, Ping,
 	// Pong, Error): they are small, so a large one is refused unread.
 	maxControlFrame = 64 << 10

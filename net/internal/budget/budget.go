@@ -34,9 +34,6 @@ type waiter struct {
 // New returns a budget of size bytes (at least 1).
 func New(size int64) *Budget { return &Budget{size: max(size, 1)} }
 
-// Size is the budget's capacity.
-func (b *Budget) Size() int64 { return b.size }
-
 // Used is how much of the budget is held right now.
 func (b *Budget) Used() int64 {
 	b.mu.Lock()
