@@ -725,8 +725,8 @@ func (t *QUICTransport) joinerExchange(ctx context.Context, qc *quic.Conn, code,
 	switch {
 	case err != nil:
 		return PeerInfo{}, err
-	case typ == pairReject && len(body) == 1 && body[0] == rejectLocked:
-		return PeerInfo{}, ErrPairingLocked
+	case typ == pairReject:
+		return PeerInfo{}, rejection(body)
 	case typ != pairChallenge:
 		return PeerInfo{}, fmt.Errorf("%w: pairing message %d, want %d", messages.ErrMalformed, typ, pairChallenge)
 	}
@@ -757,15 +757,25 @@ func (t *QUICTransport) joinerExchange(ctx context.Context, qc *quic.Conn, code,
 	}
 	switch typ {
 	case pairReject:
-		if len(body) == 1 && body[0] == rejectExpired {
-			return PeerInfo{}, ErrPairingExpired
-		}
-		return PeerInfo{}, ErrPairingFailed
+		return PeerInfo{}, rejection(body)
 	case pairAccept:
 	default:
 		return PeerInfo{}, fmt.Errorf("%w: pairing message %d, want accept", messages.ErrMalformed, typ)
 	}
 	return t.joinerFinish(s, x, sec, shares, isks, body, addr)
+}
+
+// rejection is the joiner's error for the body of a pairReject.
+func rejection(body []byte) error {
+	if len(body) == 1 {
+		switch body[0] {
+		case rejectExpired:
+			return ErrPairingExpired
+		case rejectLocked:
+			return ErrPairingLocked
+		}
+	}
+	return ErrPairingFailed
 }
 
 // joinerFinish checks the creator's accept (its MAC and sealed info),

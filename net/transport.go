@@ -43,7 +43,10 @@ type Conn interface {
 	// Send queues a live message for library lib. It blocks while the send
 	// queue is full (back-pressure) until ctx ends.
 	Send(ctx context.Context, lib messages.LibraryID, m messages.Message) error
-	// Recv returns the next inbound live message or request.
+	// Recv returns the next inbound live message or request. The
+	// transport holds a bounded amount of received input per connection
+	// and stops reading the peer when it is full: not calling Recv is how
+	// a consumer that reached its own bound makes the peer's Send block.
 	Recv(ctx context.Context) (Inbound, error)
 	// Request sends m on a fresh bulk stream and waits for the one response.
 	// A *messages.Error response is returned as the error.

@@ -64,7 +64,8 @@
 //
 // Hazard: in stepped mode a Request blocks until someone steps both the
 // request and its response, so call it from another goroutine than the one
-// that steps.
+// that steps. Send and Request also block, in either mode, once the queue
+// bounds are reached, until the peer's Recv takes frames out.
 //
 // Hazard: fault decisions are deterministic; the interleaving of goroutines
 // is not. A simulation replays exactly only if each device sends on a link
