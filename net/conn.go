@@ -571,7 +571,7 @@ func (c *quicConn) controlReadLoop() {
 			}
 			return
 		}
-		m, err := env.Decode()
+		m, err := decodeControl(env)
 		if err != nil {
 			refuse(messages.ReasonOf(err), err)
 			return

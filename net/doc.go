@@ -121,7 +121,9 @@
 // is counted with Observer.Rejected, logged, and closes that stream only
 // (CancelRead/CancelWrite with code 0x10); a request that parses but does
 // not decode is answered with bad_request. The connection and its other
-// streams go on. Nothing from the wire can panic the process.
+// streams go on. Nothing from the wire can panic the process. Frames on
+// the control stream (Hello included) are at most 64 KiB and never
+// compressed: a compressed one is refused undecoded.
 //
 // Every refusal is counted, but logged at a bounded rate: one line per
 // (peer or source address, reason) per 30 s, the next line saying how many

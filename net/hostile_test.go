@@ -250,3 +250,35 @@ func TestHostileLiveFloodIsBackPressured(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "the slow consumer to hold the sender back again",
 		func() bool { return blocked(ab, batch, time.Second) })
 }
+
+// Not parallel: it measures the process's allocations.
+func TestHostileCompressedControlFrameIsNotDecoded(t *testing.T) {
+	a, b := newNode(t, "alpha"), newNode(t, "beta")
+	pinBoth(t, a, b)
+	ab, ba := connect(t, a, b)
+	bomb := zstdBomb(t, messages.LibraryID{})
+	bomb.Type = messages.TypePing
+	frame := rawFrame(t, bomb)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	qc := ab.(*quicConn)
+	qc.ctrlMu.Lock()
+	_, err := qc.control.Write(frame)
+	qc.ctrlMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.obs.WaitRejects(t, messages.ReasonMalformed, 1)
+	runtime.ReadMemStats(&after)
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 16<<20 {
+		t.Fatalf("refusing a compressed Ping allocated %d MiB", grown>>20)
+	}
+	// Only the control stream is refused: live messages go on.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ab.Send(ctx, libX, change(a.id.DeviceID, 1)); err != nil {
+		t.Fatal(err)
+	}
+	recvN(t, ba, 1, 5*time.Second)
+}

@@ -541,7 +541,7 @@ func (t *QUICTransport) readHello(ctx context.Context, qc *quic.Conn, s *quic.St
 	case err != nil:
 		return nil, t.countHandshake(dialer, "", t.peerRefusal(err, "read hello"))
 	}
-	m, err := env.Decode()
+	m, err := decodeControl(env)
 	if err != nil {
 		return nil, t.countHandshake(dialer, messages.ReasonOf(err), fmt.Errorf("read hello: %w", err))
 	}
