@@ -14,6 +14,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net/internal/budget"
 )
 
 // quicConn is one authenticated QUIC connection to a peer. Its goroutines:
@@ -35,7 +36,11 @@ type quicConn struct {
 	control *quic.Stream
 	ctrlMu  sync.Mutex // serializes frames written on control
 
-	inbox chan Inbound  // live messages and requests, for Recv
+	// What the peer's input may hold (see the package doc, Back-pressure).
+	inbox    chan pending   // live messages and requests, decoded, for Recv
+	queued   *budget.Budget // payload bytes of the messages in inbox (or being decoded for it)
+	requests chan struct{}  // one token per request stream accepted and not yet returned by Recv
+
 	slots chan struct{} // one token per queued live frame; cap is Config.SendQueue
 
 	mu   sync.Mutex
@@ -44,6 +49,15 @@ type quicConn struct {
 	pingMu sync.Mutex
 	pings  map[uint64]time.Time // guarded by pingMu: outstanding Ping nonces → when sent
 	rtt    atomic.Int64         // latest Ping/Pong round trip (ns); 0 before the first
+}
+
+// pending is a decoded message on its way to Recv, holding its share of
+// the connection's receive budget (and a request slot, for requests)
+// until Recv returns it.
+type pending struct {
+	in      Inbound
+	held    int64 // of queued
+	request bool  // holds a token of requests
 }
 
 // liveSender is the queue of one library's live stream.
@@ -62,7 +76,9 @@ func newConn(t *QUICTransport, qc *quic.Conn, control *quic.Stream, peer message
 		peer:     peer,
 		peerName: name,
 		control:  control,
-		inbox:    make(chan Inbound, inboxLen),
+		inbox:    make(chan pending, inboxLen),
+		queued:   budget.New(int64(t.recvBuf)),
+		requests: make(chan struct{}, maxPendingRequests),
 		slots:    make(chan struct{}, t.sendQueue),
 		live:     map[messages.LibraryID]*liveSender{},
 		pings:    map[uint64]time.Time{},
@@ -171,26 +187,31 @@ func (c *quicConn) writeLoop(ls *liveSender) {
 }
 
 // Recv returns the next inbound live message or request. Messages already
-// received are still returned after the connection ended.
+// received are still returned after the connection ended. Returning a
+// message frees its share of the receive buffer: from here on, what the
+// consumer keeps is the consumer's to bound.
 func (c *quicConn) Recv(ctx context.Context) (Inbound, error) {
+	var p pending
 	select {
-	case in := <-c.inbox:
-		return in, nil
+	case p = <-c.inbox:
 	default:
-	}
-	select {
-	case in := <-c.inbox:
-		return in, nil
-	case <-ctx.Done():
-		return Inbound{}, ctx.Err()
-	case <-c.ctx.Done():
 		select {
-		case in := <-c.inbox:
-			return in, nil
-		default:
-			return Inbound{}, c.Err()
+		case p = <-c.inbox:
+		case <-ctx.Done():
+			return Inbound{}, ctx.Err()
+		case <-c.ctx.Done():
+			select {
+			case p = <-c.inbox:
+			default:
+				return Inbound{}, c.Err()
+			}
 		}
 	}
+	c.queued.Release(p.held)
+	if p.request {
+		<-c.requests
+	}
+	return p.in, nil
 }
 
 // Request sends m on a fresh stream and waits for the one response.
@@ -318,7 +339,8 @@ func (c *quicConn) acceptLiveLoop() {
 }
 
 // liveReadLoop reads one live stream: kind byte, then frames of one
-// library, in order, into the inbox. Bad input refuses this stream only.
+// library, in order, into the inbox. Bad input refuses this stream only; a
+// frame the Authorizer refuses is dropped unread and the stream goes on.
 func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 	var kind [1]byte
 	if _, err := io.ReadFull(s, kind[:]); err != nil {
@@ -331,43 +353,93 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 	var lib messages.LibraryID
 	for first := true; ; first = false {
 		env, n, err := c.t.frames.Read(s)
-		if err == io.EOF {
-			return
-		}
 		if err != nil {
 			if isBadInput(err) {
 				c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
 			}
 			return
 		}
-		m, err := env.Decode()
+		// Checks on the envelope alone, before anything is decoded.
+		reason, err := messages.Reason(""), error(nil)
+		switch {
+		case env.Type.Control():
+			reason, err = messages.ReasonUnexpected, fmt.Errorf("%s on a live stream", env.Type)
+		case first:
+			lib = env.Library // one live stream carries one library
+		case env.Library != lib:
+			reason, err = messages.ReasonMalformed, fmt.Errorf("live stream of library %s carried a frame of %s", lib, env.Library)
+		}
 		if err != nil {
-			c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
+			c.refuse(s.CancelRead, s.StreamID(), reason, err)
 			return
 		}
-		if env.Type.Control() {
-			c.refuse(s.CancelRead, s.StreamID(), messages.ReasonUnexpected, fmt.Errorf("%s on a live stream", env.Type))
+		if err := c.t.authorize(c.peer, env); err != nil {
+			c.unauthorized(env, err)
+			continue
+		}
+		p, err := c.decode(env, n)
+		if err != nil {
+			if isBadInput(err) {
+				c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
+			}
 			return
 		}
-		// One live stream carries one library.
-		if first {
-			lib = env.Library
-		} else if env.Library != lib {
-			c.refuse(s.CancelRead, s.StreamID(), messages.ReasonMalformed, fmt.Errorf("live stream of library %s carried a frame of %s", lib, env.Library))
-			return
-		}
-		c.t.received(c.peer, env, n)
-		select {
-		case c.inbox <- Inbound{Library: env.Library, Message: m, Bytes: n}:
-		case <-c.ctx.Done():
+		if !c.deliver(p) {
 			return
 		}
 	}
 }
 
-// acceptBulkLoop accepts the peer's bidirectional (request) streams.
+// decode takes the frame's share of the receive budget, waiting for Recv
+// to free room, and decodes its message. The frame has fully arrived: a
+// reader must not hold budget while it waits for bytes, or the streams
+// left unread for want of budget could fill QUIC's connection window and
+// starve it for good. An error is bad input (messages' sentinels), or the
+// context's when the connection ended while waiting.
+func (c *quicConn) decode(env messages.Envelope, n int) (pending, error) {
+	cost := budget.PayloadCost(env)
+	held, err := c.queued.Acquire(c.ctx, int64(cost))
+	if err != nil {
+		return pending{}, err
+	}
+	m, err := env.Decode()
+	if err != nil {
+		c.queued.Release(held)
+		return pending{}, err
+	}
+	c.t.received(c.peer, env, n)
+	in := Inbound{Library: env.Library, Message: m, Bytes: n, PayloadBytes: cost}
+	return pending{in: in, held: held}, nil
+}
+
+// deliver queues p for Recv; false if the connection ended first.
+func (c *quicConn) deliver(p pending) bool {
+	select {
+	case c.inbox <- p:
+		return true
+	case <-c.ctx.Done():
+		c.queued.Release(p.held)
+		return false
+	}
+}
+
+// unauthorized counts and logs a frame the Authorizer refused.
+func (c *quicConn) unauthorized(env messages.Envelope, err error) {
+	reason := RefusalReason(err)
+	c.t.obs.Rejected(reason)
+	c.t.warnRefusal(c.peer.String(), reason, "refused a message the peer may not send",
+		"peer", c.peer, "library", env.Library, "type", env.Type, "err", err)
+}
+
+// acceptBulkLoop accepts the peer's bidirectional (request) streams, at
+// most maxPendingRequests of them not yet returned by Recv.
 func (c *quicConn) acceptBulkLoop() {
 	for {
+		select {
+		case c.requests <- struct{}{}:
+		case <-c.ctx.Done():
+			return
+		}
 		s, err := c.qc.AcceptStream(c.ctx)
 		if err != nil {
 			return
@@ -380,7 +452,15 @@ func (c *quicConn) acceptBulkLoop() {
 
 // serveRequest reads the one request frame of a request stream and hands
 // it to Recv with a Reply that writes the response and closes the stream.
+// It holds a token of c.requests, which Recv frees, or it does on return
+// if the request never reached the inbox.
 func (c *quicConn) serveRequest(s *quic.Stream) {
+	handed := false
+	defer func() {
+		if !handed {
+			<-c.requests
+		}
+	}()
 	refuse := func(reason messages.Reason, err error) {
 		c.refuse(s.CancelRead, s.StreamID(), reason, err)
 		s.CancelWrite(streamBadInput)
@@ -406,33 +486,56 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 		}
 		return
 	}
-	// A frame that parses but does not decode (unknown type, invalid
-	// message) is answered with bad_request, then the stream ends.
-	m, err := env.Decode()
-	reason := messages.ReasonOf(err)
-	if err == nil && env.Type.Control() {
-		err, reason = fmt.Errorf("%w: %s as a request", messages.ErrMalformed, env.Type), messages.ReasonUnexpected
-	}
-	if err != nil {
-		c.refuse(s.CancelRead, s.StreamID(), reason, err)
-		msg := &messages.Error{Code: messages.CodeBadRequest, Message: err.Error()}
-		if f, e2 := encodeFrame(env.Library, msg, c.t.version, c.t.maxFrame); e2 == nil && writeLimited(c.ctx, c.t.bucket, s, f.b) == nil {
-			c.t.sent(c.peer, f)
-		}
-		s.Close()
+	if env.Type.Control() {
+		err := fmt.Errorf("%w: %s as a request", messages.ErrMalformed, env.Type)
+		c.refuse(s.CancelRead, s.StreamID(), messages.ReasonUnexpected, err)
+		c.answer(s, env.Library, &messages.Error{Code: messages.CodeBadRequest, Message: err.Error()})
 		return
 	}
-	c.t.received(c.peer, env, n)
+	if err := c.t.authorize(c.peer, env); err != nil {
+		c.unauthorized(env, err)
+		s.CancelRead(streamBadInput)
+		c.answer(s, env.Library, &messages.Error{Code: messages.CodeUnauthorized, Message: err.Error()})
+		return
+	}
+	// A frame that parses but does not decode (an invalid message) is
+	// answered with bad_request, then the stream ends.
+	p, err := c.decode(env, n)
+	if err != nil {
+		if !isBadInput(err) {
+			s.CancelWrite(streamCanceled)
+			return
+		}
+		c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
+		c.answer(s, env.Library, &messages.Error{Code: messages.CodeBadRequest, Message: err.Error()})
+		return
+	}
+	p.request = true
+	p.in.Reply = c.replier(s, env.Library)
+	handed = c.deliver(p)
+}
+
+// answer writes a response that needs no Reply (a refusal) and closes s.
+func (c *quicConn) answer(s *quic.Stream, lib messages.LibraryID, m messages.Message) {
+	if f, err := encodeFrame(lib, m, c.t.version, c.t.maxFrame); err == nil && writeLimited(c.ctx, c.t.bucket, s, f.b) == nil {
+		c.t.sent(c.peer, f)
+	}
+	s.Close()
+}
+
+// replier is the Reply of a request read from s: it writes the one
+// response and closes the stream.
+func (c *quicConn) replier(s *quic.Stream, lib messages.LibraryID) func(messages.Message) error {
 	var replied atomic.Bool
-	reply := func(resp messages.Message) error {
+	return func(resp messages.Message) error {
 		if !replied.CompareAndSwap(false, true) {
 			return errors.New("reply: already sent")
 		}
-		f, err := encodeFrame(env.Library, resp, c.t.version, c.t.maxFrame)
+		f, err := encodeFrame(lib, resp, c.t.version, c.t.maxFrame)
 		if err != nil {
 			// Tell the requester rather than leave it waiting.
 			msg := &messages.Error{Code: messages.CodeInternal, Message: "response not sent: " + err.Error()}
-			if ef, e2 := encodeFrame(env.Library, msg, c.t.version, c.t.maxFrame); e2 == nil {
+			if ef, e2 := encodeFrame(lib, msg, c.t.version, c.t.maxFrame); e2 == nil {
 				f = ef
 			} else {
 				s.CancelWrite(streamCanceled)
@@ -450,10 +553,6 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 		}
 		return nil
 	}
-	select {
-	case c.inbox <- Inbound{Library: env.Library, Message: m, Bytes: n, Reply: reply}:
-	case <-c.ctx.Done():
-	}
 }
 
 // controlReadLoop reads the control stream after Hello: Ping → Pong,
@@ -465,14 +564,14 @@ func (c *quicConn) controlReadLoop() {
 		c.control.CancelWrite(streamBadInput)
 	}
 	for {
-		env, n, err := c.t.frames.Read(c.control)
+		env, n, err := c.t.ctrl.Read(c.control)
 		if err != nil {
 			if isBadInput(err) {
 				refuse(messages.ReasonOf(err), err)
 			}
 			return
 		}
-		m, err := env.Decode()
+		m, err := decodeControl(env)
 		if err != nil {
 			refuse(messages.ReasonOf(err), err)
 			return
@@ -554,6 +653,6 @@ func (c *quicConn) writeControl(m messages.Message) error {
 // streamBadInput. The connection and its other streams go on.
 func (c *quicConn) refuse(cancel func(quic.StreamErrorCode), id quic.StreamID, reason messages.Reason, err error) {
 	c.t.obs.Rejected(reason)
-	c.t.log.Warn("refused stream", "peer", c.peer, "stream", int64(id), "reason", reason, "err", err)
+	c.t.warnRefusal(c.peer.String(), reason, "refused stream", "peer", c.peer, "stream", int64(id), "err", err)
 	cancel(streamBadInput)
 }

@@ -5,7 +5,11 @@
 // # Identity and trust
 //
 // A device is an Ed25519 key kept in its home (device.key, mode 0600) and a
-// self-signed certificate for it (device.crt). Its DeviceID is derived from
+// self-signed certificate for it (device.crt). The home must be a
+// directory of this user that group and others cannot write (SecureHome
+// refuses any other, saying how to fix it), and its files are opened
+// without following links (OpenInHome) and rewritten by rename, so a link
+// planted in it is neither read through nor written through. Its DeviceID is derived from
 // the public key — the first 16 bytes of SHA-256(key) with the UUID version
 // 8 and RFC 4122 variant bits — so no certificate can claim another
 // device's id. The PeerStore (peers.json, rewritten atomically) pins each
@@ -13,7 +17,9 @@
 // id. On lsync/1 both sides require a certificate (TLS 1.3, mutual) and
 // admit it only if it is pinned under the id derived from its key and, when
 // dialing, that id is the one dialed. An unpaired device fails the TLS
-// handshake; the refusal is counted as "unpaired" or "wrong_peer".
+// handshake; the refusal is counted as "unpaired" or "wrong_peer", a
+// client without a certificate and a handshake for another protocol
+// (ALPN) are counted too (see observer.go for their reasons).
 //
 // # Transport
 //
@@ -55,17 +61,73 @@
 // Bulk never blocks live: each request runs on its own stream, each
 // library's live frames on theirs, and QUIC flow control is per stream.
 //
-// Send blocks while Config.SendQueue frames of the connection are queued
-// and unwritten; writers block on QUIC flow control while the peer does not
-// call Recv (its readers block on a bounded inbox). So a peer that stops
-// reading slows the sender down to a stop instead of growing memory.
+// Back-pressure, sending: Send blocks while Config.SendQueue frames of the
+// connection are queued and unwritten, and writers block on QUIC flow
+// control while the peer does not read.
+//
+// Back-pressure, receiving: every path from a stream to Recv is bounded
+// per connection, so a peer sending faster than the consumer calls Recv
+// stalls its own streams instead of growing the receiver's memory.
+//
+//   - Each stream has one reader, which holds at most one frame: it reads
+//     the frame (its length checked first, its buffer growing with the
+//     bytes that arrive), checks and authorizes its envelope, and then
+//     takes the message's payload size (Inbound.PayloadBytes) from the
+//     connection's receive budget (Config.RecvBuffer) before it decodes
+//     it. Recv gives the share back when it returns the message; the inbox
+//     also holds at most 64 messages.
+//   - At most maxPendingRequests (16) request streams are accepted and not
+//     yet returned by Recv; further ones wait inside QUIC, bounded by
+//     MaxIncomingStreams and the flow-control windows.
+//
+// A reader that waits stops reading its stream; QUIC then stops granting
+// the peer credit, the peer's writers block, and its Send blocks. What one
+// connection holds is thus RecvBuffer of decoded messages (plus their
+// in-memory overhead), one frame per stream whose reader waits (live
+// streams of libraries the Authorizer admits, and pending requests), and
+// QUIC's receive window (quic-go's default: at most 15 MiB). Other
+// connections are not affected: each has its own.
+//
+// Budget is taken only once a frame has fully arrived, and is freed only
+// by Recv. A reader holding budget while waiting for the rest of its frame
+// could wait for ever: the streams left unread for want of that budget
+// keep their bytes in QUIC's connection window, which then lets no more
+// bytes in, for any stream.
+//
+// Hazard: the same holds for this side's own requests. While the consumer
+// does not call Recv, the peer's unread live bytes fill the connection
+// window and the responses to our requests on that connection stall too.
+// A consumer must not make its next Recv wait for a response from the
+// same peer.
+//
+// Hazard: the receive budget counts msgpack bytes; a decoded message can
+// take a small multiple of that in memory (interfaces, slice headers).
+// Consumers that queue messages should budget by PayloadBytes too, and
+// stop calling Recv when their own bound is reached: that is what turns
+// a slow consumer into a stalled sender.
+//
+// Authorization: Config.Authorize (or SetAuthorizer) is asked about every
+// live message and request with the sender, library and type from the
+// envelope, after the frame is read and before its payload is
+// decompressed or decoded: a zstd bomb for a library the peer is not a
+// partner of costs its wire bytes. A refused request is answered with
+// messages.Error{unauthorized}; a refused live message is counted, logged
+// and dropped, and its stream goes on: refusing the stream would make the
+// sender close the connection (live order), cutting the peer's other
+// libraries off because of one it may not be a partner of any more.
 //
 // Bad input on a stream — garbage, an oversized length, a malformed or
 // unknown message, a Hello after the handshake, an unknown stream kind —
 // is counted with Observer.Rejected, logged, and closes that stream only
 // (CancelRead/CancelWrite with code 0x10); a request that parses but does
 // not decode is answered with bad_request. The connection and its other
-// streams go on. Nothing from the wire can panic the process.
+// streams go on. Nothing from the wire can panic the process. Frames on
+// the control stream (Hello included) are at most 64 KiB and never
+// compressed: a compressed one is refused undecoded.
+//
+// Every refusal is counted, but logged at a bounded rate: one line per
+// (peer or source address, reason) per 30 s, the next line saying how many
+// were suppressed meanwhile.
 //
 // Close closes every connection with a CONNECTION_CLOSE, ends pending
 // pairing codes, and returns after every goroutine of the transport did.
@@ -106,10 +168,36 @@
 // that same element, so the Yb_i are independent of the codes and no guess
 // can be checked against them. The creator checks the joiner's MACs before
 // it sends anything derived from ISK, and on failure answers a bare
-// "reject": the attempt learns one bit for its one guess, online. Each
-// failed attempt costs every pending code one attempt, and a code is dead
-// after its attempts, so an online attacker gets a few guesses out of
-// ~2.8·10⁹.
+// "reject": the attempt learns one bit for its one guess, online.
+//
+// Online guessing against denial of service. Attempts are counted per
+// source — the joiner's IP address, or its IPv6 /64 (a certificate costs
+// nothing to make, an address does) — and per code:
+//
+//   - a wrong attempt costs its source one attempt on every pending code
+//     it was tried against (the creator cannot tell which code the joiner
+//     meant); a source with no attempts left on a code is not answered for
+//     it, and one with none left on any code is told so (ErrPairingLocked)
+//     without a PAKE, so the user knows to generate a new code;
+//   - a code ends (ErrPairingExhausted) after attempts × 8 wrong attempts
+//     in all (24 by default), which takes at least 8 sources;
+//   - an attempt is reserved when the challenge is sent, so concurrent
+//     exchanges of a source cannot exceed its attempts, and given back if
+//     the joiner never confirms (no guess was tested).
+//
+// So an online attacker gets at most 24 guesses per code out of ~2.8·10⁹
+// however many addresses it has, and with fewer than 8 addresses it can
+// neither end a code the user is about to type nor lock the user out: its
+// guesses only lock its own addresses. The price: a joiner sharing an
+// address with the attacker (same NAT) shares its attempts, and a
+// botnet can end codes; the user then generates another.
+//
+// Hazard: slots. At most 16 pairing exchanges run at once, 2 per source,
+// and each message of the joiner must arrive within 2 s (the first one
+// counted from the handshake), so connections that send nothing give their
+// slot back within seconds. A connection refused for want of a slot is
+// closed at once (the joiner sees ErrPairingBusy) and counted; holding
+// every slot takes 8 sources reconnecting every few seconds.
 //
 // Hazard: the joiner confirms first, so whoever answers at the address the
 // joiner typed (a fake creator) receives MAC_J for each Yb it sent: it may

@@ -83,3 +83,13 @@ func isBadInput(err error) bool {
 		errors.Is(err, messages.ErrUnknownType) || errors.Is(err, messages.ErrTruncated) ||
 		errors.Is(err, messages.ErrMalformed)
 }
+
+// decodeControl decodes a frame of the control stream. Control messages
+// (Hello, Ping, Pong, Error) are far below the compression threshold, so a
+// compressed one is refused undecoded: it could only be a zstd bomb.
+func decodeControl(env messages.Envelope) (messages.Message, error) {
+	if env.Flags&messages.FlagZstd != 0 {
+		return nil, fmt.Errorf("%w: compressed %s on the control stream", messages.ErrMalformed, env.Type)
+	}
+	return env.Decode()
+}

@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/big"
 	"os"
@@ -80,9 +81,10 @@ func fingerprintOf(der []byte) [32]byte { return sha256.Sum256(der) }
 // LoadOrCreateIdentity loads the identity kept in home, or creates one (a
 // fresh Ed25519 key and a self-signed certificate) on first start. A
 // non-empty name renames the device; an empty one keeps the stored name (the
-// host name for a new identity).
+// host name for a new identity). The home must be safe (SecureHome), and
+// its files are read without following links (OpenInHome).
 func LoadOrCreateIdentity(home, name string) (*Identity, error) {
-	if err := os.MkdirAll(home, 0o700); err != nil {
+	if err := SecureHome(home); err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
 	}
 	// Load the key, or create it.
@@ -168,14 +170,19 @@ func (id *Identity) Fingerprint() [32]byte { return id.fingerprint }
 func (id *Identity) Home() string { return id.home }
 
 func loadKey(path string) (ed25519.PrivateKey, error) {
-	b, err := os.ReadFile(path)
+	f, err := OpenInHome(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return nil, err
 	}
 	// A key readable by others is tightened rather than refused: the file
 	// is ours, and refusing would strand the device's pins.
-	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
-		if err := os.Chmod(path, 0o600); err != nil {
+	if st, err := f.Stat(); err == nil && st.Mode().Perm()&0o077 != 0 {
+		if err := f.Chmod(0o600); err != nil {
 			return nil, fmt.Errorf("tighten %s: %w", path, err)
 		}
 	}
@@ -211,7 +218,7 @@ func createKey(path string) (ed25519.PrivateKey, error) {
 }
 
 func loadCert(path string, key ed25519.PrivateKey) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	b, err := readHomeFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +267,7 @@ func createCert(path string, key ed25519.PrivateKey) ([]byte, error) {
 }
 
 func loadName(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := readHomeFile(path)
 	if err != nil {
 		return "", err
 	}
@@ -275,6 +282,9 @@ func loadName(path string) (string, error) {
 
 // writeFileAtomic writes b to a temporary file next to path, syncs it and
 // renames it over path, so a crash leaves either the old or the new file.
+// The temporary file is created exclusively (never through a planted
+// link), and the rename replaces whatever path was, a link included,
+// without writing through it.
 func writeFileAtomic(path string, b []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")

@@ -33,6 +33,12 @@ var (
 	ErrPairingExpired = errors.New("pairing code expired")
 	// ErrPairingExhausted ends a code after too many wrong attempts.
 	ErrPairingExhausted = errors.New("pairing code disabled: too many wrong attempts")
+	// ErrPairingLocked: the joiner's address has no attempts left on any
+	// pending code of the other device.
+	ErrPairingLocked = errors.New("pairing refused: too many wrong attempts from this address; generate a new code on the other device")
+	// ErrPairingBusy: the other device is serving as many pairing
+	// exchanges as it will (overall, or from this address).
+	ErrPairingBusy = errors.New("pairing refused: the other device is busy with other pairing attempts; try again in a few seconds")
 	// ErrInvalidCode is a code that is not of the form WXYZ-1234.
 	ErrInvalidCode = errors.New("invalid pairing code: want four letters, a dash and four digits, like WXYZ-1234")
 )
@@ -46,13 +52,22 @@ type PairResult struct {
 
 const (
 	defaultCodeTTL      = 5 * time.Minute
-	defaultCodeAttempts = 3
-	maxLiveCodes        = 8 // pending codes at once
-	maxExpiredCodes     = 8 // expired codes remembered, to say "expired"
-	expiredRetention    = time.Hour
-	maxCandidates       = maxLiveCodes + maxExpiredCodes
-	maxPairMsg          = 4096
-	maxPairSessions     = 4 // pairing exchanges served at once
+	defaultCodeAttempts = 3 // wrong attempts per source and code
+	// codeSources: a code ends after attempts × codeSources wrong
+	// attempts in all, which takes at least codeSources sources.
+	codeSources      = 8
+	maxLiveCodes     = 8 // pending codes at once
+	maxExpiredCodes  = 8 // expired codes remembered, to say "expired"
+	expiredRetention = time.Hour
+	maxCandidates    = maxLiveCodes + maxExpiredCodes
+	maxPairMsg       = 4096
+	maxPairSessions  = 16 // pairing exchanges served at once
+	maxPairPerSource = 2  // of them from one source (IP, or IPv6 /64)
+	// pairStepTimeout is how long the creator waits for each message of
+	// the joiner (the first one counted from the handshake): an honest
+	// joiner answers within a round trip, so a connection that goes quiet
+	// gives its slot back quickly.
+	pairStepTimeout = 2 * time.Second
 
 	// codeLetters leaves out I, L and O, which read like 1 and 0.
 	codeLetters = "ABCDEFGHJKMNPQRSTUVWXYZ"
@@ -73,6 +88,7 @@ const (
 
 	rejectFailed  byte = 1
 	rejectExpired byte = 2
+	rejectLocked  byte = 3 // instead of the challenge: the source has no attempts left
 )
 
 type codeState int
@@ -87,7 +103,10 @@ const (
 type pendingCode struct {
 	code     string
 	expires  time.Time
-	attempts int // wrong attempts left
+	attempts int            // wrong attempts each source may make
+	maxWrong int            // wrong attempts in all after which the code ends
+	wrong    map[string]int // wrong attempts made, or under way, per source
+	wrongAll int            // their sum
 	state    codeState
 	results  chan PairResult // capacity 1: one result, then closed
 	finished bool            // results was sent and closed
@@ -95,9 +114,11 @@ type pendingCode struct {
 }
 
 type pairingState struct {
-	mu     sync.Mutex
-	closed bool                    // guarded by mu
-	codes  map[string]*pendingCode // guarded by mu
+	mu       sync.Mutex
+	closed   bool                    // guarded by mu
+	codes    map[string]*pendingCode // guarded by mu
+	active   map[string]int          // guarded by mu: exchanges being served, per source
+	sessions int                     // guarded by mu: their sum
 }
 
 // pairedInfo is what each side tells the other once the PAKE succeeded,
@@ -108,9 +129,11 @@ type pairedInfo struct {
 }
 
 // GeneratePairingCode creates a one-time code ("WXYZ-1234"), valid for ttl
-// (0: 5 minutes) and attempts wrong tries (0: 3). results receives one
-// PairResult when the code is used, expires, runs out of attempts or the
-// transport closes, and is then closed. Several codes may be pending.
+// (0: 5 minutes). Each source (IP address, or IPv6 /64) may make attempts
+// wrong tries with it (0: 3); the code ends after attempts × 8 wrong tries
+// in all, from at least 8 sources (see the package doc). results receives
+// one PairResult when the code is used, expires, runs out of attempts or
+// the transport closes, and is then closed. Several codes may be pending.
 func (t *QUICTransport) GeneratePairingCode(ttl time.Duration, attempts int) (code string, expires time.Time, results <-chan PairResult, err error) {
 	if ttl <= 0 {
 		ttl = defaultCodeTTL
@@ -143,7 +166,8 @@ func (t *QUICTransport) GeneratePairingCode(ttl time.Duration, attempts int) (co
 			break
 		}
 	}
-	pc := &pendingCode{code: code, expires: now.Add(ttl), attempts: attempts, results: make(chan PairResult, 1)}
+	pc := &pendingCode{code: code, expires: now.Add(ttl), attempts: attempts, maxWrong: attempts * codeSources,
+		wrong: map[string]int{}, results: make(chan PairResult, 1)}
 	pc.timer = time.AfterFunc(ttl, t.sweepCodes)
 	p.codes[code] = pc
 	t.log.Info("pairing code generated", "expires", pc.expires, "attempts", attempts)
@@ -260,23 +284,88 @@ func (t *QUICTransport) endPairing() {
 // dummy answered when no code is pending, so an attempt looks the same
 // whether or not codes exist.
 type candidate struct {
-	pc   *pendingCode
-	code string
+	pc       *pendingCode
+	code     string
+	reserved bool // a wrong attempt of the source is counted on pc until settled
 }
 
-func (t *QUICTransport) pairCandidates() []candidate {
+// admitPairing takes a slot for a pairing exchange from src, if one is
+// free overall and for src.
+func (t *QUICTransport) admitPairing(src string) bool {
+	p := &t.pairing
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sessions >= maxPairSessions || p.active[src] >= maxPairPerSource {
+		return false
+	}
+	p.sessions++
+	p.active[src]++
+	return true
+}
+
+func (t *QUICTransport) releasePairing(src string) {
+	p := &t.pairing
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sessions--
+	if p.active[src]--; p.active[src] <= 0 {
+		delete(p.active, src)
+	}
+}
+
+// pairCandidates returns the codes a joiner from src is answered with:
+// every live code src still has attempts on, and the recently expired
+// ones. On each live one it reserves a wrong attempt of src, so that
+// concurrent exchanges cannot exceed src's attempts; settleAttempt or
+// refundAttempt settles the reservations. locked reports that src has no
+// attempts left on any live code.
+func (t *QUICTransport) pairCandidates(src string) (cands []candidate, locked bool) {
 	p := &t.pairing
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	t.sweepLocked(t.now())
-	out := make([]candidate, 0, len(p.codes))
+	live, usable := 0, 0
 	for code, pc := range p.codes {
-		out = append(out, candidate{pc: pc, code: code})
+		c := candidate{pc: pc, code: code}
+		if pc.state == codeLive {
+			live++
+			if pc.wrong[src] >= pc.attempts {
+				continue
+			}
+			usable++
+			pc.wrong[src]++
+			pc.wrongAll++
+			c.reserved = true
+		}
+		cands = append(cands, c)
 	}
-	if len(out) == 0 {
-		out = append(out, candidate{})
+	if live > 0 && usable == 0 {
+		return nil, true
 	}
-	return out
+	if len(cands) == 0 {
+		cands = append(cands, candidate{})
+	}
+	return cands, false
+}
+
+// refundAttempt gives back the attempts src reserved on cands: the
+// exchange ended before the joiner tested a guess.
+func (t *QUICTransport) refundAttempt(src string, cands []candidate) {
+	t.pairing.mu.Lock()
+	defer t.pairing.mu.Unlock()
+	refundLocked(src, cands)
+}
+
+func refundLocked(src string, cands []candidate) {
+	for i, c := range cands {
+		if c.reserved {
+			if c.pc.wrong[src]--; c.pc.wrong[src] <= 0 {
+				delete(c.pc.wrong, src)
+			}
+			c.pc.wrongAll--
+			cands[i].reserved = false
+		}
+	}
 }
 
 type attemptOutcome int
@@ -287,17 +376,19 @@ const (
 	attemptOK
 )
 
-// settleAttempt decides a pairing attempt once the joiner's MACs are
-// checked. match is the candidate whose MAC verified (-1: none). A correct
-// live code is consumed; a wrong code costs every live code one attempt
-// (the creator cannot tell which code the joiner meant, and the guess was
-// tried against all of them); a code out of attempts ends.
-func (t *QUICTransport) settleAttempt(cands []candidate, match int) (attemptOutcome, *pendingCode) {
+// settleAttempt decides a pairing attempt of src once the joiner's MACs
+// are checked. match is the candidate whose MAC verified (-1: none). A
+// correct live code is consumed, and src's reservations are given back. A
+// wrong guess keeps them: it costs src one attempt on every code it was
+// tried against (the creator cannot tell which code the joiner meant),
+// and a code whose wrong attempts reach its total ends.
+func (t *QUICTransport) settleAttempt(src string, cands []candidate, match int) (attemptOutcome, *pendingCode) {
 	p := &t.pairing
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	t.sweepLocked(t.now())
 	if match >= 0 && cands[match].pc != nil {
+		refundLocked(src, cands)
 		pc := cands[match].pc
 		if cur, ok := p.codes[pc.code]; ok && cur == pc {
 			switch pc.state {
@@ -311,16 +402,14 @@ func (t *QUICTransport) settleAttempt(cands []candidate, match int) (attemptOutc
 		}
 		return attemptFailed, nil // used or disabled meanwhile
 	}
-	for code, pc := range p.codes {
-		if pc.state != codeLive {
+	for _, c := range cands {
+		pc := c.pc
+		if !c.reserved || pc.state != codeLive || p.codes[pc.code] != pc || pc.wrongAll < pc.maxWrong {
 			continue
 		}
-		pc.attempts--
-		if pc.attempts <= 0 {
-			delete(p.codes, code)
-			t.finishLocked(pc, PairResult{Err: ErrPairingExhausted})
-			t.log.Warn("pairing code disabled after too many wrong attempts")
-		}
+		delete(p.codes, pc.code)
+		t.finishLocked(pc, PairResult{Err: ErrPairingExhausted})
+		t.log.Warn("pairing code disabled after too many wrong attempts", "wrong", pc.wrongAll, "sources", len(pc.wrong))
 	}
 	return attemptFailed, nil
 }
@@ -351,52 +440,149 @@ func (t *QUICTransport) pairContext(qc *quic.Conn, joiner bool) (cpaceContext, e
 	return cpaceContext{SID: sid, Joiner: them, Creator: me}, nil
 }
 
-// servePairing runs the creator's side of one pairing attempt.
-func (t *QUICTransport) servePairing(qc *quic.Conn) {
+// servePairing runs the creator's side of one pairing attempt from src,
+// and counts and logs (rate-limited) how it failed.
+func (t *QUICTransport) servePairing(qc *quic.Conn, src string) {
 	defer qc.CloseWithError(connPairingDone, "")
 	ctx, cancel := context.WithTimeout(t.ctx, t.hsTimeout)
 	defer cancel()
-	err := t.creatorExchange(ctx, qc)
-	if err != nil {
-		t.log.Warn("pairing attempt failed", "addr", qc.RemoteAddr(), "err", err)
+	reason, err := t.creatorExchange(ctx, qc, src)
+	if err == nil || t.ctx.Err() != nil {
+		return
 	}
+	if reason == "" {
+		// The joiner went quiet, hung up or reset the exchange.
+		reason = reasonPairingStall
+	}
+	t.obs.Rejected(reason)
+	t.warnRefusal(src, reason, "pairing attempt failed", "addr", qc.RemoteAddr(), "err", err)
 }
 
-func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn) error {
-	s, err := qc.AcceptStream(ctx)
+// creatorExchange runs the exchange; a failure comes with the reason it
+// is counted under ("" for a joiner that stalled or left).
+func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn, src string) (messages.Reason, error) {
+	s, reason, err := acceptPairStream(ctx, qc)
 	if err != nil {
-		return err
+		return reason, err
 	}
 	stop := bindDeadline(ctx, s)
 	defer stop()
+	deadline, _ := ctx.Deadline()
+	step := func() { s.SetReadDeadline(earliest(time.Now().Add(pairStepTimeout), deadline)) }
 	// Whatever the outcome, let the joiner read our last message and hang
 	// up first, so closing the connection does not cut it off.
 	defer func() {
 		s.Close()
 		_, _ = io.Copy(io.Discard, s)
 	}()
-	var kind [1]byte
-	if _, err := io.ReadFull(s, kind[:]); err != nil {
-		return err
-	}
-	if streamKind(kind[0]) != kindPair {
-		t.obs.Rejected(messages.ReasonUnknownStream)
-		return fmt.Errorf("stream of kind %q on a pairing connection", kind[0])
-	}
 	x, err := t.pairContext(qc, false)
 	if err != nil {
-		t.obs.Rejected(messages.ReasonPairingFailed)
-		return err
+		return messages.ReasonPairingFailed, err
 	}
-	// 1. The joiner's share.
+	// 1. The joiner's share (its first message's deadline still runs).
 	ya, err := expectPairMsg(s, pairStart)
 	if err != nil {
-		return err
+		return pairReason(err), err
 	}
-	// 2. A share per candidate code; the keys they give with ya.
-	cands := t.pairCandidates()
-	shares := make([][]byte, len(cands))
-	isks := make([][]byte, len(cands))
+	// 2. A share per candidate code: the codes src may still try.
+	cands, locked := t.pairCandidates(src)
+	if locked {
+		_ = writePairMsg(s, pairReject, []byte{rejectLocked})
+		return reasonPairingLocked, ErrPairingLocked
+	}
+	confirmed := false
+	defer func() {
+		if !confirmed {
+			t.refundAttempt(src, cands)
+		}
+	}()
+	shares, isks, err := t.creatorShares(x, cands, ya)
+	if err != nil {
+		_ = writePairMsg(s, pairReject, []byte{rejectFailed})
+		return messages.ReasonPairingFailed, err
+	}
+	if err := writePairMsg(s, pairChallenge, concat(shares)); err != nil {
+		return "", err
+	}
+	// 3. Check the joiner's MACs before revealing anything that depends on
+	// the code: a wrong guess learns only "no".
+	step()
+	body, err := expectPairMsg(s, pairConfirm)
+	if err != nil {
+		return pairReason(err), err
+	}
+	confirmed = true
+	match := matchConfirm(body, isks, ya, shares)
+	outcome, pc := t.settleAttempt(src, cands, match)
+	switch outcome {
+	case attemptExpired:
+		_ = writePairMsg(s, pairReject, []byte{rejectExpired})
+		return messages.ReasonPairingFailed, ErrPairingExpired
+	case attemptFailed:
+		_ = writePairMsg(s, pairReject, []byte{rejectFailed})
+		return messages.ReasonPairingFailed, ErrPairingFailed
+	}
+	// From here the code is consumed: report how the pairing ended.
+	step()
+	peer, err := t.creatorFinish(s, qc, x, isks[match], ya, shares[match])
+	if err != nil {
+		t.finishCode(pc, PairResult{Err: fmt.Errorf("pairing aborted: %w", err)})
+		return messages.ReasonPairingFailed, err
+	}
+	t.finishCode(pc, PairResult{Peer: peer})
+	t.log.Info("paired", "peer", peer.ID, "name", peer.Name, "role", roleCreator)
+	if t.onPaired != nil {
+		t.onPaired(peer)
+	}
+	return "", nil
+}
+
+// acceptPairStream accepts the joiner's pairing stream and reads its kind,
+// both within pairStepTimeout.
+func acceptPairStream(ctx context.Context, qc *quic.Conn) (*quic.Stream, messages.Reason, error) {
+	ctx, cancel := context.WithTimeout(ctx, pairStepTimeout)
+	defer cancel()
+	s, err := qc.AcceptStream(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	if d, ok := ctx.Deadline(); ok {
+		s.SetReadDeadline(d)
+	}
+	var kind [1]byte
+	if _, err := io.ReadFull(s, kind[:]); err != nil {
+		return nil, "", err
+	}
+	if streamKind(kind[0]) != kindPair {
+		s.CancelRead(streamBadInput)
+		s.CancelWrite(streamBadInput)
+		return nil, messages.ReasonUnknownStream, fmt.Errorf("stream of kind %q on a pairing connection", kind[0])
+	}
+	return s, "", nil
+}
+
+// pairReason is the reason a failed read of the joiner's message counts
+// under: bad input is a failed pairing; a stall or hang-up is "".
+func pairReason(err error) messages.Reason {
+	if isBadInput(err) {
+		return messages.ReasonPairingFailed
+	}
+	return ""
+}
+
+// earliest is the earlier of two times, ignoring a zero one.
+func earliest(a, b time.Time) time.Time {
+	if b.IsZero() || a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// creatorShares computes a share for each candidate (for the dummy, one of
+// a random generator) and the key it gives with the joiner's share ya.
+func (t *QUICTransport) creatorShares(x cpaceContext, cands []candidate, ya []byte) (shares, isks [][]byte, err error) {
+	shares = make([][]byte, len(cands))
+	isks = make([][]byte, len(cands))
 	for i, c := range cands {
 		var g group.Element
 		if c.pc == nil {
@@ -406,59 +592,31 @@ func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn) erro
 		}
 		sec, err := newCPaceSecret(g)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		shares[i] = sec.share
 		if isks[i], err = sec.key(x, ya, ya, sec.share); err != nil {
-			t.obs.Rejected(messages.ReasonPairingFailed)
-			_ = writePairMsg(s, pairReject, []byte{rejectFailed})
-			return fmt.Errorf("joiner share: %w", err)
+			return nil, nil, fmt.Errorf("joiner share: %w", err)
 		}
 	}
-	if err := writePairMsg(s, pairChallenge, concat(shares)); err != nil {
-		return err
-	}
-	// 3. Check the joiner's MACs before revealing anything that depends on
-	// the code: a wrong guess learns only "no".
-	body, err := expectPairMsg(s, pairConfirm)
-	if err != nil {
-		return err
-	}
-	if len(body) != len(cands)*cpaceMACSize {
-		t.obs.Rejected(messages.ReasonPairingFailed)
-		return fmt.Errorf("confirmation of %d bytes for %d candidates", len(body), len(cands))
+	return shares, isks, nil
+}
+
+// matchConfirm is the candidate whose joiner MAC is in body (-1: none, or
+// a confirmation of the wrong length, which tests no guess but is an
+// attempt all the same).
+func matchConfirm(body []byte, isks [][]byte, ya []byte, shares [][]byte) int {
+	if len(body) != len(isks)*cpaceMACSize {
+		return -1
 	}
 	match := -1
-	for i := range cands {
+	for i := range isks {
 		want := confirmMAC(isks[i], roleJoiner, ya, shares[i])
 		if hmac.Equal(want, body[i*cpaceMACSize:(i+1)*cpaceMACSize]) {
 			match = i
 		}
 	}
-	outcome, pc := t.settleAttempt(cands, match)
-	switch outcome {
-	case attemptExpired:
-		t.obs.Rejected(messages.ReasonPairingFailed)
-		_ = writePairMsg(s, pairReject, []byte{rejectExpired})
-		return ErrPairingExpired
-	case attemptFailed:
-		t.obs.Rejected(messages.ReasonPairingFailed)
-		_ = writePairMsg(s, pairReject, []byte{rejectFailed})
-		return ErrPairingFailed
-	}
-	// From here the code is consumed: report how the pairing ended.
-	peer, err := t.creatorFinish(s, qc, x, isks[match], ya, shares[match])
-	if err != nil {
-		t.obs.Rejected(messages.ReasonPairingFailed)
-		t.finishCode(pc, PairResult{Err: fmt.Errorf("pairing aborted: %w", err)})
-		return err
-	}
-	t.finishCode(pc, PairResult{Peer: peer})
-	t.log.Info("paired", "peer", peer.ID, "name", peer.Name, "role", roleCreator)
-	if t.onPaired != nil {
-		t.onPaired(peer)
-	}
-	return nil
+	return match
 }
 
 // creatorFinish proves the creator knows the code, exchanges the sealed
@@ -509,7 +667,7 @@ func (t *QUICTransport) JoinPairing(ctx context.Context, code, addr string) (Pee
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.hsTimeout)
 	defer cancel()
-	qc, err := t.qt.Dial(ctx, ua, t.tlsConfig(alpnPair, nil), t.qconf)
+	qc, err := t.qt.Dial(ctx, ua, t.tlsConfig(alpnPair, nil, addr), t.qconf)
 	if err != nil {
 		return PeerInfo{}, fmt.Errorf("pair with %s: %w", addr, err)
 	}
@@ -520,9 +678,12 @@ func (t *QUICTransport) JoinPairing(ctx context.Context, code, addr string) (Pee
 	defer qc.CloseWithError(connPairingDone, "")
 	peer, err := t.joinerExchange(ctx, qc, norm, addr)
 	if err != nil {
-		if errors.Is(err, ErrPairingFailed) || errors.Is(err, ErrPairingExpired) {
+		if errors.Is(err, ErrPairingFailed) || errors.Is(err, ErrPairingExpired) || errors.Is(err, ErrPairingLocked) {
 			t.obs.Rejected(messages.ReasonPairingFailed)
 			return PeerInfo{}, err
+		}
+		if busy := refusalOf(err); errors.Is(busy, ErrPairingBusy) {
+			return PeerInfo{}, busy
 		}
 		if ctx.Err() != nil {
 			err = ctx.Err()
@@ -558,10 +719,16 @@ func (t *QUICTransport) joinerExchange(ctx context.Context, qc *quic.Conn, code,
 	if err := writePairMsg(s, pairStart, sec.share); err != nil {
 		return PeerInfo{}, err
 	}
-	// 2. The creator's shares, one per code it has pending.
-	body, err := expectPairMsg(s, pairChallenge)
-	if err != nil {
+	// 2. The creator's shares, one per code it has pending (or a refusal:
+	// this address has no attempts left).
+	typ, body, err := readPairMsg(s)
+	switch {
+	case err != nil:
 		return PeerInfo{}, err
+	case typ == pairReject:
+		return PeerInfo{}, rejection(body)
+	case typ != pairChallenge:
+		return PeerInfo{}, fmt.Errorf("%w: pairing message %d, want %d", messages.ErrMalformed, typ, pairChallenge)
 	}
 	if len(body) == 0 || len(body)%cpaceShare != 0 || len(body)/cpaceShare > maxCandidates {
 		return PeerInfo{}, fmt.Errorf("%w: challenge of %d bytes", messages.ErrMalformed, len(body))
@@ -584,26 +751,42 @@ func (t *QUICTransport) joinerExchange(ctx context.Context, qc *quic.Conn, code,
 	if err := writePairMsg(s, pairConfirm, concat(macs)); err != nil {
 		return PeerInfo{}, err
 	}
-	typ, body, err := readPairMsg(s)
+	typ, body, err = readPairMsg(s)
 	if err != nil {
 		return PeerInfo{}, err
 	}
 	switch typ {
 	case pairReject:
-		if len(body) == 1 && body[0] == rejectExpired {
-			return PeerInfo{}, ErrPairingExpired
-		}
-		return PeerInfo{}, ErrPairingFailed
+		return PeerInfo{}, rejection(body)
 	case pairAccept:
 	default:
 		return PeerInfo{}, fmt.Errorf("%w: pairing message %d, want accept", messages.ErrMalformed, typ)
 	}
+	return t.joinerFinish(s, x, sec, shares, isks, body, addr)
+}
+
+// rejection is the joiner's error for the body of a pairReject.
+func rejection(body []byte) error {
+	if len(body) == 1 {
+		switch body[0] {
+		case rejectExpired:
+			return ErrPairingExpired
+		case rejectLocked:
+			return ErrPairingLocked
+		}
+	}
+	return ErrPairingFailed
+}
+
+// joinerFinish checks the creator's accept (its MAC and sealed info),
+// sends our info and pins the creator once it says it pinned us.
+func (t *QUICTransport) joinerFinish(s *quic.Stream, x cpaceContext, sec cpaceSecret, shares, isks [][]byte, body []byte, addr string) (PeerInfo, error) {
 	// 4. The creator must prove the same key.
 	if len(body) < cpaceMACSize {
 		return PeerInfo{}, fmt.Errorf("%w: short accept", messages.ErrMalformed)
 	}
 	match := -1
-	for i := range n {
+	for i := range isks {
 		if isks[i] != nil && hmac.Equal(body[:cpaceMACSize], confirmMAC(isks[i], roleCreator, sec.share, shares[i])) {
 			match = i
 		}

@@ -35,11 +35,15 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-func attemptsLeft(n *node, code string) int {
+// loopback is the source of the joiners of these tests (127.0.0.1).
+const loopback = "127.0.0.1"
+
+// attemptsLeft is how many wrong attempts src may still make on code.
+func attemptsLeft(n *node, code, src string) int {
 	n.t.pairing.mu.Lock()
 	defer n.t.pairing.mu.Unlock()
 	if pc, ok := n.t.pairing.codes[code]; ok && pc.state == codeLive {
-		return pc.attempts
+		return pc.attempts - pc.wrong[src]
 	}
 	return 0
 }
@@ -116,7 +120,7 @@ func TestPairingSuccess(t *testing.T) {
 	}
 	mu.Unlock()
 	// The other code is still pending, untouched.
-	if attemptsLeft(a, other) != defaultCodeAttempts {
+	if attemptsLeft(a, other, loopback) != defaultCodeAttempts {
 		t.Fatal("the other code was touched")
 	}
 
@@ -154,7 +158,7 @@ func TestPairingWrongCode(t *testing.T) {
 	if b.obs.Rejects(messages.ReasonPairingFailed) != 1 {
 		t.Fatal("joiner did not count the failure")
 	}
-	if n := attemptsLeft(a, code); n != 2 {
+	if n := attemptsLeft(a, code, loopback); n != 2 {
 		t.Fatalf("%d attempts left, want 2", n)
 	}
 	assertUnpinned(t, a, b)
@@ -183,9 +187,12 @@ func TestPairingUnknownCode(t *testing.T) {
 	assertUnpinned(t, a, b)
 }
 
+// TestPairingAttemptsExhausted: a source that used its attempts on a code
+// is told so, even with the right code, and the code lives on for others.
 func TestPairingAttemptsExhausted(t *testing.T) {
 	t.Parallel()
 	a, b := newNode(t, "alpha"), newNode(t, "beta")
+	c := newNode(t, "gamma", func(c *Config) { c.Listen = "127.0.0.2:0" })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	code, _, results, err := a.t.GeneratePairingCode(time.Minute, 2)
@@ -197,19 +204,22 @@ func TestPairingAttemptsExhausted(t *testing.T) {
 			t.Fatalf("wrong code: %v", err)
 		}
 	}
+	if _, err := b.t.JoinPairing(ctx, code, a.t.Addr()); !errors.Is(err, ErrPairingLocked) {
+		t.Fatalf("right code from a source out of attempts: %v", err)
+	}
+	a.obs.WaitRejects(t, reasonPairingLocked, 1)
+	assertUnpinned(t, a, b)
 	select {
 	case r := <-results:
-		if !errors.Is(r.Err, ErrPairingExhausted) {
-			t.Fatalf("result %+v", r)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no result for the exhausted code")
+		t.Fatalf("the code ended: %+v", r)
+	default:
 	}
-	// The code is dead: even the right one fails now.
-	if _, err := b.t.JoinPairing(ctx, code, a.t.Addr()); !errors.Is(err, ErrPairingFailed) {
-		t.Fatalf("dead code: %v", err)
+	if _, err := c.t.JoinPairing(ctx, code, a.t.Addr()); err != nil {
+		t.Fatalf("right code from another source: %v", err)
 	}
-	assertUnpinned(t, a, b)
+	if r := <-results; r.Err != nil || r.Peer.ID != c.id.DeviceID {
+		t.Fatalf("result %+v", r)
+	}
 }
 
 func TestPairingExpired(t *testing.T) {
@@ -309,7 +319,7 @@ func TestPairingMITMRelayFails(t *testing.T) {
 		t.Fatalf("through the relay: %v", err)
 	}
 	a.obs.WaitRejects(t, messages.ReasonPairingFailed, 1)
-	if n := attemptsLeft(a, code); n != 2 {
+	if n := attemptsLeft(a, code, loopback); n != 2 {
 		t.Fatalf("%d attempts left, want 2", n)
 	}
 	assertUnpinned(t, a, b)

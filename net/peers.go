@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -54,13 +53,14 @@ type PeerStore struct {
 	peers map[messages.DeviceID]PeerInfo // guarded by mu; mirrors the file
 }
 
-// OpenPeerStore opens (or starts) the trust store kept in home.
+// OpenPeerStore opens (or starts) the trust store kept in home, which
+// must be safe (SecureHome); peers.json is read without following a link.
 func OpenPeerStore(home string) (*PeerStore, error) {
-	if err := os.MkdirAll(home, 0o700); err != nil {
+	if err := SecureHome(home); err != nil {
 		return nil, fmt.Errorf("peer store: %w", err)
 	}
 	s := &PeerStore{path: filepath.Join(home, peersFile), peers: map[messages.DeviceID]PeerInfo{}}
-	b, err := os.ReadFile(s.path)
+	b, err := readHomeFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return s, nil
 	}

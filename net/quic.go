@@ -2,15 +2,13 @@ package net
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	stdnet "net"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -56,7 +54,18 @@ type Config struct {
 	// OnPaired, if set, is called after a pairing pinned a new peer (on
 	// both sides).
 	OnPaired func(PeerInfo)
-	// Now is the clock of pairing-code expiry (nil: time.Now).
+	// Authorize, if set, is asked about every live message and request
+	// before its payload is decompressed or decoded (see Authorizer); nil
+	// admits everything. SetAuthorizer replaces it.
+	Authorize Authorizer
+	// RecvBuffer bounds, per connection, the payload bytes
+	// (Inbound.PayloadBytes) of the messages decoded and not yet returned
+	// by Recv (0: 32 MiB); a message larger than it waits until it is
+	// alone. When it is full the connection's readers stop reading, and
+	// QUIC flow control stops the peer (see the package doc).
+	RecvBuffer int
+	// Now is the clock of pairing-code expiry, of the pairing limits per
+	// source and of the log rate limit (nil: time.Now).
 	Now func() time.Time
 }
 
@@ -65,7 +74,16 @@ const (
 	defaultSendQueue        = 1024
 	defaultKeepAlive        = 10 * time.Second
 	defaultHandshakeTimeout = 10 * time.Second
+	defaultRecvBuffer       = 32 << 20
 	inboxLen                = 64 // inbound messages buffered per connection before readers block
+	// maxPendingRequests bounds the request streams of a connection that
+	// are accepted and not yet returned by Recv; the peer's further
+	// streams wait in QUIC (MaxIncomingStreams) with their flow-control
+	// windows.
+	maxPendingRequests = 16
+	// maxControlFrame bounds frames on the control stream (Hello, Ping,
+	// Pong, Error): they are small, so a large one is refused unread.
+	maxControlFrame = 64 << 10
 )
 
 // QUICTransport is the real Transport: one quic.Transport on one UDP socket
@@ -83,9 +101,13 @@ type QUICTransport struct {
 	hsTimeout time.Duration
 	version   uint16
 	frames    messages.FrameReader // MaxFrame and version as configured
+	ctrl      messages.FrameReader // frames: the control stream's, up to maxControlFrame
 	bucket    *tokenBucket         // nil: unlimited
 	onPaired  func(PeerInfo)
 	now       func() time.Time
+	recvBuf   int
+	auth      atomic.Pointer[Authorizer] // nil or a nil Authorizer: admit all
+	logs      *logLimiter
 
 	udp   *stdnet.UDPConn
 	qt    *quic.Transport
@@ -101,11 +123,13 @@ type QUICTransport struct {
 	conns  map[*quic.Conn]struct{} // guarded by mu: every live QUIC connection
 	wg     sync.WaitGroup          // every goroutine of the transport and its connections
 
-	pairing   pairingState
-	pairSlots chan struct{} // one per pairing exchange being served
+	pairing pairingState
 }
 
-var _ Transport = (*QUICTransport)(nil)
+var (
+	_ Transport        = (*QUICTransport)(nil)
+	_ AuthorizerSetter = (*QUICTransport)(nil)
+)
 
 // Listen opens the UDP socket and starts accepting connections.
 func Listen(cfg Config) (*QUICTransport, error) {
@@ -127,8 +151,8 @@ func Listen(cfg Config) (*QUICTransport, error) {
 		version:   cfg.SchemaVersion,
 		onPaired:  cfg.OnPaired,
 		now:       cfg.Now,
+		recvBuf:   cfg.RecvBuffer,
 		accepted:  make(chan *quicConn, 16),
-		pairSlots: make(chan struct{}, maxPairSessions),
 		conns:     map[*quic.Conn]struct{}{},
 	}
 	if t.obs == nil {
@@ -139,6 +163,33 @@ func Listen(cfg Config) (*QUICTransport, error) {
 		t.log = slog.New(slog.DiscardHandler)
 	}
 	t.log = t.log.With("device", t.id.DeviceID)
+	t.setDefaults()
+	t.SetAuthorizer(cfg.Authorize)
+	if cfg.BandwidthLimit > 0 {
+		t.bucket = newTokenBucket(cfg.BandwidthLimit)
+	}
+	t.logs = newLogLimiter(logInterval, t.now)
+	t.pairing.codes = map[string]*pendingCode{}
+	t.pairing.active = map[string]int{}
+	t.qconf = &quic.Config{
+		HandshakeIdleTimeout:  t.hsTimeout,
+		MaxIdleTimeout:        max(30*time.Second, 3*t.keepAlive),
+		KeepAlivePeriod:       t.keepAlive,
+		MaxIncomingStreams:    256,  // concurrent requests from one peer
+		MaxIncomingUniStreams: 1024, // live streams: one per library
+	}
+	if err := t.listen(cfg.Listen); err != nil {
+		return nil, err
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.spawn(t.acceptLoop)
+	t.log.Info("listening", "addr", t.Addr())
+	return t, nil
+}
+
+// setDefaults replaces the zero values of the configuration with the
+// documented defaults.
+func (t *QUICTransport) setDefaults() {
 	if t.maxFrame <= 0 {
 		t.maxFrame = messages.DefaultMaxFrame
 	}
@@ -155,46 +206,49 @@ func Listen(cfg Config) (*QUICTransport, error) {
 		t.version = messages.SchemaVersion
 	}
 	t.frames = messages.FrameReader{MaxFrame: t.maxFrame, Version: t.version}
-	if cfg.BandwidthLimit > 0 {
-		t.bucket = newTokenBucket(cfg.BandwidthLimit)
-	}
+	t.ctrl = messages.FrameReader{MaxFrame: min(t.maxFrame, maxControlFrame), Version: t.version}
 	if t.now == nil {
 		t.now = time.Now
 	}
-	t.pairing.codes = map[string]*pendingCode{}
-	t.qconf = &quic.Config{
-		HandshakeIdleTimeout:  t.hsTimeout,
-		MaxIdleTimeout:        max(30*time.Second, 3*t.keepAlive),
-		KeepAlivePeriod:       t.keepAlive,
-		MaxIncomingStreams:    256,  // concurrent requests from one peer
-		MaxIncomingUniStreams: 1024, // live streams: one per library
+	if t.recvBuf <= 0 {
+		t.recvBuf = defaultRecvBuffer
 	}
+}
 
-	listen := cfg.Listen
+// listen opens the UDP socket and the QUIC listener on it.
+func (t *QUICTransport) listen(listen string) error {
 	if listen == "" {
 		listen = ":0"
 	}
 	ua, err := stdnet.ResolveUDPAddr("udp", listen)
 	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", listen, err)
+		return fmt.Errorf("listen %s: %w", listen, err)
 	}
 	if t.udp, err = stdnet.ListenUDP("udp", ua); err != nil {
-		return nil, fmt.Errorf("listen %s: %w", listen, err)
+		return fmt.Errorf("listen %s: %w", listen, err)
 	}
 	t.qt = &quic.Transport{Conn: t.udp}
 	if t.ln, err = t.qt.Listen(t.serverTLS(), t.qconf); err != nil {
 		t.qt.Close()
 		t.udp.Close()
-		return nil, fmt.Errorf("listen %s: %w", listen, err)
+		return fmt.Errorf("listen %s: %w", listen, err)
 	}
-	t.ctx, t.cancel = context.WithCancel(context.Background())
-	t.spawn(t.acceptLoop)
-	t.log.Info("listening", "addr", t.Addr())
-	return t, nil
+	return nil
 }
 
 // LocalID is this node's device id.
 func (t *QUICTransport) LocalID() messages.DeviceID { return t.id.DeviceID }
+
+// SetAuthorizer replaces Config.Authorize (net.AuthorizerSetter).
+func (t *QUICTransport) SetAuthorizer(a Authorizer) { t.auth.Store(&a) }
+
+// authorize asks the Authorizer whether peer may send env.
+func (t *QUICTransport) authorize(peer messages.DeviceID, env messages.Envelope) error {
+	if a := t.auth.Load(); a != nil && *a != nil {
+		return (*a)(peer, env.Library, env.Type)
+	}
+	return nil
+}
 
 // sent counts a frame written to peer.
 func (t *QUICTransport) sent(peer messages.DeviceID, f outFrame) {
@@ -231,7 +285,7 @@ func (t *QUICTransport) Dial(ctx context.Context, peer messages.DeviceID, addr s
 	defer cancel()
 	start := time.Now()
 	// QUIC + TLS handshake: both certificates are checked against the pins.
-	qc, err := t.qt.Dial(ctx, ua, t.tlsConfig(alpnSync, &peer), t.qconf)
+	qc, err := t.qt.Dial(ctx, ua, t.tlsConfig(alpnSync, &peer, addr), t.qconf)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s at %s: %w", peer, addr, t.dialError(err))
 	}
@@ -342,18 +396,20 @@ func (t *QUICTransport) acceptLoop() {
 		case alpnSync:
 			handler = func() { t.handleInbound(qc) }
 		case alpnPair:
-			// Bound the PAKE work strangers can make us do.
-			select {
-			case t.pairSlots <- struct{}{}:
-			default:
+			// Bound the PAKE work strangers can make us do, overall and
+			// per source, so that one source cannot hold every slot.
+			src := sourceOf(qc.RemoteAddr().String())
+			if !t.admitPairing(src) {
+				t.refuseHandshake(qc.RemoteAddr().String(), reasonPairingBusy, errors.New("no pairing slot free"))
 				qc.CloseWithError(connPairingBusy, "too many pairing attempts at once")
 				continue
 			}
 			handler = func() {
-				defer func() { <-t.pairSlots }()
-				t.servePairing(qc)
+				defer t.releasePairing(src)
+				t.servePairing(qc, src)
 			}
-		default:
+		default: // GetConfigForClient admits no other protocol
+			t.refuseHandshake(qc.RemoteAddr().String(), reasonWrongALPN, errors.New("no application protocol"))
 			qc.CloseWithError(connProtocol, "no application protocol")
 			continue
 		}
@@ -376,7 +432,9 @@ func (t *QUICTransport) handleInbound(qc *quic.Conn) {
 	defer cancel()
 	c, err := t.handshake(ctx, qc, false, peer)
 	if err != nil {
-		t.log.Warn("inbound handshake failed", "peer", peer, "addr", qc.RemoteAddr(), "err", err)
+		if t.ctx.Err() == nil {
+			t.warnRefusal(peer.String(), messages.ReasonHandshake, "inbound handshake failed", "peer", peer, "addr", qc.RemoteAddr(), "err", err)
+		}
 		qc.CloseWithError(connProtocol, "handshake failed")
 		return
 	}
@@ -401,32 +459,15 @@ func (t *QUICTransport) handleInbound(qc *quic.Conn) {
 // dialer's, so each side can check the other's version independently.
 // Nothing but Hello is accepted first. On a schema mismatch the side that
 // sees it sends messages.Error{schema_mismatch} and closes the connection.
+// A failure that is the peer's fault is counted here; the acceptor counts
+// the others (a peer that stalls or hangs up) as "handshake".
 func (t *QUICTransport) handshake(ctx context.Context, qc *quic.Conn, dialer bool, peer messages.DeviceID) (*quicConn, error) {
-	// Open or accept the control stream, bounded by ctx.
-	var s *quic.Stream
-	var err error
-	if dialer {
-		s, err = qc.OpenStreamSync(ctx)
-	} else {
-		s, err = qc.AcceptStream(ctx)
-	}
+	s, reason, err := t.controlStream(ctx, qc, dialer)
 	if err != nil {
-		return nil, t.peerRefusal(err, "open control stream")
+		return nil, t.countHandshake(dialer, reason, err)
 	}
 	stop := bindDeadline(ctx, s)
 	defer stop()
-
-	// The acceptor checks that the first stream is the control stream.
-	if !dialer {
-		var kind [1]byte
-		if _, err := io.ReadFull(s, kind[:]); err != nil {
-			return nil, t.peerRefusal(err, "read control stream")
-		}
-		if streamKind(kind[0]) != kindControl {
-			t.obs.Rejected(messages.ReasonHandshake)
-			return nil, fmt.Errorf("%w: first stream is %q, want the control stream", messages.ErrMalformed, kind[0])
-		}
-	}
 
 	// Send our Hello (the dialer prefixes the stream kind).
 	hello := &messages.Hello{Device: t.id.DeviceID, Name: t.id.Name(), SchemaVersion: t.version, SentAt: time.Now().UnixMilli()}
@@ -439,57 +480,99 @@ func (t *QUICTransport) handshake(ctx context.Context, qc *quic.Conn, dialer boo
 		out = append([]byte{byte(kindControl)}, f.b...)
 	}
 	if _, err := s.Write(out); err != nil {
-		return nil, t.peerRefusal(err, "send hello")
+		return nil, t.countHandshake(dialer, "", t.peerRefusal(err, "send hello"))
 	}
 	t.sent(peer, f)
 
-	// Read the peer's Hello.
-	env, n, err := t.frames.Read(s)
-	var verr *messages.VersionError
-	switch {
-	case errors.As(err, &verr):
-		return nil, t.refuseVersion(ctx, qc, s, dialer, peer, verr.Remote)
-	case err != nil && isBadInput(err):
-		t.obs.Rejected(messages.ReasonHandshake)
-		return nil, fmt.Errorf("read hello: %w", err)
-	case err == io.EOF:
-		return nil, fmt.Errorf("read hello: %w: peer closed the control stream", ErrClosed)
-	case err != nil:
-		return nil, t.peerRefusal(err, "read hello")
-	}
-	m, err := env.Decode()
+	h, err := t.readHello(ctx, qc, s, dialer, peer)
 	if err != nil {
-		t.obs.Rejected(messages.ReasonOf(err))
-		return nil, fmt.Errorf("read hello: %w", err)
-	}
-	t.received(peer, env, n)
-	var h *messages.Hello
-	switch m := m.(type) {
-	case *messages.Hello:
-		h = m
-	case *messages.Error:
-		if m.Code == messages.CodeSchemaMismatch {
-			return nil, fmt.Errorf("%w: %s", messages.ErrSchemaVersion, m.Message)
-		}
-		return nil, fmt.Errorf("peer refused: %w", m)
-	default:
-		t.obs.Rejected(messages.ReasonUnexpected)
-		return nil, fmt.Errorf("%w: %s before hello", messages.ErrMalformed, env.Type)
-	}
-	if h.SchemaVersion != t.version {
-		return nil, t.refuseVersion(ctx, qc, s, dialer, peer, h.SchemaVersion)
+		return nil, err
 	}
 	// The certificate decides who the peer is; its Hello must agree.
 	if h.Device != peer {
-		t.obs.Rejected(messages.ReasonWrongPeer)
 		qc.CloseWithError(connWrongPeer, "hello names another device than the certificate")
-		return nil, fmt.Errorf("%w: certificate of %s, hello of %s", ErrWrongPeer, peer, h.Device)
+		return nil, t.countHandshake(dialer, messages.ReasonWrongPeer, fmt.Errorf("%w: certificate of %s, hello of %s", ErrWrongPeer, peer, h.Device))
 	}
 	if !stop() {
 		return nil, ctx.Err()
 	}
 	s.SetDeadline(time.Time{})
 	return newConn(t, qc, s, peer, h.Name), nil
+}
+
+// controlStream opens (dialer) or accepts the control stream, bounded by
+// ctx; the acceptor checks that the first stream is the control stream.
+// A failure that is the peer's fault comes with its reason.
+func (t *QUICTransport) controlStream(ctx context.Context, qc *quic.Conn, dialer bool) (*quic.Stream, messages.Reason, error) {
+	if dialer {
+		s, err := qc.OpenStreamSync(ctx)
+		if err != nil {
+			return nil, "", t.peerRefusal(err, "open control stream")
+		}
+		return s, "", nil
+	}
+	s, err := qc.AcceptStream(ctx)
+	if err != nil {
+		return nil, "", t.peerRefusal(err, "open control stream")
+	}
+	stop := bindDeadline(ctx, s)
+	defer stop()
+	var kind [1]byte
+	if _, err := io.ReadFull(s, kind[:]); err != nil {
+		return nil, "", t.peerRefusal(err, "read control stream")
+	}
+	if streamKind(kind[0]) != kindControl {
+		return nil, messages.ReasonHandshake, fmt.Errorf("%w: first stream is %q, want the control stream", messages.ErrMalformed, kind[0])
+	}
+	return s, "", nil
+}
+
+// readHello reads the peer's Hello, or its refusal.
+func (t *QUICTransport) readHello(ctx context.Context, qc *quic.Conn, s *quic.Stream, dialer bool, peer messages.DeviceID) (*messages.Hello, error) {
+	env, n, err := t.ctrl.Read(s)
+	var verr *messages.VersionError
+	switch {
+	case errors.As(err, &verr):
+		return nil, t.refuseVersion(ctx, qc, s, dialer, peer, verr.Remote)
+	case err != nil && isBadInput(err):
+		return nil, t.countHandshake(dialer, messages.ReasonHandshake, fmt.Errorf("read hello: %w", err))
+	case err == io.EOF:
+		return nil, t.countHandshake(dialer, "", fmt.Errorf("read hello: %w: peer closed the control stream", ErrClosed))
+	case err != nil:
+		return nil, t.countHandshake(dialer, "", t.peerRefusal(err, "read hello"))
+	}
+	m, err := decodeControl(env)
+	if err != nil {
+		return nil, t.countHandshake(dialer, messages.ReasonOf(err), fmt.Errorf("read hello: %w", err))
+	}
+	t.received(peer, env, n)
+	switch m := m.(type) {
+	case *messages.Hello:
+		if m.SchemaVersion != t.version {
+			return nil, t.refuseVersion(ctx, qc, s, dialer, peer, m.SchemaVersion)
+		}
+		return m, nil
+	case *messages.Error:
+		if m.Code == messages.CodeSchemaMismatch {
+			return nil, fmt.Errorf("%w: %s", messages.ErrSchemaVersion, m.Message)
+		}
+		return nil, fmt.Errorf("peer refused: %w", m)
+	}
+	return nil, t.countHandshake(dialer, messages.ReasonUnexpected, fmt.Errorf("%w: %s before hello", messages.ErrMalformed, env.Type))
+}
+
+// countHandshake counts a failed Hello exchange under reason and returns
+// err. A reason of "" is the peer stalling or leaving: counted as
+// "handshake" on the accepting side only (the dialer's own attempt
+// failing is not input it refused).
+func (t *QUICTransport) countHandshake(dialer bool, reason messages.Reason, err error) error {
+	if reason == "" && !dialer && t.ctx.Err() == nil {
+		reason = messages.ReasonHandshake
+	}
+	if reason != "" {
+		t.obs.Rejected(reason)
+	}
+	return err
 }
 
 // refuseVersion handles a schema mismatch: count and log it, tell the peer
@@ -539,6 +622,8 @@ func refusalOf(err error) error {
 			return fmt.Errorf("%w: %s", messages.ErrSchemaVersion, ae.ErrorMessage)
 		case connWrongPeer:
 			return fmt.Errorf("%w: peer says: %s", ErrWrongPeer, ae.ErrorMessage)
+		case connPairingBusy:
+			return ErrPairingBusy
 		}
 		return fmt.Errorf("%w: closed by peer: %s", ErrClosed, ae.ErrorMessage)
 	}
@@ -565,114 +650,4 @@ func (t *QUICTransport) dialError(err error) error {
 		return e
 	}
 	return err
-}
-
-// serverTLS picks the TLS configuration by the protocol the client asks
-// for: lsync/1 admits pinned certificates only, lsync-pair/1 any device
-// certificate (the PAKE authenticates).
-func (t *QUICTransport) serverTLS() *tls.Config {
-	syncConf := t.tlsConfig(alpnSync, nil)
-	pairConf := t.tlsConfig(alpnPair, nil)
-	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{t.id.Certificate},
-		NextProtos:   []string{alpnSync, alpnPair},
-		GetConfigForClient: func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
-			switch {
-			case slices.Contains(hi.SupportedProtos, alpnSync):
-				return syncConf, nil
-			case slices.Contains(hi.SupportedProtos, alpnPair):
-				return pairConf, nil
-			}
-			return nil, fmt.Errorf("unsupported application protocols %q", hi.SupportedProtos)
-		},
-	}
-}
-
-// tlsConfig is the TLS configuration of one protocol, for both roles:
-// TLS 1.3, our certificate, the peer's certificate required. Chain
-// validation is replaced by pinning (VerifyPeerCertificate), so
-// InsecureSkipVerify only turns off the CA check. expect, when dialing,
-// is the device we mean to reach.
-func (t *QUICTransport) tlsConfig(proto string, expect *messages.DeviceID) *tls.Config {
-	verify := t.verifyPinned(expect)
-	if proto == alpnPair {
-		verify = verifyDeviceCert
-	}
-	return &tls.Config{
-		MinVersion:             tls.VersionTLS13,
-		Certificates:           []tls.Certificate{t.id.Certificate},
-		NextProtos:             []string{proto},
-		ClientAuth:             tls.RequireAnyClientCert,
-		InsecureSkipVerify:     true,
-		SessionTicketsDisabled: true,
-		ServerName:             "lsync",
-		VerifyPeerCertificate:  verify,
-	}
-}
-
-// verifyPinned is the VerifyPeerCertificate of lsync/1, on both sides.
-func (t *QUICTransport) verifyPinned(expect *messages.DeviceID) func([][]byte, [][]*x509.Certificate) error {
-	return func(raw [][]byte, _ [][]*x509.Certificate) error {
-		if err := t.checkPinned(raw, expect); err != nil {
-			return &certRefusal{err}
-		}
-		return nil
-	}
-}
-
-// checkPinned admits a certificate only if it is pinned under the device id
-// derived from its key, and (when dialing) that id is the one expected.
-func (t *QUICTransport) checkPinned(raw [][]byte, expect *messages.DeviceID) error {
-	if len(raw) == 0 {
-		t.obs.Rejected(messages.ReasonUnpaired)
-		return fmt.Errorf("%w: no certificate", ErrNotPaired)
-	}
-	id, err := deviceIDFromCert(raw[0])
-	if err != nil {
-		t.obs.Rejected(messages.ReasonUnpaired)
-		return fmt.Errorf("%w: %v", ErrNotPaired, err)
-	}
-	if expect != nil && id != *expect {
-		t.obs.Rejected(messages.ReasonWrongPeer)
-		return fmt.Errorf("%w: dialed %s, reached %s", ErrWrongPeer, *expect, id)
-	}
-	p, ok := t.peers.Get(id)
-	if !ok {
-		t.obs.Rejected(messages.ReasonUnpaired)
-		t.log.Warn("refused unpaired device", "peer", id)
-		return fmt.Errorf("%w: %s", ErrNotPaired, id)
-	}
-	if p.Fingerprint != fingerprintOf(raw[0]) {
-		t.obs.Rejected(messages.ReasonUnpaired)
-		t.log.Warn("refused device with an unpinned certificate", "peer", id)
-		return fmt.Errorf("%w: %s presented a certificate other than the pinned one", ErrNotPaired, id)
-	}
-	return nil
-}
-
-// certRefusal marks our verifier's refusal inside the TLS error quic-go
-// returns, so Dial can report it without the TLS wrapping.
-type certRefusal struct{ err error }
-
-func (r *certRefusal) Error() string { return r.err.Error() }
-func (r *certRefusal) Unwrap() error { return r.err }
-
-// verifyDeviceCert admits any lsync device certificate (Ed25519), for
-// pairing.
-func verifyDeviceCert(raw [][]byte, _ [][]*x509.Certificate) error {
-	if len(raw) == 0 {
-		return errors.New("no certificate")
-	}
-	_, err := deviceIDFromCert(raw[0])
-	return err
-}
-
-// peerID is the device id of the certificate the peer presented.
-func peerID(qc *quic.Conn) (messages.DeviceID, error) {
-	certs := qc.ConnectionState().TLS.PeerCertificates
-	if len(certs) == 0 {
-		return messages.DeviceID{}, errors.New("no peer certificate")
-	}
-	return deviceIDFromCert(certs[0].Raw)
 }

@@ -43,7 +43,10 @@ type Conn interface {
 	// Send queues a live message for library lib. It blocks while the send
 	// queue is full (back-pressure) until ctx ends.
 	Send(ctx context.Context, lib messages.LibraryID, m messages.Message) error
-	// Recv returns the next inbound live message or request.
+	// Recv returns the next inbound live message or request. The
+	// transport holds a bounded amount of received input per connection
+	// and stops reading the peer when it is full: not calling Recv is how
+	// a consumer that reached its own bound makes the peer's Send block.
 	Recv(ctx context.Context) (Inbound, error)
 	// Request sends m on a fresh bulk stream and waits for the one response.
 	// A *messages.Error response is returned as the error.
@@ -72,9 +75,66 @@ type Inbound struct {
 	Message messages.Message
 	// Bytes is the size of the frame on the wire.
 	Bytes int
+	// PayloadBytes is the size of the message's payload before
+	// compression (its msgpack bytes), as its zstd header declares it; a
+	// compressed payload that declares no size counts as
+	// messages.MaxDecompressed. It is what the transport charged the
+	// message against its receive buffer, and what a consumer that
+	// queues messages should budget by.
+	PayloadBytes int
 	// Reply is set for bulk requests: call it exactly once with the response
 	// (a *messages.Error to refuse). It is nil for live messages.
 	Reply func(messages.Message) error
+}
+
+// Authorizer decides, from a frame's envelope alone, whether the
+// authenticated device peer may send a message of type t for library lib:
+// nil admits it, an error refuses it. Both transports call it for every
+// live message and every request after parsing the envelope and before
+// decompressing or decoding the payload, so a refused frame costs its
+// wire bytes and nothing more.
+//
+// A refusal is counted with Observer.Rejected under RefusalReason(err)
+// and logged at a bounded rate. A refused request is answered with a
+// *messages.Error{Code: messages.CodeUnauthorized, Message: err.Error()};
+// a refused live message is dropped and the stream goes on (closing it
+// would close the connection, see the package doc).
+//
+// It is called from the transport's reader goroutines, concurrently, and
+// must not block.
+type Authorizer func(peer messages.DeviceID, lib messages.LibraryID, t messages.Type) error
+
+// AuthorizerSetter is implemented by transports whose Authorizer can be
+// set after they started (both of lsync's): the actor runtime knows its
+// libraries' partners only once the transport is up. The new Authorizer
+// applies to frames read from then on; nil admits everything again.
+type AuthorizerSetter interface {
+	SetAuthorizer(Authorizer)
+}
+
+// Refusal is an error an Authorizer may return to name the reason its
+// refusal is counted under (any other error counts as
+// messages.ReasonUnauthorized).
+type Refusal struct {
+	Reason messages.Reason
+	Msg    string // for the log and the requester; empty: the reason
+}
+
+func (r *Refusal) Error() string {
+	if r.Msg == "" {
+		return string(r.Reason)
+	}
+	return r.Msg
+}
+
+// RefusalReason is the reason an Authorizer's error is counted under: a
+// *Refusal's own, messages.ReasonUnauthorized otherwise.
+func RefusalReason(err error) messages.Reason {
+	var r *Refusal
+	if errors.As(err, &r) && r.Reason != "" {
+		return r.Reason
+	}
+	return messages.ReasonUnauthorized
 }
 
 // Errors shared by transports.

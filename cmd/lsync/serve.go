@@ -24,6 +24,7 @@ import (
 
 	"github.com/lsync/lsync/actors"
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
 )
 
 // defaultListen is the QUIC port a daemon listens on unless told otherwise.
@@ -96,8 +97,9 @@ type serveOptions struct {
 // serve runs the daemon until ctx is done.
 func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	log := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: opt.level}))
-	if err := os.MkdirAll(g.home, 0o700); err != nil {
-		return fmt.Errorf("home: %w", err)
+	// The home holds the key and the lock: no one else may write it.
+	if err := net.SecureHome(g.home); err != nil {
+		return err
 	}
 	// Refuse to share the home with another daemon.
 	lock, err := acquireLock(g.home)
@@ -207,9 +209,11 @@ func schemaFromEnv() (uint16, error) {
 }
 
 // acquireLock takes the home's daemon lock (flock, so a killed daemon
-// releases it) and writes our pid into it.
+// releases it) and writes our pid into it. The lock file is opened without
+// following a link planted in its place (net.OpenInHome): truncating it
+// must never truncate another file.
 func acquireLock(home string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(home, lockName), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := net.OpenInHome(filepath.Join(home, lockName), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
@@ -232,7 +236,7 @@ func acquireLock(home string) (*os.File, error) {
 
 // daemonRunning reports whether a daemon holds home's lock.
 func daemonRunning(home string) bool {
-	f, err := os.OpenFile(filepath.Join(home, lockName), os.O_RDWR, 0)
+	f, err := net.OpenInHome(filepath.Join(home, lockName), os.O_RDWR, 0)
 	if err != nil {
 		return false
 	}

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,5 +40,15 @@ func TestRecorderCounts(t *testing.T) {
 	s := r.Snapshot()
 	if s.In[messages.TypePing] != 1 || s.BytesIn[messages.TypePing] != 10 || r.Rejects(messages.ReasonMalformed) != 2 {
 		t.Fatalf("recorder saw %+v", s)
+	}
+}
+
+func TestLogRecorderKeepsLinesAtItsLevel(t *testing.T) {
+	r := NewLogRecorder(slog.LevelWarn)
+	log := slog.New(r).With("node", "a")
+	log.Info("quiet")
+	log.Warn("loud", "n", 1)
+	if l := r.Lines(); len(l) != 1 || l[0] != "loud n=1" {
+		t.Fatalf("lines %q", l)
 	}
 }

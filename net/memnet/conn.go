@@ -1,6 +1,7 @@
 package memnet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,13 +11,16 @@ import (
 
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
+	"github.com/lsync/lsync/net/internal/budget"
 )
 
 // session is one connection: a dialed, b accepted.
 type session struct {
-	a, b *endpoint
-	done chan struct{} // closed when the connection ends
-	once sync.Once
+	a, b   *endpoint
+	done   chan struct{}   // closed when the connection ends
+	ctx    context.Context // canceled when the connection ends, for waits that take a context
+	cancel context.CancelFunc
+	once   sync.Once
 }
 
 func (s *session) isDone() bool {
@@ -34,6 +38,7 @@ func (s *session) close(errA, errB error) {
 	s.once.Do(func() {
 		s.a.err, s.b.err = errA, errB
 		close(s.done)
+		s.cancel()
 		n := s.a.t.n
 		n.mu.Lock()
 		delete(n.sessions, s)
@@ -48,11 +53,12 @@ type endpoint struct {
 	t        *Transport // local side
 	s        *session
 	peer     *endpoint
-	link     *link         // this side → peer
-	peerName string        // from the peer's Hello; set before the endpoint is published
-	rtt      time.Duration // synthetic, fixed at connect
-	credits  chan struct{} // one per live message sent and neither received nor dropped
-	err      error         // why the session ended; written before s.done closes
+	link     *link          // this side → peer
+	peerName string         // from the peer's Hello; set before the endpoint is published
+	rtt      time.Duration  // synthetic, fixed at connect
+	credits  chan struct{}  // one per live message sent and neither received nor dropped
+	bytes    *budget.Budget // frame bytes of live messages and requests sent and not yet received
+	err      error          // why the session ended; written before s.done closes
 
 	// lastDue is the due time of the last in-order live message per
 	// library: later ones are never due before it. Guarded by Network.mu.
@@ -118,6 +124,11 @@ func (e *endpoint) Send(ctx context.Context, lib messages.LibraryID, m messages.
 	case <-e.s.done:
 		return e.err
 	}
+	held, err := e.reserve(ctx, len(frame))
+	if err != nil {
+		e.release(0)
+		return err
+	}
 	e.t.obs.MessageOut(e.Peer(), m.MessageType(), len(frame))
 
 	n := e.t.n
@@ -131,7 +142,7 @@ func (e *endpoint) Send(ctx context.Context, lib messages.LibraryID, m messages.
 	st.Sent++
 	if d.drop {
 		st.Dropped++
-		e.release()
+		e.release(held)
 		return nil
 	}
 	// Keep the stream in order: never due before its predecessor. A
@@ -147,7 +158,7 @@ func (e *endpoint) Send(ctx context.Context, lib messages.LibraryID, m messages.
 	} else {
 		e.lastDue[lib] = due
 	}
-	n.enqueueLocked(&packet{due: due, kind: kindLive, from: e, to: e.peer, frame: frame, credit: true}, now)
+	n.enqueueLocked(&packet{due: due, kind: kindLive, from: e, to: e.peer, frame: frame, credit: true, held: held}, now)
 	if d.dup {
 		st.Duplicated++
 		n.enqueueLocked(&packet{due: due, kind: kindLive, from: e, to: e.peer, frame: frame}, now)
@@ -163,12 +174,30 @@ func (e *endpoint) usable(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// release returns one credit of this side.
-func (e *endpoint) release() {
+// reserve takes n bytes of this side's in-flight budget, waiting while
+// the peer holds it full of unread frames, until ctx or the connection
+// ends.
+func (e *endpoint) reserve(ctx context.Context, n int) (int64, error) {
+	if held, ok := e.bytes.TryAcquire(int64(n)); ok {
+		return held, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(e.s.ctx, cancel)()
+	held, err := e.bytes.Acquire(ctx, int64(n))
+	if err != nil && e.s.isDone() {
+		return 0, e.err
+	}
+	return held, err
+}
+
+// release returns one credit of this side and held bytes.
+func (e *endpoint) release(held int64) {
 	select {
 	case <-e.credits:
 	default:
 	}
+	e.bytes.Release(held)
 }
 
 // Request sends m on its own stream and waits for the response.
@@ -188,6 +217,10 @@ func (e *endpoint) RequestEnvelope(ctx context.Context, lib messages.LibraryID, 
 	if err := e.usable(ctx); err != nil {
 		return nil, none, err
 	}
+	held, err := e.reserve(ctx, len(frame))
+	if err != nil {
+		return nil, none, err
+	}
 	e.t.obs.MessageOut(e.Peer(), m.MessageType(), len(frame))
 	c := &call{resp: make(chan []byte, 1)}
 
@@ -204,7 +237,7 @@ func (e *endpoint) RequestEnvelope(ctx context.Context, lib messages.LibraryID, 
 	}
 	c.delay, c.fail = d.delay, d.fail
 	now := n.nowLocked()
-	n.enqueueLocked(&packet{due: now.Add(d.delay), kind: kindRequest, from: e, to: e.peer, frame: frame, call: c}, now)
+	n.enqueueLocked(&packet{due: now.Add(d.delay), kind: kindRequest, from: e, to: e.peer, frame: frame, held: held, call: c}, now)
 	n.mu.Unlock()
 
 	select {
@@ -238,7 +271,9 @@ func (e *endpoint) Recv(ctx context.Context) (net.Inbound, error) {
 		}
 		if p := e.pop(); p != nil {
 			if p.credit {
-				p.from.release()
+				p.from.release(p.held)
+			} else {
+				p.from.bytes.Release(p.held)
 			}
 			if in, ok := e.inbound(p); ok {
 				return in, nil
@@ -276,10 +311,25 @@ func (e *endpoint) pop() *packet {
 	return p
 }
 
-// inbound decodes p. A frame that does not decode is refused and counted;
-// a refused request is answered with bad_request.
+// inbound decodes p, after the Authorizer admitted its envelope. A frame
+// that does not decode is refused and counted, and a refused request is
+// answered with bad_request; a frame the Authorizer refuses is counted
+// and dropped undecoded, and a request answered with unauthorized.
 func (e *endpoint) inbound(p *packet) (net.Inbound, bool) {
-	env, m, err := messages.DecodeFrame(p.frame, 0)
+	env, _, err := messages.FrameReader{}.Read(bytes.NewReader(p.frame))
+	if err == nil {
+		if aerr := e.t.authorize(e.Peer(), env); aerr != nil {
+			e.refused(net.RefusalReason(aerr))
+			if p.kind == kindRequest {
+				_ = e.reply(p.call, env.Library, &messages.Error{Code: messages.CodeUnauthorized, Message: aerr.Error()})
+			}
+			return net.Inbound{}, false
+		}
+	}
+	var m messages.Message
+	if err == nil {
+		m, err = env.Decode()
+	}
 	if err != nil {
 		e.rejected(err)
 		if p.kind == kindRequest {
@@ -288,7 +338,7 @@ func (e *endpoint) inbound(p *packet) (net.Inbound, bool) {
 		return net.Inbound{}, false
 	}
 	e.t.obs.MessageIn(e.Peer(), env.Type, len(p.frame))
-	in := net.Inbound{Library: env.Library, Message: m, Bytes: len(p.frame)}
+	in := net.Inbound{Library: env.Library, Message: m, Bytes: len(p.frame), PayloadBytes: budget.PayloadCost(env)}
 	if p.kind == kindRequest {
 		c, lib := p.call, env.Library
 		in.Reply = func(resp messages.Message) error { return e.reply(c, lib, resp) }
@@ -321,8 +371,11 @@ func (e *endpoint) reply(c *call, lib messages.LibraryID, m messages.Message) er
 }
 
 // rejected counts a frame from the peer that did not decode.
-func (e *endpoint) rejected(err error) {
-	e.t.obs.Rejected(messages.ReasonOf(err))
+func (e *endpoint) rejected(err error) { e.refused(messages.ReasonOf(err)) }
+
+// refused counts a frame from the peer refused for reason.
+func (e *endpoint) refused(reason messages.Reason) {
+	e.t.obs.Rejected(reason)
 	n := e.t.n
 	n.mu.Lock()
 	e.peer.link.stats.Rejected++

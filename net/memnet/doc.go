@@ -10,19 +10,26 @@
 //
 // # Guarantees
 //
-// Every frame crosses the real codec: messages.EncodeFrame on send,
-// messages.DecodeFrame on receive. The receiver gets its own decoded copy,
-// never a pointer the sender holds; a message the codec cannot encode fails
-// Send, Request or Reply; one that fails validation is refused by the
-// receiver and counted (Stats.Rejected, Observer.Rejected), and a refused
-// request is answered with a bad_request *messages.Error.
+// Every frame crosses the real codec: messages.EncodeFrame on send; on
+// receive, the envelope is parsed, the transport's net.Authorizer (if
+// SetAuthorizer set one) is asked about it, and only then is the message
+// decoded. The receiver gets its own decoded copy, never a pointer the
+// sender holds; a message the codec cannot encode fails Send, Request or
+// Reply; one that fails validation is refused by the receiver and counted
+// (Stats.Rejected, Observer.Rejected), and a refused request is answered
+// with a bad_request *messages.Error. A frame the Authorizer refuses is
+// counted the same way (under net.RefusalReason), a live one dropped and
+// a request answered with unauthorized.
 //
 // Live messages of one library on one connection arrive in send order,
 // unless a reorder fault holds one back. Each connection direction admits
-// at most the queue size (default 1024) of live messages that are sent and
-// not yet received; Send blocks beyond that until ctx ends or the
-// connection does. Requests are not counted against it, as each runs on its
-// own stream in QUIC. The transport starts no goroutine of its own: delivery
+// at most the queue size (default 1024) of live messages, and at most the
+// queue bytes (default 32 MiB) of live and request frames, that are sent
+// and not yet received; Send and Request block beyond that until ctx ends
+// or the connection does (a frame larger than the queue bytes waits until
+// it is alone). Frames wait undecoded: Recv decodes one at a time. So what
+// a connection holds is bounded as with QUIC, and a peer that floods
+// blocks itself. The transport starts no goroutine of its own: delivery
 // runs on the sender's goroutine, and delayed frames on one time.AfterFunc
 // timer per Network.
 //
@@ -57,7 +64,8 @@
 //
 // Hazard: in stepped mode a Request blocks until someone steps both the
 // request and its response, so call it from another goroutine than the one
-// that steps.
+// that steps. Send and Request also block, in either mode, once the queue
+// bounds are reached, until the peer's Recv takes frames out.
 //
 // Hazard: fault decisions are deterministic; the interleaving of goroutines
 // is not. A simulation replays exactly only if each device sends on a link

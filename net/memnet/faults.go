@@ -58,7 +58,7 @@ type Stats struct {
 	Reordered      uint64 // messages held back to be overtaken
 	Requests       uint64
 	FailedRequests uint64 // requests whose response was lost (ErrStreamReset)
-	Rejected       uint64 // frames the receiver could not decode or validate
+	Rejected       uint64 // frames the receiver refused: undecodable, invalid or unauthorized
 }
 
 func (s *Stats) add(o Stats) {

@@ -3,6 +3,7 @@ package memnet
 import (
 	"bytes"
 	"container/heap"
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,12 +11,14 @@ import (
 
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
+	"github.com/lsync/lsync/net/internal/budget"
 )
 
 // Defaults.
 const (
-	DefaultQueueSize = 1024
-	DefaultRTT       = time.Millisecond
+	DefaultQueueSize  = 1024
+	DefaultQueueBytes = 32 << 20
+	DefaultRTT        = time.Millisecond
 )
 
 // Errors of this transport, besides those of package net.
@@ -45,6 +48,7 @@ type Network struct {
 	links      map[linkKey]*link         // created on first connection, never removed
 	sessions   map[*session]struct{}     // open connections
 	queueSize  int                       // for connections made from now on
+	queueBytes int                       // for connections made from now on
 	inflight   packetHeap                // frames not yet delivered
 	seq        uint64                    // send order: breaks ties between equal due times
 	vnow       time.Time                 // stepped mode: due time of the last delivered frame
@@ -64,6 +68,7 @@ func NewNetwork(seed uint64) *Network {
 		links:      map[linkKey]*link{},
 		sessions:   map[*session]struct{}{},
 		queueSize:  DefaultQueueSize,
+		queueBytes: DefaultQueueBytes,
 	}
 }
 
@@ -179,6 +184,19 @@ func (n *Network) SetQueueSize(size int) {
 	n.queueSize = size
 }
 
+// SetQueueBytes sets the bound on the frame bytes of live messages and
+// requests in flight per connection direction (default DefaultQueueBytes)
+// for connections made from now on. A frame larger than it waits until
+// it is alone.
+func (n *Network) SetQueueBytes(size int) {
+	if size <= 0 {
+		size = DefaultQueueBytes
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.queueBytes = size
+}
+
 // Stats sums the counters of every link.
 func (n *Network) Stats() Stats {
 	n.mu.Lock()
@@ -264,6 +282,7 @@ func (n *Network) connectLocked(a, b *Transport) *session {
 		rtt = DefaultRTT
 	}
 	s := &session{done: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.a = n.newEndpointLocked(s, a, b.dev, rtt)
 	s.b = n.newEndpointLocked(s, b, a.dev, rtt)
 	s.a.peer, s.b.peer = s.b, s.a
@@ -284,6 +303,7 @@ func (n *Network) newEndpointLocked(s *session, t *Transport, peer messages.Devi
 		link:    l,
 		rtt:     rtt,
 		credits: make(chan struct{}, n.queueSize),
+		bytes:   budget.New(int64(n.queueBytes)),
 		lastDue: map[messages.LibraryID]time.Time{},
 		sig:     make(chan struct{}, 1),
 	}
@@ -315,6 +335,7 @@ type packet struct {
 	to     *endpoint // receiver
 	frame  []byte
 	credit bool  // holds one of from.credits until received
+	held   int64 // of from.bytes, until received
 	call   *call // requests and responses
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lsync/lsync/messages"
@@ -19,7 +20,8 @@ type Transport struct {
 	name string
 	addr string
 	obs  net.Observer
-	done chan struct{} // closed by Close
+	auth atomic.Pointer[net.Authorizer] // nil or a nil Authorizer: admit all
+	done chan struct{}                  // closed by Close
 	once sync.Once
 
 	mu      sync.Mutex
@@ -29,7 +31,10 @@ type Transport struct {
 	sig     chan struct{}          // backlog grew
 }
 
-var _ net.Transport = (*Transport)(nil)
+var (
+	_ net.Transport        = (*Transport)(nil)
+	_ net.AuthorizerSetter = (*Transport)(nil)
+)
 
 // Listen attaches device dev, named name, to the network at the address
 // "mem:<dev>". obs may be nil. One device listens at most once at a time.
@@ -64,6 +69,18 @@ func (n *Network) Listen(dev messages.DeviceID, name string, obs net.Observer) (
 
 // LocalID is this transport's device.
 func (t *Transport) LocalID() messages.DeviceID { return t.dev }
+
+// SetAuthorizer sets the hook every live message and request from a peer
+// goes through before it is decoded (net.AuthorizerSetter); nil admits
+// everything, as at Listen.
+func (t *Transport) SetAuthorizer(a net.Authorizer) { t.auth.Store(&a) }
+
+func (t *Transport) authorize(peer messages.DeviceID, env messages.Envelope) error {
+	if a := t.auth.Load(); a != nil && *a != nil {
+		return (*a)(peer, env.Library, env.Type)
+	}
+	return nil
+}
 
 // Addr is the address peers dial.
 func (t *Transport) Addr() string { return t.addr }
