@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
 )
 
 // authTable answers, from the envelope alone, whether a peer may send a
@@ -39,32 +40,23 @@ func (t *authTable) setPartners(lib messages.LibraryID, partners map[messages.De
 	t.partners[lib] = cp
 }
 
-// authError is a refusal with its reason.
-type authError struct {
-	reason messages.Reason
-	msg    string
-}
-
-func (e *authError) Error() string { return e.msg }
-
-// Reason is what the refusal is counted as.
-func (e *authError) Reason() messages.Reason { return e.reason }
-
 // authorize says whether peer may send a message of type typ for lib:
 // node-level requests (lib zero) from any paired device; a library's
 // messages only from its partners, and only the types a partner sends
 // (live changes, ACKs, reports, bulk requests), never answers it did not
 // ask for.
+// It is the transport's net.Authorizer: called from its reader goroutines,
+// before anything of the frame is decompressed or decoded.
 func (t *authTable) authorize(peer messages.DeviceID, lib messages.LibraryID, typ messages.Type) error {
 	if lib.IsZero() {
 		switch typ {
 		case messages.TypePing, messages.TypePong, messages.TypeLibraryListRequest, messages.TypeSyncSetupRequest:
 			return nil
 		}
-		return &authError{messages.ReasonUnexpected, fmt.Sprintf("%s is not a node-level message", typ)}
+		return &net.Refusal{Reason: messages.ReasonUnexpected, Msg: fmt.Sprintf("%s is not a node-level message", typ)}
 	}
 	if !partnerType(typ) {
-		return &authError{messages.ReasonUnexpected, fmt.Sprintf("%s is not sent to a library", typ)}
+		return &net.Refusal{Reason: messages.ReasonUnexpected, Msg: fmt.Sprintf("%s is not sent to a library", typ)}
 	}
 	t.mu.RLock()
 	partners, open := t.partners[lib]
@@ -72,9 +64,9 @@ func (t *authTable) authorize(peer messages.DeviceID, lib messages.LibraryID, ty
 	t.mu.RUnlock()
 	switch {
 	case !open:
-		return &authError{messages.ReasonUnknownLibrary, fmt.Sprintf("library %s is not open here", lib)}
+		return &net.Refusal{Reason: messages.ReasonUnknownLibrary, Msg: fmt.Sprintf("library %s is not open here", lib)}
 	case !ok:
-		return &authError{messages.ReasonUnauthorized, fmt.Sprintf("device %s is not a sync partner of library %s", peer, lib)}
+		return &net.Refusal{Reason: messages.ReasonUnauthorized, Msg: fmt.Sprintf("device %s is not a sync partner of library %s", peer, lib)}
 	}
 	return nil
 }

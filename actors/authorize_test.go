@@ -6,6 +6,7 @@ import (
 
 	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
 )
 
 func TestAuthorizeFromTheEnvelope(t *testing.T) {
@@ -33,11 +34,11 @@ func TestAuthorizeFromTheEnvelope(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tab.authorize(tc.peer, tc.lib, tc.typ)
-			var ae *authError
+			var r *net.Refusal
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
-			case tc.want != "" && (!errors.As(err, &ae) || ae.Reason() != tc.want):
+			case tc.want != "" && (!errors.As(err, &r) || r.Reason != tc.want):
 				t.Fatalf("got %v, want a refusal for %s", err, tc.want)
 			}
 		})

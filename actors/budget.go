@@ -88,7 +88,7 @@ type credit struct {
 // inboundCost is what a message costs: its size before compression when
 // the transport says (what decoding it took), else its size on the wire.
 func inboundCost(in net.Inbound) int64 {
-	return int64(max(in.Bytes, 1))
+	return int64(max(in.PayloadBytes, in.Bytes, 1))
 }
 
 func (c *credit) hold(parts int) {

@@ -80,8 +80,9 @@ func (f *fetcher) askSpooled(conn net.Conn, source messages.DeviceID, req messag
 	}()
 }
 
-// ping asks each connection for a Pong at once and reports how long each
-// took; the answer's resp is nil and tag is the []candidate.
+// ping asks each connection for a cheap answer (probe) at once and
+// reports how long each took; the answer's resp is nil and tag is the
+// []candidate.
 func (f *fetcher) ping(conns map[messages.DeviceID]net.Conn, tag func([]candidate) any) {
 	f.pending++
 	go func() {
@@ -95,7 +96,7 @@ func (f *fetcher) ping(conns map[messages.DeviceID]net.Conn, tag func([]candidat
 				start := time.Now()
 				ctx, cancel := context.WithTimeout(f.ctx, 2*time.Second)
 				defer cancel()
-				_, err := c.Request(ctx, messages.LibraryID{}, &messages.Ping{Nonce: 1, SentAt: start.UnixMilli()})
+				_, err := c.Request(ctx, messages.LibraryID{}, probe())
 				if err != nil {
 					f.n.log.Info("backfill candidate did not answer", "library", f.lib, "peer", dev, "err", err)
 				}
@@ -111,6 +112,11 @@ func (f *fetcher) ping(conns map[messages.DeviceID]net.Conn, tag func([]candidat
 		f.root.Send(f.self, &answered{from: f, tag: tag(cands)})
 	}()
 }
+
+// probe is the request that tells whether a connection still answers, and
+// how fast: the cheapest node-level request. (A Ping is not a request:
+// over QUIC it travels on the control stream, and Request refuses it.)
+func probe() messages.Message { return &messages.LibraryListRequest{} }
 
 // request sends req and waits for its answer, within the request timeout
 // and the life of both the job and the connection.

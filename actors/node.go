@@ -80,6 +80,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		events: newEvents(metrics), log: log, sys: sys, stopped: make(chan struct{}), auth: newAuthTable(), testHooks: cfg.hooks}
 	metrics.watchSystem(sys)
 	sys.EventStream.Subscribe(releaseDeadLetter)
+	// The transport asks who may send what before it decodes a frame.
+	if s, ok := tr.(net.AuthorizerSetter); ok {
+		s.SetAuthorizer(core.auth.authorize)
+	}
 	n := &Node{core: core, sys: sys, tr: tr}
 	n.pid, err = sys.Root.SpawnNamed(actor.PropsFromProducer(newNodeActor(core, tr, dir),
 		actor.WithSupervisor(actor.NewOneForOneStrategy(100, time.Minute, actor.DefaultDecider))), "node")

@@ -142,7 +142,7 @@ func checkAlive(root *actor.RootContext, self *actor.PID, current, candidate net
 	case <-current.Done():
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := current.Request(ctx, messages.LibraryID{}, &messages.Ping{Nonce: 1, SentAt: time.Now().UnixMilli()})
+		_, err := current.Request(ctx, messages.LibraryID{}, probe())
 		cancel()
 		alive = err == nil
 	}

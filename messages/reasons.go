@@ -27,6 +27,11 @@ const (
 	ReasonWrongPeer      Reason = "wrong_peer"
 	ReasonPairingFailed  Reason = "pairing_failed"
 	ReasonHandshake      Reason = "handshake"
+	ReasonNoCertificate  Reason = "no_certificate"  // a TLS client that presented no certificate
+	ReasonWrongALPN      Reason = "wrong_alpn"      // a handshake for neither lsync/1 nor lsync-pair/1
+	ReasonPairingBusy    Reason = "pairing_busy"    // a pairing connection refused: no slot free, overall or for its source
+	ReasonPairingLocked  Reason = "pairing_locked"  // a pairing attempt from a source with no attempts left on any code
+	ReasonPairingTimeout Reason = "pairing_timeout" // a pairing exchange the joiner let go quiet or abandoned
 
 	// Authorization: who may send what.
 	ReasonUnauthorized   Reason = "unauthorized"    // not a sync partner of the library
@@ -51,6 +56,7 @@ const (
 var reasons = [...]Reason{
 	ReasonFrameTooLarge, ReasonMalformed, ReasonTruncated, ReasonUnknownType, ReasonSchemaMismatch,
 	ReasonUnexpected, ReasonUnknownStream, ReasonUnpaired, ReasonWrongPeer, ReasonPairingFailed, ReasonHandshake,
+	ReasonNoCertificate, ReasonWrongALPN, ReasonPairingBusy, ReasonPairingLocked, ReasonPairingTimeout,
 	ReasonUnauthorized, ReasonUnknownLibrary, ReasonForgedOwner, ReasonForgedOrigin, ReasonForgedSetup, ReasonBadAck,
 	ReasonUnknownModel, ReasonWrongKind, ReasonBadValue, ReasonClockSkew, ReasonPoisonRecord,
 	ReasonBackfillBufferFull, ReasonSnapshotChunkChecksum,

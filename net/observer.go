@@ -35,13 +35,11 @@ type PayloadObserver interface {
 	PayloadOut(peer messages.DeviceID, bytes int)
 }
 
-// Reasons net counts that messages does not register yet. Each is the
-// closest registered reason until messages has its own (the wanted name
-// in the comment); switching is a change of this block only.
+// The refusals of handshakes and pairing, by reason.
 const (
-	reasonNoCertificate = messages.ReasonUnpaired      // want "no_certificate": a handshake without a client certificate
-	reasonWrongALPN     = messages.ReasonHandshake     // want "wrong_alpn": a handshake for neither lsync/1 nor lsync-pair/1
-	reasonPairingBusy   = messages.ReasonPairingFailed // want "pairing_busy": no pairing slot free, overall or for the source
-	reasonPairingLocked = messages.ReasonPairingFailed // want "pairing_locked": the source has no attempts left on any code
-	reasonPairingStall  = messages.ReasonPairingFailed // want "pairing_timeout": a pairing exchange that went quiet
+	reasonNoCertificate = messages.ReasonNoCertificate
+	reasonWrongALPN     = messages.ReasonWrongALPN
+	reasonPairingBusy   = messages.ReasonPairingBusy
+	reasonPairingLocked = messages.ReasonPairingLocked
+	reasonPairingStall  = messages.ReasonPairingTimeout
 )
