@@ -84,7 +84,7 @@ type SyncConfig struct {
 	RequestTimeout      time.Duration // one bulk request (60 s)
 	PendingPerOrigin    int           // out-of-order shared changes held per origin (10,000)
 	SnapshotChunk       int           // uncompressed bytes per snapshot chunk served (4 MiB)
-	InboundBudget       int64         // payload bytes of one peer's messages in flight here before its reads pause (16 MiB)
+	InboundBudget       int64         // payload bytes of one peer's messages in flight here before its reads pause (8 MiB; the transport holds as much again)
 	Seed                uint64        // seeds jitter (0: from the device id)
 }
 
@@ -104,7 +104,7 @@ func (c SyncConfig) withDefaults() SyncConfig {
 	def(&c.PendingPerOrigin, 10_000)
 	def(&c.SnapshotChunk, 4<<20)
 	if c.InboundBudget <= 0 {
-		c.InboundBudget = 16 << 20
+		c.InboundBudget = 8 << 20
 	}
 	defD(&c.CatchUpInterval, 30*time.Second)
 	defD(&c.AntiEntropyInterval, 10*time.Minute)

@@ -56,6 +56,9 @@ func startQUIC(cfg Config, m *Metrics, log *slog.Logger, onPaired *atomic.Pointe
 	tr, err := net.Listen(net.Config{
 		Identity: id, Peers: peers, Listen: listen, Observer: m, Logger: log,
 		BandwidthLimit: cfg.QUIC.BandwidthLimit, KeepAlive: cfg.QUIC.KeepAlive, SchemaVersion: cfg.QUIC.SchemaVersion,
+		// Decoded messages the transport holds per connection: as much as
+		// the actors' own budget for it again (back-pressure, issue 9).
+		RecvBuffer: int(cfg.Sync.InboundBudget),
 		OnPaired: func(p net.PeerInfo) {
 			if f := onPaired.Load(); f != nil {
 				(*f)(p)

@@ -163,10 +163,12 @@ func floodSession(ctx context.Context, n *actors.Node, lib *actors.Library, loc 
 	r := floodNodeResult{}
 	r.Arrivals, r.Disconnects = w.finish(ex)
 	r.RSSMB, r.HeapMB = mem.end()
+	// The peak of the flood and its drain, before the statistics below
+	// read the whole database.
+	r.PeakRSSMB = peakRSSMB()
 	if !g.Hostile.IsZero() {
 		victimStats(n, lib, g.Hostile, &r)
 	}
-	r.PeakRSSMB = peakRSSMB()
 	if err := emit(stdout, "RESULT", r); err != nil {
 		return err
 	}
