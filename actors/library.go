@@ -96,10 +96,11 @@ func (a *libraryActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.start(ctx)
-	case *actor.Stopping, *actor.Restarting:
-		if _, stopping := ctx.Message().(*actor.Stopping); stopping {
-			a.n.auth.setPartners(a.id, nil) // closed: nobody may send to it
-		}
+	case *actor.Stopping:
+		a.n.auth.setPartners(a.id, nil) // closed: nobody may send to it
+		a.stopTimers()
+		a.releaseInboxes()
+	case *actor.Restarting:
 		a.stopTimers()
 		a.releaseInboxes()
 		ctx.Send(ctx.Parent(), &resetBudgets{})

@@ -299,6 +299,10 @@ func (na *nodeActor) closeLibrary(ctx actor.Context, id messages.LibraryID) {
 	na.publishRoutes(ctx)
 	na.closing[pid.Id] = closingLibrary{id: id, requester: ctx.Sender()}
 	ctx.Poison(pid)
+	// What its children held of the peers' budgets goes with them.
+	for _, p := range na.peers {
+		ctx.Send(p, &resetBudget{})
+	}
 }
 
 func (na *nodeActor) onTerminated(ctx actor.Context, m *actor.Terminated) {

@@ -118,7 +118,7 @@ type peerDown struct {
 // peers connected now (a restart wiped what it knew).
 type libraryStarted struct{}
 
-// resetBudgets: a library actor is stopping or restarting, and messages
+// resetBudgets: a library actor is restarting, and messages
 // in its children's mailboxes go with it, their credits never released;
 // the node has every peer reset its connection's budget (budget.go).
 type resetBudgets struct{}
