@@ -110,11 +110,14 @@ type ApplyResult struct {
 
 // Sentinel errors; test with errors.Is.
 var (
-	ErrUnknownModel  = errors.New("unknown model")
-	ErrForgedOwner   = errors.New("forged ownership")
-	ErrNotFound      = errors.New("not found")
-	ErrNotOwner      = errors.New("not the owner")
-	ErrBadValue      = errors.New("bad value")
+	ErrUnknownModel = errors.New("unknown model")
+	ErrForgedOwner  = errors.New("forged ownership")
+	ErrNotFound     = errors.New("not found")
+	ErrNotOwner     = errors.New("not the owner")
+	ErrBadValue     = errors.New("bad value")
+	// ErrTooLarge: a value over its column's limit (Column.MaxBytes). Its
+	// errors wrap ErrBadValue too.
+	ErrTooLarge      = errors.New("too large")
 	ErrCycle         = errors.New("dependency cycle")
 	ErrSchemaVersion = errors.New("library schema version")
 	ErrExists        = errors.New("already exists")

@@ -94,7 +94,11 @@ func sharedInput(mi *modelInfo, c *messages.SharedChange) (map[int]any, error) {
 	if c.HLC.IsZero() || c.Record.IsZero() {
 		return nil, fmt.Errorf("%w: %s change needs an hlc and a record uuid", ErrBadValue, mi.Name)
 	}
-	return sharedColumns(mi, c.Op, c.Fields)
+	set, err := sharedColumns(mi, c.Op, c.Fields)
+	if err != nil {
+		return nil, err
+	}
+	return set, mi.identityOfSet(c.Record, set)
 }
 
 // sharedColumns checks the fields of an operation: an insert writes every
@@ -137,7 +141,7 @@ func sharedColumns(mi *modelInfo, op messages.ChangeOp, fields map[string]any) (
 func (tx *txn) applyShared(mi *modelInfo, c *messages.SharedChange, remote bool) (outcome, error) {
 	set, err := sharedInput(mi, c)
 	if err != nil {
-		return tx.reject(mi.Name, c.Record, messages.ReasonBadValue, err), nil
+		return tx.reject(mi.Name, c.Record, valueReason(err), err), nil
 	}
 	if remote {
 		if err := tx.observe(c.HLC); err != nil {
@@ -470,7 +474,11 @@ func (l *Library) prepareShared(w SharedWrite) (messages.SharedChange, *modelInf
 		}
 		c.Record = NewUUID()
 	}
-	if _, err := sharedColumns(mi, op, norm); err != nil {
+	set, err := sharedColumns(mi, op, norm)
+	if err == nil {
+		err = mi.identityOfSet(c.Record, set)
+	}
+	if err != nil {
 		return messages.SharedChange{}, nil, fmt.Errorf("commit %s: %w", model, err)
 	}
 	return c, mi, nil

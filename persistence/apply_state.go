@@ -40,7 +40,9 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 	var tb *tombstone
 	var err error
 	if !rec.Deleted {
-		vals, f.valuesErr = m.normalizeValues(rec.Values)
+		if vals, f.valuesErr = m.normalizeValues(rec.Values); f.valuesErr == nil {
+			f.valuesErr = m.identityOfValues(rec.UUID, vals)
+		}
 	}
 	v := decideState(&f)
 	// Merge a remote HLC into the clock, which refuses one too far ahead.

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/lsync/lsync/messages"
@@ -175,6 +176,25 @@ type stateVerdict struct {
 	liftTomb bool
 }
 
+// Reasons this package would name on their own. Until messages registers
+// them (its list is append-only), the closest registered ones stand in.
+const (
+	reasonTooLarge   = messages.ReasonBadValue // wanted: "too_large"
+	reasonNotDerived = messages.ReasonBadValue // wanted: "bad_uuid"
+)
+
+// valueReason is the reason to refuse a record whose values do not fit
+// its model (err wraps ErrBadValue).
+func valueReason(err error) messages.Reason {
+	switch {
+	case errors.Is(err, ErrTooLarge):
+		return reasonTooLarge
+	case errors.Is(err, errNotDerived):
+		return reasonNotDerived
+	}
+	return messages.ReasonBadValue
+}
+
 func gather(k verdictKind) stateVerdict { return stateVerdict{kind: k} }
 
 func rejectVerdict(reason messages.Reason, err error) stateVerdict {
@@ -194,11 +214,16 @@ func decideState(f *stateFacts) stateVerdict {
 	if u.IsZero() || h.IsZero() {
 		return rejectVerdict(messages.ReasonBadValue, fmt.Errorf("%w: %s record without uuid or hlc", ErrBadValue, m.Name))
 	}
+	// A device writes (and deletes) its rows with its own clock.
+	if hd := messages.DeviceID(h.Device); hd != f.own.dev {
+		return forged("%s %s of %s carries an hlc of %s", m.Name, u, f.own.dev, hd)
+	}
 	if f.deleted {
 		return decideDelete(f)
 	}
+	// Its values fit the model: types, sizes, a derived uuid.
 	if f.valuesErr != nil {
-		return rejectVerdict(messages.ReasonBadValue, f.valuesErr)
+		return rejectVerdict(valueReason(f.valuesErr), f.valuesErr)
 	}
 	// Only a device writes its own device row.
 	if m.Name == ModelDevice && messages.DeviceID(u) != f.own.dev {

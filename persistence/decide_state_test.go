@@ -276,6 +276,24 @@ func TestDecideRecordChecks(t *testing.T) {
 	})
 }
 
+// doc.go, "Limits", and DESIGN §11: whatever a paired device sends is
+// validated (sizes, ownership, derived uuids).
+func TestDecideHostileRecords(t *testing.T) {
+	forgedOwner := refused(messages.ReasonForgedOwner)
+	hlcOf := func(dev messages.DeviceID) factsOpt { return func(f *stateFacts) { f.h.Device = dev.UUID() } }
+	badValues := func(err error) factsOpt { return func(f *stateFacts) { f.valuesErr = err } }
+	checkVerdicts(t, []verdictCase{
+		{rule: "a record whose hlc names another device than its owner is forged",
+			f: facts(5, hlcOf(devB), unobserved), want: forgedOwner, is: ErrForgedOwner},
+		{rule: "a delete whose hlc names another device than its owner is forged",
+			f: facts(5, deleted, hlcOf(devB), unobserved), want: forgedOwner, is: ErrForgedOwner},
+		{rule: "a value over its column's limit is refused as too large",
+			f: facts(5, badValues(fmt.Errorf("%w: %w: entry.name", ErrBadValue, ErrTooLarge))), want: refused(reasonTooLarge), is: ErrTooLarge},
+		{rule: "a uuid its fields do not derive is refused",
+			f: facts(5, badValues(fmt.Errorf("%w: %w", ErrBadValue, errNotDerived))), want: refused(reasonNotDerived), is: errNotDerived},
+	})
+}
+
 // The bulk fast path: a fresh backfill row costs its reference lookups and
 // nothing else.
 func TestDecideFastPath(t *testing.T) {

@@ -23,14 +23,17 @@
 // # Device-owned guarantees
 //
 // A record is applied only if its HLC is newer than the stored row's: a
-// duplicate or an older record changes nothing. A record whose stored row,
-// tombstone or reference target belongs to another device is refused as
-// forged (the rest of the batch applies). A record whose reference target
-// has not arrived is parked and applied, in the same transaction, when the
-// target lands, recursively: a parent chain delivered in any order
-// resolves completely. Deleting a row deletes its dependants (an entry's
-// subtree and entry metadata, a location's entries), each with a tombstone
-// at the delete's HLC; receivers of the delete run the same cascade.
+// duplicate or an older record changes nothing. A record or delete whose
+// HLC names another device than its owner is refused as forged before the
+// clock sees it: a device writes its rows with its own clock. A record
+// whose stored row, tombstone or reference target belongs to another
+// device is refused as forged (the rest of the batch applies). A record
+// whose reference target has not arrived is parked and applied, in the
+// same transaction, when the target lands, recursively: a parent chain
+// delivered in any order resolves completely. Deleting a row deletes its
+// dependants (an entry's subtree and entry metadata, a location's
+// entries), each with a tombstone at the delete's HLC; receivers of the
+// delete run the same cascade.
 //
 // A tombstone keeps (model, uuid, owner, hlc) and a floor: the newest write
 // known to be superseded. For an explicit delete the floor is the delete's
@@ -93,7 +96,13 @@
 // Records every device creates on its own get deterministic, name-based
 // uuids (Registry.DeterministicUUID): content identities from their hash,
 // junction rows and tag relationships from their two ends, metadata from
-// the row they describe. Two devices creating "the same" row merge.
+// the row they describe. Two devices creating "the same" row merge. A
+// received record or change of such a model that writes its identity
+// columns (DeterministicFrom) must carry the uuid they derive, or it is
+// refused: otherwise one hash could have two content identities. One that
+// writes only some of them is refused too (it would move the row to
+// another identity; CommitShared refuses to write one); one that writes
+// none (an update of other fields) has nothing to check.
 //
 // tag_relationship edges that would close a cycle are rejected by the same
 // rule everywhere: present edges ordered by (creation HLC, uuid) are
@@ -137,6 +146,24 @@
 // restart after the wall clock stepped back still issues larger HLCs.
 // Remote HLCs are observed as they are applied; one beyond the maximum skew
 // rejects its record (reason clock_skew).
+//
+// # Limits
+//
+// Every text and JSON column has a maximum size in bytes, declared with
+// the column in the registry (Column.MaxBytes; DefaultMaxText, 4 KiB, for
+// a column that declares none). The default models allow 256 bytes for
+// identifiers and enums (a platform, an extension, a color, a content
+// kind, a source) and content hashes; 1 KiB for names (of devices,
+// volumes, locations, entries, tags, albums); 4 KiB for paths (a
+// location's path, a mount point); 16 KiB for a tag's aliases (JSON); 64
+// KiB for free text (notes, album descriptions, audit details).
+// NewRegistry refuses a model whose column limits could add up to a
+// record over MaxRecordBytes (1 MiB, msgpack-encoded), so a record whose
+// values fit their columns fits that too. A value over its limit fails a
+// local write (WriteState, WriteStateBatch, CommitShared,
+// CommitSharedBatch) with ErrTooLarge, which wraps ErrBadValue, and a
+// received record with it (ApplyState, ApplyShared, ApplySharedState) is
+// refused and not stored.
 //
 // # Derived caches
 //

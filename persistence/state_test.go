@@ -311,7 +311,8 @@ func TestForgedOwnershipRejected(t *testing.T) {
 		}
 	})
 	t.Run("entry_metadata of another device's entry", func(t *testing.T) {
-		bad := recordFor(t, ModelEntryMetadata, uid(62), hlcAt(22, 0, devB), map[string]any{"entry_uuid": uid(2), "favorite": true})
+		f := map[string]any{"entry_uuid": uid(2), "favorite": true}
+		bad := recordFor(t, ModelEntryMetadata, derived(t, ModelEntryMetadata, f), hlcAt(22, 0, devB), f)
 		res, _ := l.ApplyState(devB, ModelEntryMetadata, []messages.StateRecord{bad}, ApplyOptions{})
 		if len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonForgedOwner {
 			t.Fatalf("result %+v", res)

@@ -1,0 +1,276 @@
+package persistence
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// Issue 9, "A peer cannot hurt a library": each test replays an attack a
+// paired device made through the persistence API, and checks that it is
+// refused with a reason, stores nothing, and leaves honest data alone.
+
+// wantRefused checks that res refused exactly the records of uuids, each
+// with reason and an error wrapping sentinel.
+func wantRefused(t testing.TB, res ApplyResult, reason messages.Reason, sentinel error, uuids ...messages.UUID) {
+	t.Helper()
+	if len(res.Rejected) != len(uuids) {
+		t.Fatalf("rejected %d records, want %d: %+v", len(res.Rejected), len(uuids), res.Rejected)
+	}
+	for i, r := range res.Rejected {
+		if r.UUID != uuids[i] || r.Reason != reason || !errors.Is(r.Err, sentinel) {
+			t.Fatalf("rejection %d: %s %s %s %v, want %s %s wrapping %v", i, r.Model, r.UUID, r.Reason, r.Err, uuids[i], reason, sentinel)
+		}
+	}
+}
+
+// wantAbsent checks that no row of model has uuid u.
+func wantAbsent(t testing.TB, l *Library, model string, u messages.UUID) {
+	t.Helper()
+	if _, err := l.Get(model, u); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("%s %s was stored (%v)", model, u, err)
+	}
+}
+
+// chain links shared changes of one origin (all of origin's HLCs) after
+// prev, as the origin's log would.
+func chain(prev messages.HLC, cs ...messages.SharedChange) []messages.SharedChange {
+	for i := range cs {
+		cs[i].Prev = prev
+		prev = cs[i].HLC
+	}
+	return cs
+}
+
+// Item 6. A 10 MB entry name was accepted. Every text field has a limit
+// (Column.MaxBytes); received records over it are refused, local writes
+// fail with ErrTooLarge, and nothing is stored or logged.
+func TestHostileOversizedFields(t *testing.T) {
+	huge := strings.Repeat("x", 10<<20)
+	r := newLib(t, devR)
+	loc := recordFor(t, ModelLocation, uid(1), hlcAt(1, 0, devB), map[string]any{"path": "/b"})
+	mustApply(t, r, devB, ModelLocation, loc)
+	entry := func(n int, name string) messages.StateRecord {
+		return messages.StateRecord{UUID: uid(100 + n), HLC: hlcAt(uint64(10+n), 0, devB),
+			Values: []any{loc.UUID, nil, name, int64(EntryFile), nil, nil, nil, nil}}
+	}
+
+	t.Run("ApplyState", func(t *testing.T) {
+		bad, atLimit, honest := entry(1, huge), entry(2, strings.Repeat("n", maxName)), entry(3, "IMG_0001.jpg")
+		res, err := r.ApplyState(devB, ModelEntry, []messages.StateRecord{bad, entry(4, strings.Repeat("n", maxName+1)), atLimit, honest}, ApplyOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRefused(t, res, reasonTooLarge, ErrTooLarge, bad.UUID, uid(104))
+		wantAbsent(t, r, ModelEntry, bad.UUID)
+		wantAbsent(t, r, ModelEntry, uid(104))
+		if res.Applied != 2 {
+			t.Fatalf("honest records of the batch: %+v", res)
+		}
+	})
+	t.Run("ApplyShared", func(t *testing.T) {
+		cs := chain(messages.HLC{},
+			change(hlcAt(20, 0, devB), ModelTag, uid(200), messages.OpInsert, map[string]any{"canonical_name": huge}),
+			change(hlcAt(21, 0, devB), ModelTag, uid(201), messages.OpInsert, map[string]any{"canonical_name": "Holidays"}),
+			change(hlcAt(22, 0, devB), ModelTag, uid(201), messages.OpUpdate, map[string]any{"aliases": `["` + strings.Repeat("a", maxJSON) + `"]`}))
+		res, err := r.ApplyShared(cs, ApplyOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRefused(t, res, reasonTooLarge, ErrTooLarge, uid(200), uid(201))
+		wantAbsent(t, r, ModelTag, uid(200))
+		if row, err := r.Get(ModelTag, uid(201)); err != nil || row["aliases"] != nil {
+			t.Fatalf("honest tag %v %v", row, err)
+		}
+		// Refused the same way everywhere, the change moves the chain on.
+		if wm := r.SharedWatermark(devB); wm != cs[2].HLC {
+			t.Fatalf("watermark %s, want %s", wm, cs[2].HLC)
+		}
+	})
+	t.Run("ApplySharedState", func(t *testing.T) {
+		res, err := r.ApplySharedState([]messages.SharedChange{
+			change(hlcAt(30, 0, devC), ModelAlbum, uid(300), messages.OpUpdate, map[string]any{"name": "Trip", "description": huge}),
+			change(hlcAt(30, 0, devC), ModelAlbum, uid(301), messages.OpUpdate, map[string]any{"name": "Trip"}),
+		}, nil, ApplyOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRefused(t, res, reasonTooLarge, ErrTooLarge, uid(300))
+		wantAbsent(t, r, ModelAlbum, uid(300))
+		if res.Applied != 1 {
+			t.Fatalf("honest album: %+v", res)
+		}
+	})
+
+	t.Run("local writes", func(t *testing.T) {
+		a := newLib(t, devA)
+		l, _, err := a.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := dumpJSON(t, a)
+		if _, _, err := a.WriteState(ModelLocation, l.UUID, map[string]any{"name": huge}); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("WriteState: %v", err)
+		}
+		batch := []map[string]any{{"location_uuid": l.UUID, "name": "ok"}, {"location_uuid": l.UUID, "name": huge}}
+		if _, _, err := a.WriteStateBatch(ModelEntry, batch); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("WriteStateBatch: %v", err)
+		}
+		if _, _, err := a.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": huge}); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("CommitShared: %v", err)
+		}
+		writes := []SharedWrite{{Model: ModelTag, Op: messages.OpInsert, Fields: map[string]any{"canonical_name": "ok"}},
+			{Model: ModelAlbum, Op: messages.OpInsert, Fields: map[string]any{"description": huge}}}
+		if _, _, err := a.CommitSharedBatch(writes); !errors.Is(err, ErrTooLarge) || !errors.Is(err, ErrBadValue) {
+			t.Errorf("CommitSharedBatch: %v", err)
+		}
+		if after := dumpJSON(t, a); after != before {
+			t.Errorf("a refused write changed the library:\n%s\n%s", before, after)
+		}
+		if n, err := a.LogCount(); n != 0 || err != nil {
+			t.Errorf("log holds %d entries (%v)", n, err)
+		}
+	})
+}
+
+// Item 8. A content identity whose uuid was not derived from its hash was
+// accepted (two rows for one hash), and junction rows with random uuids.
+// Received records of a model with a deterministic uuid must carry the
+// uuid their fields derive.
+func TestHostileUnderivedUUIDs(t *testing.T) {
+	r := newLib(t, devR)
+	hash := map[string]any{"content_hash": "blake3:cafe", "size": int64(3)}
+	honest := derived(t, ModelContentIdentity, hash)
+	shared := []struct {
+		model  string
+		fields map[string]any
+	}{
+		{ModelContentIdentity, hash},
+		{ModelAlbumEntry, map[string]any{"album_uuid": uid(1), "entry_uuid": uid(2)}},
+		{ModelUserMetadataTag, map[string]any{"user_metadata_uuid": uid(3), "tag_uuid": uid(4)}},
+		{ModelTagRelationship, map[string]any{"parent_tag_uuid": uid(5), "child_tag_uuid": uid(6)}},
+		{ModelUserMetadata, map[string]any{"content_uuid": honest}},
+	}
+	for i, tc := range shared {
+		t.Run(tc.model, func(t *testing.T) {
+			forged := uid(100 + i)
+			h := hlcAt(uint64(10*i+1), 0, devB)
+			res, err := r.ApplySharedState([]messages.SharedChange{
+				change(h, tc.model, forged, messages.OpInsert, tc.fields),
+				change(h, tc.model, forged, messages.OpUpdate, tc.fields),
+				change(h, tc.model, derived(t, tc.model, tc.fields), messages.OpInsert, tc.fields),
+			}, nil, ApplyOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantRefused(t, res, reasonNotDerived, errNotDerived, forged, forged)
+			wantAbsent(t, r, tc.model, forged)
+			if got := rows(t, r, tc.model); len(got) != 1 {
+				t.Fatalf("%d %s rows, want the honest one: %v", len(got), tc.model, got)
+			}
+		})
+	}
+	t.Run("updates", func(t *testing.T) {
+		meta := derived(t, ModelUserMetadata, map[string]any{"content_uuid": honest})
+		edge := derived(t, ModelAlbumEntry, shared[1].fields)
+		res, err := r.ApplySharedState([]messages.SharedChange{
+			// An honest update writes none of the identity, or all of it.
+			change(hlcAt(100, 0, devB), ModelUserMetadata, meta, messages.OpUpdate, map[string]any{"favorite": true}),
+			change(hlcAt(101, 0, devB), ModelUserMetadata, meta, messages.OpUpdate, map[string]any{"content_uuid": honest, "note": "x"}),
+			// Rewriting half of a junction's identity moves it to another pair.
+			change(hlcAt(102, 0, devB), ModelAlbumEntry, edge, messages.OpUpdate, map[string]any{"entry_uuid": uid(9)}),
+			// So does rewriting all of it.
+			change(hlcAt(103, 0, devB), ModelUserMetadata, meta, messages.OpUpdate, map[string]any{"content_uuid": uid(9)}),
+		}, nil, ApplyOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRefused(t, res, reasonNotDerived, errNotDerived, edge, meta)
+		if row, _ := r.Get(ModelAlbumEntry, edge); row["entry_uuid"] != uid(2).String() {
+			t.Fatalf("album entry %v", row)
+		}
+		if row, _ := r.Get(ModelUserMetadata, meta); row["content_uuid"] != honest.String() || row["favorite"] != true || row["note"] != "x" {
+			t.Fatalf("user metadata %v", row)
+		}
+	})
+	t.Run("ApplyShared", func(t *testing.T) {
+		cs := chain(messages.HLC{}, change(hlcAt(200, 0, devC), ModelContentIdentity, uid(200), messages.OpInsert,
+			map[string]any{"content_hash": "blake3:beef"}))
+		res, err := r.ApplyShared(cs, ApplyOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRefused(t, res, reasonNotDerived, errNotDerived, uid(200))
+		wantAbsent(t, r, ModelContentIdentity, uid(200))
+	})
+	t.Run("entry_metadata", func(t *testing.T) {
+		loc := recordFor(t, ModelLocation, uid(300), hlcAt(300, 0, devB), map[string]any{"path": "/b"})
+		ent := recordFor(t, ModelEntry, uid(301), hlcAt(301, 0, devB), map[string]any{"location_uuid": loc.UUID, "name": "a"})
+		mustApply(t, r, devB, ModelLocation, loc)
+		mustApply(t, r, devB, ModelEntry, ent)
+		f := map[string]any{"entry_uuid": ent.UUID, "note": "mine"}
+		bad := recordFor(t, ModelEntryMetadata, uid(302), hlcAt(302, 0, devB), f)
+		good := recordFor(t, ModelEntryMetadata, derived(t, ModelEntryMetadata, f), hlcAt(303, 0, devB), f)
+		res, err := r.ApplyState(devB, ModelEntryMetadata, []messages.StateRecord{bad, good}, ApplyOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRefused(t, res, reasonNotDerived, errNotDerived, bad.UUID)
+		if got := rows(t, r, ModelEntryMetadata); len(got) != 1 || got[0]["uuid"] != good.UUID.String() {
+			t.Fatalf("entry metadata %v", got)
+		}
+	})
+	t.Run("local writes", func(t *testing.T) {
+		a := newLib(t, devA)
+		if _, _, err := a.CommitShared(ModelContentIdentity, uid(400), messages.OpInsert, hash); !errors.Is(err, ErrBadValue) {
+			t.Errorf("a chosen uuid: %v", err)
+		}
+		if _, _, err := a.CommitShared(ModelAlbumEntry, uid(401), messages.OpUpdate, map[string]any{"album_uuid": uid(1)}); !errors.Is(err, errNotDerived) {
+			t.Errorf("half an identity: %v", err)
+		}
+		if n, _ := a.LogCount(); n != 0 {
+			t.Errorf("%d refused writes logged", n)
+		}
+	})
+}
+
+// Item 9. An entry owned by the sender was stored with an HLC naming the
+// victim's device. A device-owned record or delete carries its owner's
+// HLC; anything else is forged, and the clock never sees it.
+func TestHostileHLCOfAnotherDevice(t *testing.T) {
+	r := newLib(t, devR)
+	loc := recordFor(t, ModelLocation, uid(1), hlcAt(1, 0, devB), map[string]any{"path": "/b"})
+	mustApply(t, r, devB, ModelLocation, loc)
+	clockBefore := r.Clock().Now()
+	// Within the skew allowed, so the clock would take it if it saw it.
+	far := messages.HLC{Timestamp: uint64(time.Now().Add(2 * time.Minute).UnixMilli()), Device: devR.UUID()}
+	victims := recordFor(t, ModelEntry, uid(2), far, map[string]any{"location_uuid": loc.UUID, "name": "x"})
+	honest := recordFor(t, ModelEntry, uid(3), hlcAt(3, 0, devB), map[string]any{"location_uuid": loc.UUID, "name": "y"})
+	res, err := r.ApplyState(devB, ModelEntry, []messages.StateRecord{victims, honest}, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, res, messages.ReasonForgedOwner, ErrForgedOwner, victims.UUID)
+	wantAbsent(t, r, ModelEntry, victims.UUID)
+	if res.Applied != 1 {
+		t.Fatalf("honest record: %+v", res)
+	}
+	// A delete, too: of the sender's own row, at the victim's HLC.
+	res, err = r.ApplyStateDelete(messages.StateDelete{Model: ModelEntry, Owner: devB, UUID: honest.UUID, HLC: hlcAt(4, 0, devR)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, res, messages.ReasonForgedOwner, ErrForgedOwner, honest.UUID)
+	if _, err := r.Get(ModelEntry, honest.UUID); err != nil {
+		t.Fatalf("the honest row went: %v", err)
+	}
+	if now := r.Clock().Now(); now.Timestamp >= far.Timestamp {
+		t.Fatalf("the clock observed a forged HLC: %s (was %s)", now, clockBefore)
+	}
+	if wm := r.StateWatermark(devR); wm.Compare(far) >= 0 {
+		t.Fatalf("this device's state watermark moved to %s", wm)
+	}
+}
