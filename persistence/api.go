@@ -37,13 +37,23 @@ type Options struct {
 	Retention RetentionPolicy
 	// CacheMiB sizes the SQLite page cache of the write connection (0: 64).
 	CacheMiB int
+	// MaxParked bounds fk_parked (0: DefaultMaxParked): a received record
+	// that would wait for a row while MaxParked records wait, or be held
+	// (it arrived after its parent's delete) while MaxParked records are
+	// held, is refused (ErrParkingFull); catch-up or anti-entropy brings it
+	// again. See doc.go, "Limits".
+	MaxParked int
 }
+
+// DefaultMaxParked is Options.MaxParked's default.
+const DefaultMaxParked = 50_000
 
 // RetentionPolicy bounds what the log and tombstones keep.
 type RetentionPolicy struct {
 	MaxEntries      int           // shared log entries kept past the minimum ACK (0: 10,000)
 	MaxAge          time.Duration // shared log entries older than this are pruned regardless (0: 7 days)
 	TombstoneMaxAge time.Duration // tombstones acknowledged by every partner are dropped after this (0: 30 days)
+	ParkedMaxAge    time.Duration // records parked this long, their parent never arriving, are dropped (0: 7 days)
 }
 
 // Meta is library.json.
@@ -117,7 +127,10 @@ var (
 	ErrBadValue     = errors.New("bad value")
 	// ErrTooLarge: a value over its column's limit (Column.MaxBytes). Its
 	// errors wrap ErrBadValue too.
-	ErrTooLarge      = errors.New("too large")
+	ErrTooLarge = errors.New("too large")
+	// ErrParkingFull: a received record that would be parked or held
+	// while Options.MaxParked are (see Rejection).
+	ErrParkingFull   = errors.New("parking full")
 	ErrCycle         = errors.New("dependency cycle")
 	ErrSchemaVersion = errors.New("library schema version")
 	ErrExists        = errors.New("already exists")

@@ -50,8 +50,9 @@
 // the delete (the delete did not cover it on the owner), they come back;
 // if it is written after the delete (re-created under the same uuid), they
 // are discarded. This device's own deletes hold nothing. Held records are
-// not counted by ParkedCount and are dropped with their tombstones after
-// RetentionPolicy.TombstoneMaxAge.
+// dropped with their tombstones after RetentionPolicy.TombstoneMaxAge;
+// ParkedCount counts them with the records that wait (ParkedStats tells
+// them apart).
 //
 // Hazard: held records keep deleted metadata on receivers until they
 // expire; a remote delete of a large subtree holds one record per row.
@@ -164,6 +165,22 @@
 // CommitSharedBatch) with ErrTooLarge, which wraps ErrBadValue, and a
 // received record with it (ApplyState, ApplyShared, ApplySharedState) is
 // refused and not stored.
+//
+// Parked records are bounded too: a received record that would wait for
+// a row while Options.MaxParked records wait (DefaultMaxParked, 50,000),
+// or be held (it arrived after its parent's delete) while MaxParked
+// records are held, is refused with ErrParkingFull and dropped; catch-up
+// or anti-entropy brings it again once there is room. A record waiting
+// longer than RetentionPolicy.ParkedMaxAge (7 days) for a parent that
+// never came is dropped by Prune. The records a delete's cascade holds,
+// and records released and parked again, are rows this library had
+// already: they are not refused.
+//
+// Hazard: a join whose source serves more than MaxParked records before
+// the row they wait for (a folder moved after its subtree was indexed
+// comes after every entry under it, in HLC order) refuses the excess;
+// anti-entropy repairs them after the join, slowly. Raise MaxParked for
+// such libraries.
 //
 // # Derived caches
 //

@@ -274,3 +274,107 @@ func TestHostileHLCOfAnotherDevice(t *testing.T) {
 		t.Fatalf("this device's state watermark moved to %s", wm)
 	}
 }
+
+// Item 7. A peer parked 100,000 records that never resolve (76 MB), and
+// lsync_fk_parked read 20,000: ParkedCount left out the records held by a
+// delete, which a peer makes by sending records after their parent's
+// delete. Parking is bounded (Options.MaxParked), expires
+// (RetentionPolicy.ParkedMaxAge), and ParkedCount counts every record.
+func TestHostileParkingIsBounded(t *testing.T) {
+	const max = 100
+	wall := newFakeWall(timeAt(uint64(24 * time.Hour.Milliseconds())))
+	r := newLibOpts(t, Options{Self: devR, Wall: wall.Now, MaxParked: max})
+	loc := recordFor(t, ModelLocation, uid(1), hlcAt(1, 0, devB), map[string]any{"path": "/b"})
+	dir := recordFor(t, ModelEntry, uid(2), hlcAt(2, 0, devB), map[string]any{"location_uuid": loc.UUID, "name": "d", "kind": EntryDirectory})
+	mustApply(t, r, devB, ModelLocation, loc)
+	mustApply(t, r, devB, ModelEntry, dir)
+	// children returns n entries of devB, from uuid base on, under parent.
+	children := func(base, n int, parent func(i int) messages.UUID, ts func(i int) uint64) []messages.StateRecord {
+		var out []messages.StateRecord
+		for i := range n {
+			out = append(out, recordFor(t, ModelEntry, uid(base+i), hlcAt(ts(i), 0, devB),
+				map[string]any{"location_uuid": loc.UUID, "parent_uuid": parent(i), "name": "f"}))
+		}
+		return out
+	}
+	refusedUUIDs := func(recs []messages.StateRecord) []messages.UUID {
+		var out []messages.UUID
+		for _, r := range recs {
+			out = append(out, r.UUID)
+		}
+		return out
+	}
+
+	// Records waiting for parents that never come: MaxParked of them park.
+	waiting := children(1000, max+50, func(i int) messages.UUID { return uid(5000 + i) }, func(i int) uint64 { return uint64(100 + i) })
+	res, err := r.ApplyState(devB, ModelEntry, waiting, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, res, reasonParkingFull, ErrParkingFull, refusedUUIDs(waiting[max:])...)
+	if res.Parked != max {
+		t.Fatalf("parked %d, want %d", res.Parked, max)
+	}
+	// Records sent after their parent's delete are held: MaxParked of them.
+	if _, err := r.ApplyStateDelete(messages.StateDelete{Model: ModelEntry, Owner: devB, UUID: dir.UUID, HLC: hlcAt(1000, 0, devB)}); err != nil {
+		t.Fatal(err)
+	}
+	held := children(2000, max+10, func(int) messages.UUID { return dir.UUID }, func(i int) uint64 { return uint64(300 + i) })
+	res, err = r.ApplyState(devB, ModelEntry, held, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, res, reasonParkingFull, ErrParkingFull, refusedUUIDs(held[max:])...)
+	for _, rec := range append(waiting, held...) {
+		wantAbsent(t, r, ModelEntry, rec.UUID)
+	}
+	// ParkedCount sees both kinds: the metric read a fifth of them.
+	if n := parkedTotal(t, r); n != 2*max {
+		t.Fatalf("ParkedCount %d, want %d", n, 2*max)
+	}
+	st, err := r.ParkedStats()
+	if err != nil || st.Waiting[ModelEntry] != max || st.Held[ModelEntry] != max {
+		t.Fatalf("ParkedStats %+v %v", st, err)
+	}
+	checkParkedCounters(t, r)
+
+	// Honest rows still apply, and the bounds hold across a reopen.
+	honest := recordFor(t, ModelEntry, uid(3), hlcAt(2000, 0, devB), map[string]any{"location_uuid": loc.UUID, "name": "ok"})
+	mustApply(t, r, devB, ModelEntry, honest)
+	r = reopen(t, r, Options{Self: devR, Wall: wall.Now, MaxParked: max})
+	checkParkedCounters(t, r)
+	late := children(3000, 1, func(int) messages.UUID { return uid(9000) }, func(int) uint64 { return 2001 })
+	res, _ = r.ApplyState(devB, ModelEntry, late, ApplyOptions{})
+	wantRefused(t, res, reasonParkingFull, ErrParkingFull, late[0].UUID)
+
+	// Records whose parent never came expire after ParkedMaxAge; held
+	// records with their tombstones, after TombstoneMaxAge.
+	wall.Set(wall.Now().Add(8 * 24 * time.Hour))
+	if _, err := r.Prune(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := r.ParkedStats(); len(st.Waiting) != 0 || st.Held[ModelEntry] != max {
+		t.Fatalf("after a week: %+v", st)
+	}
+	wall.Set(wall.Now().Add(30 * 24 * time.Hour))
+	if _, err := r.Prune(); err != nil {
+		t.Fatal(err)
+	}
+	if n := parkedTotal(t, r); n != 0 {
+		t.Fatalf("after 38 days: %d parked", n)
+	}
+	checkParkedCounters(t, r)
+	// With room again, an out-of-order child parks and resolves.
+	parent := recordFor(t, ModelEntry, uid(4), hlcAt(3000, 0, devB), map[string]any{"location_uuid": loc.UUID, "name": "p", "kind": EntryDirectory})
+	kid := recordFor(t, ModelEntry, uid(5), hlcAt(3001, 0, devB), map[string]any{"location_uuid": loc.UUID, "parent_uuid": parent.UUID, "name": "k"})
+	if res := mustApply(t, r, devB, ModelEntry, kid); res.Parked != 1 {
+		t.Fatalf("out-of-order child: %+v", res)
+	}
+	if res := mustApply(t, r, devB, ModelEntry, parent); res.Released != 1 {
+		t.Fatalf("its parent: %+v", res)
+	}
+	if _, err := r.Get(ModelEntry, kid.UUID); err != nil {
+		t.Fatal(err)
+	}
+	checkParkedCounters(t, r)
+}

@@ -57,8 +57,10 @@ type Library struct {
 	owners   map[messages.DeviceID]int64
 	ownerDev map[int64]messages.DeviceID
 	// parked is the number of rows in fk_parked: zero lets the bulk path
-	// skip every parking lookup.
-	parked int
+	// skip every parking lookup. held is how many of them are held by a
+	// delete (held = 1); the others wait for a row. Both are bounded by
+	// opts.MaxParked (see stateFacts.parkingFull).
+	parked, held int
 	// tombs counts tombstones per model: zero lets inserts skip the lookup.
 	tombs map[string]int
 	// maxStored is the largest HLC written to database.db (kept in kv).
@@ -155,6 +157,9 @@ func Open(dir string, opts Options) (*Library, error) {
 	}
 	if opts.CacheMiB <= 0 {
 		opts.CacheMiB = defaultCacheMiB
+	}
+	if opts.MaxParked <= 0 {
+		opts.MaxParked = DefaultMaxParked
 	}
 	opts.Retention = opts.Retention.withDefaults()
 	l := &Library{
@@ -273,11 +278,13 @@ func (l *Library) ownerMaxHLC(c *conn, ownerID int64) (messages.HLC, error) {
 
 // reloadCountsLocked re-reads the parked and tombstone counts.
 func (l *Library) reloadCountsLocked() error {
-	n, err := l.w.queryInt(`SELECT count(*) FROM fk_parked`)
+	_, err := l.w.queryRow(`SELECT count(*), coalesce(sum(held), 0) FROM fk_parked`, nil, func(s *sqlite3.Stmt) error {
+		l.parked, l.held = s.ColumnInt(0), s.ColumnInt(1)
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	l.parked = int(n)
 	l.tombs = map[string]int{}
 	return l.w.query(`SELECT model, count(*) FROM tombstones GROUP BY model`, nil, func(s *sqlite3.Stmt) error {
 		l.tombs[s.ColumnText(0)] = int(s.ColumnInt64(1))
@@ -523,6 +530,9 @@ func (p RetentionPolicy) withDefaults() RetentionPolicy {
 	}
 	if p.TombstoneMaxAge <= 0 {
 		p.TombstoneMaxAge = 30 * 24 * time.Hour
+	}
+	if p.ParkedMaxAge <= 0 {
+		p.ParkedMaxAge = 7 * 24 * time.Hour
 	}
 	return p
 }

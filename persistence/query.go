@@ -142,21 +142,46 @@ func (l *Library) Counts() (map[string]int, error) {
 	return out, nil
 }
 
-// ParkedCount is the number of parked records per model: records waiting
-// for a row they refer to. Records held by a delete (see doc.go) are not
-// counted.
+// ParkedCount is the number of records kept in fk_parked per model:
+// those waiting for a row they refer to and those held by a delete (see
+// doc.go). Both take room in the library, and a peer can make either (the
+// held ones by sending records after their parent's delete), so both are
+// counted; ParkedStats tells them apart.
 func (l *Library) ParkedCount() (map[string]int, error) {
-	out := map[string]int{}
+	st, err := l.ParkedStats()
+	if err != nil {
+		return nil, err
+	}
+	out := st.Waiting
+	for m, n := range st.Held {
+		out[m] += n
+	}
+	return out, nil
+}
+
+// ParkedStats counts fk_parked per model and kind.
+type ParkedStats struct {
+	Waiting map[string]int // parked until the row they refer to arrives
+	Held    map[string]int // held by a delete, in case its parent comes back (doc.go)
+}
+
+// ParkedStats counts the parked records per model, waiting and held apart.
+func (l *Library) ParkedStats() (ParkedStats, error) {
+	st := ParkedStats{Waiting: map[string]int{}, Held: map[string]int{}}
 	err := l.withReader(func(c *conn) error {
-		return c.query(`SELECT model, count(*) FROM fk_parked WHERE held = 0 GROUP BY model`, nil, func(s *sqlite3.Stmt) error {
-			out[s.ColumnText(0)] = int(s.ColumnInt64(1))
+		return c.query(`SELECT model, held, count(*) FROM fk_parked GROUP BY model, held`, nil, func(s *sqlite3.Stmt) error {
+			if s.ColumnBool(1) {
+				st.Held[s.ColumnText(0)] = s.ColumnInt(2)
+			} else {
+				st.Waiting[s.ColumnText(0)] = s.ColumnInt(2)
+			}
 			return nil
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("parked count: %w", err)
+		return ParkedStats{}, fmt.Errorf("parked count: %w", err)
 	}
-	return out, nil
+	return st, nil
 }
 
 type pageKey struct {

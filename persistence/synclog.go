@@ -234,7 +234,8 @@ func pruneBound(partners []messages.DeviceID, acks map[messages.DeviceID]message
 // Prune deletes log entries at or below the minimum ACK over all sync
 // partners, and entries past the retention policy (more than MaxEntries,
 // older than MaxAge); returns how many. It also drops tombstones and held
-// records older than TombstoneMaxAge.
+// records older than TombstoneMaxAge, and parked records older than
+// ParkedMaxAge.
 func (l *Library) Prune() (int, error) {
 	if err := l.lockWriter(); err != nil {
 		return 0, err
@@ -398,7 +399,10 @@ func (l *Library) pruneTombstonesLocked() error {
 				return err
 			}
 		}
-		if err := tx.c.exec(`DELETE FROM fk_parked WHERE held = 1 AND parked_at < ?`, cutoff.UnixMilli()); err != nil {
+		// Held records go with their tombstones; records whose parent
+		// never came, after ParkedMaxAge.
+		parkedCut := l.wall().Add(-l.opts.Retention.ParkedMaxAge).UnixMilli()
+		if err := tx.c.exec(`DELETE FROM fk_parked WHERE parked_at < iif(held, ?, ?)`, cutoff.UnixMilli(), parkedCut); err != nil {
 			return err
 		}
 		removed += int(tx.c.c.Changes())
