@@ -335,7 +335,10 @@ func (l *Library) ApplyShared(changes []messages.SharedChange, opts ApplyOptions
 }
 
 // ApplySharedState applies shared-state snapshot entries (Prev zero) through
-// the same LWW rules, then raises per-origin watermarks to wms.
+// the same LWW rules, then raises per-origin watermarks to wms. A
+// watermark is an HLC of its origin's: one naming another device
+// (forged_origin) or beyond the maximum skew (clock_skew) is refused, as a
+// Rejection whose UUID is the origin and whose Model is empty.
 func (l *Library) ApplySharedState(changes []messages.SharedChange, wms []messages.OriginWatermark, opts ApplyOptions) (ApplyResult, error) {
 	var res ApplyResult
 	if err := l.lockWriter(); err != nil {
@@ -356,6 +359,10 @@ func (l *Library) ApplySharedState(changes []messages.SharedChange, wms []messag
 			tx.count(out)
 		}
 		for _, wm := range wms {
+			if reason, err := l.checkWatermark(wm); err != nil {
+				tx.reject("", messages.UUID(wm.Origin), reason, err)
+				continue
+			}
 			if err := tx.setSharedWatermark(wm.Origin, wm.HLC); err != nil {
 				return err
 			}

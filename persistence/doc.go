@@ -146,7 +146,39 @@
 // commits), with a wall clock that never reads below that timestamp, so a
 // restart after the wall clock stepped back still issues larger HLCs.
 // Remote HLCs are observed as they are applied; one beyond the maximum skew
-// rejects its record (reason clock_skew).
+// rejects its record (reason clock_skew). Watermarks and ACKs are HLCs
+// too: a watermark naming another device than its origin, or beyond the
+// maximum skew, is refused (ApplySharedState, RaiseStateWatermark), a
+// partner's report from the future is ignored, and an ACK past this
+// device's last logged change is refused.
+//
+// HLCs from the future: older builds let in remote HLCs at least 292 years
+// ahead (their skew check overflowed there), so a library may hold some.
+// Open seeds the clock from stored HLCs at most a century ahead of the
+// wall clock (seedHorizon), not from all: a wall clock set back, even to
+// 1970, still finds everything this library issued, and a poisoned row no
+// longer drags the clock centuries ahead. FutureHLCs reports every HLC
+// beyond now + MaxSkew, per place (a model's rows, a shared model's
+// fields, tombstones, parked records, the log, last_logged and
+// pruned_through, ACKs, watermarks, partners' reports, kv's max_hlc).
+// RepairFutureHLCs lowers what only this device's bookkeeping holds:
+// other devices' watermarks are forgotten (no stored value proves up to
+// where their changes are here without a gap, and catch-up fetches them
+// again idempotently), ACKs come down to the newest sane entry of the log
+// (the partner holds at least that), partners' reports and parked records
+// from the future are dropped (reported again, refetched), and max_hlc
+// comes down to the largest sane HLC.
+//
+// Hazard: rows, field HLCs, tombstones and this device's own log and
+// watermarks from the future are reported, not repaired. Their HLCs are
+// replicated: lowering one here would make later writes lose to it
+// elsewhere, or make a peer's copy win over ours, and there is no value
+// every replica would pick alike. So until its time comes, such a row
+// ignores every write (its owner's included: a local write of it fails),
+// a shared field keeps its value, and a device whose own log reached the
+// future cannot continue its chain (its new changes are older than what
+// partners hold). Rewriting them needs every replica to agree on one
+// rewrite; that is for a protocol change, not a local repair.
 //
 // # Limits
 //

@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -377,4 +378,161 @@ func TestHostileParkingIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkParkedCounters(t, r)
+}
+
+// Item 1. Older builds took HLCs centuries ahead (their skew check
+// overflowed) into rows, fields, tombstones, parked records, the log,
+// watermarks and ACKs. FutureHLCs finds them all, Open no longer seeds
+// the clock from them, and RepairFutureHLCs lowers the bookkeeping that
+// is safe to lower, reporting the rest.
+func TestHostileFutureHLCs(t *testing.T) {
+	start := timeAt(uint64(24 * time.Hour.Milliseconds()))
+	wall := newFakeWall(start)
+	opts := Options{Self: devR, Wall: wall.Now}
+	r := newLibOpts(t, opts)
+	// Honest data, from now.
+	loc := recordFor(t, ModelLocation, uid(1), hlcAt(1, 0, devB), map[string]any{"path": "/b"})
+	mustApply(t, r, devB, ModelLocation, loc)
+	mine, _, err := r.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddPartner(Partner{Device: devB, SyncEnabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	// What an older build stored from a peer whose clock read 2324 (and
+	// its own clock dragged there after it).
+	wall.Set(start.AddDate(300, 0, 0))
+	future := func(c uint32) messages.HLC {
+		return messages.HLC{Timestamp: uint64(wall.Now().UnixMilli()), Counter: c, Device: devB.UUID()}
+	}
+	ents := []messages.StateRecord{
+		recordFor(t, ModelEntry, uid(10), future(1), map[string]any{"location_uuid": loc.UUID, "name": "a"}),
+		recordFor(t, ModelEntry, uid(11), future(2), map[string]any{"location_uuid": loc.UUID, "name": "b"}),
+		recordFor(t, ModelEntry, uid(12), future(3), map[string]any{"location_uuid": loc.UUID, "parent_uuid": uid(99), "name": "c"}),
+	}
+	mustApply(t, r, devB, ModelEntry, ents...)
+	if _, err := r.ApplyStateDelete(messages.StateDelete{Model: ModelEntry, Owner: devB, UUID: uid(11), HLC: future(4)}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.ApplyShared(chain(messages.HLC{}, change(future(5), ModelTag, mine.Record, messages.OpUpdate, map[string]any{"color": "red"})), ApplyOptions{})
+	if err != nil || res.Applied != 1 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if err := r.RaiseStateWatermark(devB, future(6)); err != nil {
+		t.Fatal(err)
+	}
+	wm := []messages.OriginWatermark{{Origin: devB, HLC: future(6)}}
+	if err := r.RecordPartnerWatermarks(devB, wm, wm); err != nil {
+		t.Fatal(err)
+	}
+	ownFuture, _, err := r.CommitShared(ModelTag, mine.Record, messages.OpUpdate, map[string]any{"icon": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RecordAck(devB, ownFuture.HLC); err != nil {
+		t.Fatal(err)
+	}
+
+	// The clock comes back; the library reopens.
+	wall.Set(start)
+	r = reopen(t, r, opts)
+	if now := r.Clock().Now(); now.Timestamp > uint64(start.Add(time.Hour).UnixMilli()) || now.Compare(mine.HLC) <= 0 {
+		t.Fatalf("clock seeded at %s: dragged ahead, or below the stored %s", now, mine.HLC)
+	}
+	rep, err := r.FutureHLCs(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"entry": 1, "tombstones/entry": 1, "fk_parked": 1, "tag": 1, "tag fields": 2, "sync_log": 1,
+		"sync_log prev": 0, "last_logged": 1, "acks": 1, "state_watermarks": 1, "shared_watermarks": 2,
+		"partner_watermarks": 2, "max_hlc": 1}
+	for place, n := range want {
+		if rep.Found[place] != n {
+			t.Errorf("found %d in %s, want %d (report %+v)", rep.Found[place], place, n, rep.Found)
+		}
+	}
+	if rep.Largest != ownFuture.HLC {
+		t.Errorf("largest %s, want %s", rep.Largest, ownFuture.HLC)
+	}
+
+	counts, _ := r.Counts()
+	rep, err = r.RepairFutureHLCs(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed := map[string]int{"state_watermarks": 1, "shared_watermarks": 1, "acks": 1, "partner_watermarks": 2, "fk_parked": 1, "max_hlc": 1}
+	for place, n := range fixed {
+		if rep.Fixed[place] != n {
+			t.Errorf("fixed %d in %s, want %d (report %+v)", rep.Fixed[place], place, n, rep.Fixed)
+		}
+	}
+	after, err := r.FutureHLCs(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Replicated data and this device's own chain are only reported.
+	left := map[string]int{"entry": 1, "tombstones/entry": 1, "tag": 1, "tag fields": 2, "sync_log": 1, "last_logged": 1, "shared_watermarks": 1}
+	for place, n := range after.Found {
+		if left[place] != n {
+			t.Errorf("after the repair: %d in %s, want %d", n, place, left[place])
+		}
+	}
+	if got, _ := r.Counts(); !maps.Equal(got, counts) {
+		t.Errorf("the repair changed rows: %v, was %v", got, counts)
+	}
+	if wm := r.StateWatermark(devB); !wm.IsZero() {
+		t.Errorf("state watermark of devB %s, want forgotten", wm)
+	}
+	if acks, _ := r.Acks(); acks[devB] != mine.HLC {
+		t.Errorf("ack of devB %s, want the newest sane logged change %s", acks[devB], mine.HLC)
+	}
+	checkParkedCounters(t, r)
+	// The library works: a write now, and after a reopen.
+	if _, _, err := r.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/r"}); err != nil {
+		t.Fatal(err)
+	}
+	r = reopen(t, r, opts)
+	if now := r.Clock().Now(); now.Timestamp > uint64(start.Add(time.Hour).UnixMilli()) {
+		t.Fatalf("clock seeded at %s after the repair", now)
+	}
+}
+
+// Watermarks and ACKs from a peer are HLCs of a device it names, and
+// never from the future: anything else is refused, not stored.
+func TestHostileWatermarks(t *testing.T) {
+	start := timeAt(uint64(24 * time.Hour.Milliseconds()))
+	r := newLibOpts(t, Options{Self: devR, Wall: newFakeWall(start).Now})
+	ahead := messages.HLC{Timestamp: uint64(start.AddDate(300, 0, 0).UnixMilli()), Device: devB.UUID()}
+	honest := hlcAt(5, 0, devC)
+	res, err := r.ApplySharedState(nil, []messages.OriginWatermark{
+		{Origin: devB, HLC: ahead},             // from the future
+		{Origin: devR, HLC: hlcAt(9, 0, devB)}, // this device's, naming another
+		{Origin: devC, HLC: honest},
+	}, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rejected) != 2 || res.Rejected[0].Reason != messages.ReasonClockSkew || !messages.IsClockSkew(res.Rejected[0].Err) ||
+		res.Rejected[1].Reason != messages.ReasonForgedOrigin || !errors.Is(res.Rejected[1].Err, ErrBadValue) {
+		t.Fatalf("rejections %+v", res.Rejected)
+	}
+	if !r.SharedWatermark(devB).IsZero() || !r.SharedWatermark(devR).IsZero() || r.SharedWatermark(devC) != honest {
+		t.Fatalf("watermarks %v", r.pub.sharedWM)
+	}
+	if err := r.RaiseStateWatermark(devB, ahead); !messages.IsClockSkew(err) {
+		t.Fatalf("a state watermark from the future: %v", err)
+	}
+	if err := r.RaiseStateWatermark(devB, hlcAt(5, 0, devC)); !errors.Is(err, ErrBadValue) {
+		t.Fatalf("a state watermark naming another device: %v", err)
+	}
+	if err := r.RecordAck(devB, messages.HLC{Timestamp: ahead.Timestamp, Device: devR.UUID()}); !errors.Is(err, ErrBadValue) {
+		t.Fatalf("an ACK past the log: %v", err)
+	}
+	if wm := r.StateWatermark(devB); !wm.IsZero() {
+		t.Fatalf("state watermark %s", wm)
+	}
+	if acks, _ := r.Acks(); len(acks) != 0 {
+		t.Fatalf("acks %v", acks)
+	}
 }

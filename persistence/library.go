@@ -26,6 +26,12 @@ const (
 var ErrClosed = errors.New("library closed")
 
 const (
+	// seedHorizon: Open seeds the clock from stored HLCs up to this far
+	// ahead of the wall clock, no further. A wall clock set back, even to
+	// 1970, still finds every HLC this library issued; the HLCs older
+	// builds let in from the future are at least 292 years ahead (their
+	// skew check overflowed there) and are left out.
+	seedHorizon      = 100 * 365 * 24 * time.Hour
 	defaultMaxSkew   = 5 * time.Minute
 	defaultCacheMiB  = 64
 	maxReaders       = 4
@@ -215,9 +221,14 @@ func (l *Library) init() error {
 	}
 	// Seed the clock above everything stored, even if the wall clock was
 	// set back: the wall never reads below the largest stored timestamp.
-	seed, err := l.maxStoredHLCLocked()
+	// HLCs from centuries ahead (older builds took them) are left out, or
+	// one would drag the clock there (see seedHorizon).
+	seed, err := l.maxStoredHLCLocked(futureLimit(l.wall(), max(l.opts.MaxSkew, seedHorizon)))
 	if err != nil {
 		return err
+	}
+	if l.maxStored.Compare(seed) > 0 {
+		l.maxStored = seed // kv's max_hlc is rewritten by the next write
 	}
 	floor := time.UnixMilli(int64(seed.Timestamp))
 	wall := l.wall
@@ -240,9 +251,11 @@ func (l *Library) init() error {
 	return l.replayLocked()
 }
 
-// maxStoredHLCLocked is the largest HLC stored anywhere: what reloadLocked
-// loaded (kv's max_hlc, last_logged, the watermarks), and the log and ACKs.
-func (l *Library) maxStoredHLCLocked() (messages.HLC, error) {
+// maxStoredHLCLocked is the largest HLC stored anywhere, up to limit:
+// what reloadLocked loaded (kv's max_hlc, last_logged, the watermarks),
+// and the log and ACKs; if that is beyond limit, the largest of every
+// stored HLC that is not (saneMaxHLC).
+func (l *Library) maxStoredHLCLocked(limit messages.HLC) (messages.HLC, error) {
 	m := maxHLC(l.maxStored, l.pub.lastLogged)
 	for _, wms := range []map[messages.DeviceID]messages.HLC{l.pub.stateWM, l.pub.sharedWM} {
 		for _, h := range wms {
@@ -255,6 +268,9 @@ func (l *Library) maxStoredHLCLocked() (messages.HLC, error) {
 			return m, err
 		}
 		m = maxHLC(m, h)
+	}
+	if m.Compare(limit) > 0 {
+		return l.saneMaxHLC(l.w, limit)
 	}
 	return m, nil
 }

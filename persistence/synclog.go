@@ -186,6 +186,9 @@ func (l *Library) RecordAck(peer messages.DeviceID, upTo messages.HLC) error {
 	if messages.DeviceID(upTo.Device) != l.self {
 		return fmt.Errorf("record ack from %s: %w: %s is not an hlc of this device", peer, ErrBadValue, upTo)
 	}
+	if last := l.LastLogged(); upTo.Compare(last) > 0 {
+		return fmt.Errorf("record ack from %s: %w: %s is past this device's last logged change %s", peer, ErrBadValue, upTo, last)
+	}
 	if err := l.lockWriter(); err != nil {
 		return err
 	}
