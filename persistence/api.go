@@ -90,6 +90,24 @@ type ApplyOptions struct {
 	Local bool
 }
 
+// PageOptions bound one page of records that a peer asked for
+// (StatePageOpts, SharedStatePageOpts, LogSinceOpts, StateRecordsOpts,
+// SharedRecordsOpts). A page always holds at least one record (or row),
+// so a scan always progresses.
+type PageOptions struct {
+	// Limit is the most records per page (0: 1,000); for shared state,
+	// rows (a row's changes are never split).
+	Limit int
+	// MaxBytes bounds the records' msgpack encoding (0:
+	// DefaultPageBytes): the page ends before the record that would take
+	// it over, so a record larger than MaxBytes goes alone.
+	MaxBytes int
+}
+
+// DefaultPageBytes is PageOptions.MaxBytes's default: half the default
+// frame limit (messages.DefaultMaxFrame), room for the message around it.
+const DefaultPageBytes = 8 << 20
+
 // Rejection is one record an apply refused (the rest of the batch applies).
 type Rejection struct {
 	Model  string

@@ -208,6 +208,16 @@
 // and records released and parked again, are rows this library had
 // already: they are not refused.
 //
+// What a peer is served is cut by bytes as well as by records, by the
+// records' msgpack size: StatePage, SharedStatePage, LogSince,
+// StateRecords and SharedRecords end their page before the record that
+// would take it over DefaultPageBytes (8 MiB, half a frame), and their
+// Opts variants take PageOptions. A page holds at least one record (a
+// shared row's changes are never split), so a record larger than the
+// budget, stored by an older build, goes alone; cursors and HasMore stay
+// exact. StateRecords and SharedRecords answer for a prefix of the uuids
+// asked (the Opts variants say how many).
+//
 // Hazard: a join whose source serves more than MaxParked records before
 // the row they wait for (a folder moved after its subtree was indexed
 // comes after every entry under it, in HLC order) refuses the excess;

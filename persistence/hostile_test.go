@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -534,5 +535,85 @@ func TestHostileWatermarks(t *testing.T) {
 	}
 	if acks, _ := r.Acks(); len(acks) != 0 {
 		t.Fatalf("acks %v", acks)
+	}
+}
+
+// Item 5. Two entries with 10 MB names (stored by an older build) made the
+// serving peer's page 25.6 MB, over the 16 MiB frame limit, so no join
+// could pass them. Pages are cut by bytes: each of those goes alone, and
+// every page a peer is served fits a frame.
+func TestHostileOversizedPage(t *testing.T) {
+	huge := strings.Repeat("x", 10<<20)
+	l := newLib(t, devA)
+	loc, _, err := l.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch []map[string]any
+	for i := range 6 {
+		batch = append(batch, map[string]any{"location_uuid": loc.UUID, "name": fmt.Sprint("f", i)})
+	}
+	ents, _, err := l.WriteStateBatch(ModelEntry, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, _, err := l.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents[1:3] {
+		storedByOlderBuild(t, l, `UPDATE "entry" SET name = ? WHERE uuid = ?`, huge, e.UUID)
+	}
+	storedByOlderBuild(t, l, `UPDATE "tag" SET canonical_name = ? WHERE uuid = ?`, huge, tag.Record)
+	fields, _ := encodeFields(map[string]any{"canonical_name": huge})
+	storedByOlderBuild(t, l, `UPDATE log.shared_changes SET fields = ? WHERE hlc = ?`, fields, tag.HLC)
+
+	fitsFrame := func(m messages.Message) {
+		t.Helper()
+		if _, err := messages.EncodeFrame(l.Meta().ID, m); err != nil {
+			t.Fatalf("%s does not fit a frame: %v", m.MessageType(), err)
+		}
+	}
+	var cur messages.Cursor
+	pages := 0
+	for more := true; more; pages++ {
+		var recs []messages.StateRecord
+		recs, cur, more, err = l.StatePage(devA, ModelEntry, messages.HLC{}, cur, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fitsFrame(&messages.StateResponse{Owner: devA, Model: ModelEntry, Records: recs, Cursor: cur, HasMore: more})
+	}
+	if pages != 4 {
+		t.Fatalf("%d state pages, want 4: small, large, large, small", pages)
+	}
+	cs, _, more, err := l.SharedStatePage(ModelTag, messages.Cursor{}, 1000)
+	if err != nil || len(cs) != 1 || more {
+		t.Fatalf("shared state page: %d changes, more %v, %v", len(cs), more, err)
+	}
+	fitsFrame(&messages.SharedStateResponse{Model: ModelTag, Entries: cs})
+	es, _, _, err := l.LogSince(messages.HLC{}, 1000)
+	if err != nil || len(es) != 1 {
+		t.Fatalf("log: %d entries, %v", len(es), err)
+	}
+	fitsFrame(&messages.SharedChangeResponse{Origin: devA, Entries: es})
+	uuids := []messages.UUID{ents[0].UUID, ents[1].UUID, ents[2].UUID, ents[3].UUID}
+	for _, want := range []int{1, 1, 1, 1} { // a large record goes alone
+		recs, served, err := l.StateRecordsOpts(devA, ModelEntry, uuids, PageOptions{})
+		if err != nil || served != want || len(recs) != want {
+			t.Fatalf("records by uuid: %d records for %d uuids, want %d: %v", len(recs), served, want, err)
+		}
+		fitsFrame(&messages.StateResponse{Owner: devA, Model: ModelEntry, Records: recs})
+		uuids = uuids[served:]
+	}
+}
+
+// storedByOlderBuild runs SQL on the library's writer: what an older build stored.
+func storedByOlderBuild(t testing.TB, l *Library, sql string, args ...any) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.w.exec(sql, args...); err != nil {
+		t.Fatal(err)
 	}
 }

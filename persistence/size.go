@@ -1,6 +1,8 @@
 package persistence
 
 import (
+	"errors"
+
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lsync/lsync/messages"
@@ -101,4 +103,60 @@ func (mi *modelInfo) maxEncodedSize() int {
 		n += strSize(len(c.Name)) + columnMaxSize(c)
 	}
 	return n
+}
+
+func (o PageOptions) withDefaults() PageOptions {
+	if o.Limit <= 0 {
+		o.Limit = 1000
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultPageBytes
+	}
+	return o
+}
+
+// pageBytes counts the bytes of a page as records are added.
+type pageBytes struct {
+	max, total, n int
+}
+
+// fits reports whether a record of size bytes still fits the page (the
+// first always does), and counts it if so.
+func (p *pageBytes) fits(size int) bool {
+	if p.n > 0 && p.total+size > p.max {
+		return false
+	}
+	p.total += size
+	p.n++
+	return true
+}
+
+// pastBudget stops a scan of rows for a page one row past those over the
+// page's bytes: the page ends at or before the row that took them over,
+// and the row after it, if any, says there is more. Tombstones, read
+// apart, merge in before the cut or after it, never past the rows read.
+type pastBudget struct {
+	max, total int
+	over       int // rows read since the total went over max
+}
+
+func (p *pastBudget) add(size int) {
+	if p.total > p.max {
+		p.over++
+	}
+	p.total += size
+}
+
+// done reports whether the scan has read enough.
+func (p *pastBudget) done() bool { return p.total > p.max && p.over > 0 }
+
+// errPageFull stops a scan whose page is full.
+var errPageFull = errors.New("page full")
+
+// endScan is err of a scan, unless it only says the page is full.
+func endScan(err error) error {
+	if errors.Is(err, errPageFull) {
+		return nil
+	}
+	return err
 }

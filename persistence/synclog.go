@@ -140,12 +140,16 @@ func (l *Library) replayLocked() error {
 }
 
 // LogSince returns this device's logged shared changes after since (HLC
-// order, at most limit; 0 means 1,000). snapshotRequired is true when since
-// is older than the newest pruned entry: changes after since are gone.
+// order, at most limit, 0 meaning 1,000, and DefaultPageBytes of them).
+// snapshotRequired is true when since is older than the newest pruned
+// entry: changes after since are gone.
 func (l *Library) LogSince(since messages.HLC, limit int) (entries []messages.SharedChange, more, snapshotRequired bool, err error) {
-	if limit <= 0 {
-		limit = 1000
-	}
+	return l.LogSinceOpts(since, PageOptions{Limit: limit})
+}
+
+// LogSinceOpts is LogSince with the page bounded by opts.
+func (l *Library) LogSinceOpts(since messages.HLC, opts PageOptions) (entries []messages.SharedChange, more, snapshotRequired bool, err error) {
+	opts = opts.withDefaults()
 	err = l.readTx(func(c *conn) error {
 		pruned, err := c.queryHLC(`SELECT value FROM log.log_meta WHERE key = 'pruned_through'`)
 		if err != nil {
@@ -155,22 +159,25 @@ func (l *Library) LogSince(since messages.HLC, limit int) (entries []messages.Sh
 			snapshotRequired = true
 			return nil
 		}
-		return c.query(`SELECT `+logCols+` FROM log.shared_changes WHERE hlc > ? ORDER BY hlc LIMIT ?`,
-			[]any{cmpHLC(since), limit + 1}, func(s *sqlite3.Stmt) error {
+		page := pageBytes{max: opts.MaxBytes}
+		err = c.query(`SELECT `+logCols+` FROM log.shared_changes WHERE hlc > ? ORDER BY hlc LIMIT ?`,
+			[]any{cmpHLC(since), opts.Limit + 1}, func(s *sqlite3.Stmt) error {
 				e, err := scanLogEntry(s)
 				if err != nil {
 					return err
 				}
 				l.reg.normalizeChange(&e)
+				if len(entries) == opts.Limit || !page.fits(changeSize(&e)) {
+					more = true
+					return errPageFull
+				}
 				entries = append(entries, e)
 				return nil
 			})
+		return endScan(err)
 	})
 	if err != nil {
 		return nil, false, false, fmt.Errorf("log since %s: %w", since, err)
-	}
-	if len(entries) > limit {
-		entries, more = entries[:limit], true
 	}
 	return entries, more, snapshotRequired, nil
 }
