@@ -35,8 +35,32 @@ func checkPage(t *rapid.T, opts PageOptions, sizes []int, more bool) {
 	if more && len(sizes) == 0 {
 		t.Fatalf("an empty page with more to come")
 	}
+	if len(sizes) > opts.Limit {
+		t.Fatalf("%d records, limit %d", len(sizes), opts.Limit)
+	}
 	if len(sizes) > 1 && total > opts.MaxBytes {
 		t.Fatalf("%d records of %d bytes, over %d", len(sizes), total, opts.MaxBytes)
+	}
+}
+
+// pagesOf reads pages (page moves its own cursor) until none follows,
+// checking each, and returns their records.
+func pagesOf[T any](t *rapid.T, opts PageOptions, size func(*T) int, page func() ([]T, bool, error)) []T {
+	var got []T
+	for {
+		recs, more, err := page()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes := make([]int, len(recs))
+		for i := range recs {
+			sizes[i] = size(&recs[i])
+		}
+		checkPage(t, opts, sizes, more)
+		got = append(got, recs...)
+		if !more {
+			return got
+		}
 	}
 }
 
@@ -116,27 +140,15 @@ func checkStatePages(t *rapid.T, l *Library) {
 		t.Fatalf("unpaged: more %v, %v", more, err)
 	}
 	opts := drawOpts(t)
-	var got []messages.StateRecord
 	var cur messages.Cursor
-	for {
+	got := pagesOf(t, opts, recordSize, func() ([]messages.StateRecord, bool, error) {
 		page, next, more, err := l.StatePageOpts(devB, ModelEntry, messages.HLC{}, cur, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sizes := make([]int, len(page))
-		for i := range page {
-			sizes[i] = recordSize(&page[i])
-		}
-		checkPage(t, opts, sizes, more)
-		got = append(got, page...)
-		if !more {
-			break
-		}
-		if last := page[len(page)-1]; next != (messages.Cursor{HLC: last.HLC, UUID: last.UUID}) {
-			t.Fatalf("cursor %v after %v", next, last)
+		if n := len(page); n > 0 && next != (messages.Cursor{HLC: page[n-1].HLC, UUID: page[n-1].UUID}) {
+			t.Fatalf("cursor %v after %v", next, page[n-1])
 		}
 		cur = next
-	}
+		return page, more, err
+	})
 	if !sameList(got, all) {
 		t.Fatalf("state pages of %+v:\n got %d records\nwant %d", opts, len(got), len(all))
 	}
@@ -172,7 +184,7 @@ func checkSharedPages(t *rapid.T, l *Library) {
 		for _, s := range rows {
 			sizes = append(sizes, s)
 		}
-		checkPage(t, PageOptions{Limit: opts.Limit, MaxBytes: opts.MaxBytes}, sizes, more)
+		checkPage(t, opts, sizes, more)
 		got = append(got, page...)
 		if !more {
 			break
@@ -190,27 +202,14 @@ func checkLogPages(t *rapid.T, l *Library) {
 		t.Fatalf("unpaged: more %v, %v", more, err)
 	}
 	opts := drawOpts(t)
-	var got []messages.SharedChange
 	var since messages.HLC
-	for {
+	got := pagesOf(t, opts, changeSize, func() ([]messages.SharedChange, bool, error) {
 		page, more, _, err := l.LogSinceOpts(since, opts)
-		if err != nil {
-			t.Fatal(err)
+		if len(page) > 0 {
+			since = page[len(page)-1].HLC
 		}
-		sizes := make([]int, len(page))
-		for i := range page {
-			sizes[i] = changeSize(&page[i])
-		}
-		checkPage(t, opts, sizes, more)
-		if len(page) > opts.Limit {
-			t.Fatalf("%d log entries, limit %d", len(page), opts.Limit)
-		}
-		got = append(got, page...)
-		if !more {
-			break
-		}
-		since = page[len(page)-1].HLC
-	}
+		return page, more, err
+	})
 	if !sameList(got, all) {
 		t.Fatalf("log pages of %+v: got %d entries, want %d", opts, len(got), len(all))
 	}
