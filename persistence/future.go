@@ -229,8 +229,9 @@ func (l *Library) repairFuture(c *conn, rep *FutureReport) error {
 	if !logTop.IsZero() {
 		acks = fix{"acks", `UPDATE log.peer_acks SET last_acked_hlc = ? WHERE last_acked_hlc > ?`, []any{logTop, limit}}
 	}
-	// Watermarks of other devices: forgotten. No stored value says up to
-	// where their changes are here without a gap; catch-up asks again.
+	// Other devices' watermarks are forgotten: no stored value says up to
+	// where their changes are here without a gap, and catch-up asks
+	// again. Partners' reports and parked records from the future go.
 	for _, f := range []fix{
 		{"state_watermarks", `UPDATE peer_sync_state SET state_watermark = NULL WHERE state_watermark > ? AND device != ?`, []any{limit, l.self}},
 		{"shared_watermarks", `UPDATE peer_sync_state SET shared_watermark = NULL WHERE shared_watermark > ? AND device != ?`, []any{limit, l.self}},
