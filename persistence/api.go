@@ -37,13 +37,23 @@ type Options struct {
 	Retention RetentionPolicy
 	// CacheMiB sizes the SQLite page cache of the write connection (0: 64).
 	CacheMiB int
+	// MaxParked bounds fk_parked (0: DefaultMaxParked): a received record
+	// that would wait for a row while MaxParked records wait, or be held
+	// (it arrived after its parent's delete) while MaxParked records are
+	// held, is refused (ErrParkingFull); catch-up or anti-entropy brings it
+	// again. See doc.go, "Limits".
+	MaxParked int
 }
+
+// DefaultMaxParked is Options.MaxParked's default.
+const DefaultMaxParked = 50_000
 
 // RetentionPolicy bounds what the log and tombstones keep.
 type RetentionPolicy struct {
 	MaxEntries      int           // shared log entries kept past the minimum ACK (0: 10,000)
 	MaxAge          time.Duration // shared log entries older than this are pruned regardless (0: 7 days)
 	TombstoneMaxAge time.Duration // tombstones acknowledged by every partner are dropped after this (0: 30 days)
+	ParkedMaxAge    time.Duration // records parked this long, their parent never arriving, are dropped (0: 7 days)
 }
 
 // Meta is library.json.
@@ -80,6 +90,24 @@ type ApplyOptions struct {
 	Local bool
 }
 
+// PageOptions bound one page of records that a peer asked for
+// (StatePageOpts, SharedStatePageOpts, LogSinceOpts, StateRecordsOpts,
+// SharedRecordsOpts). A page always holds at least one record (or row),
+// so a scan always progresses.
+type PageOptions struct {
+	// Limit is the most records per page (0: 1,000); for shared state,
+	// rows (a row's changes are never split).
+	Limit int
+	// MaxBytes bounds the records' msgpack encoding (0:
+	// DefaultPageBytes): the page ends before the record that would take
+	// it over, so a record larger than MaxBytes goes alone.
+	MaxBytes int
+}
+
+// DefaultPageBytes is PageOptions.MaxBytes's default: half the default
+// frame limit (messages.DefaultMaxFrame), room for the message around it.
+const DefaultPageBytes = 8 << 20
+
 // Rejection is one record an apply refused (the rest of the batch applies).
 type Rejection struct {
 	Model  string
@@ -110,11 +138,17 @@ type ApplyResult struct {
 
 // Sentinel errors; test with errors.Is.
 var (
-	ErrUnknownModel  = errors.New("unknown model")
-	ErrForgedOwner   = errors.New("forged ownership")
-	ErrNotFound      = errors.New("not found")
-	ErrNotOwner      = errors.New("not the owner")
-	ErrBadValue      = errors.New("bad value")
+	ErrUnknownModel = errors.New("unknown model")
+	ErrForgedOwner  = errors.New("forged ownership")
+	ErrNotFound     = errors.New("not found")
+	ErrNotOwner     = errors.New("not the owner")
+	ErrBadValue     = errors.New("bad value")
+	// ErrTooLarge: a value over its column's limit (Column.MaxBytes). Its
+	// errors wrap ErrBadValue too.
+	ErrTooLarge = errors.New("too large")
+	// ErrParkingFull: a received record that would be parked or held
+	// while Options.MaxParked are (see Rejection).
+	ErrParkingFull   = errors.New("parking full")
 	ErrCycle         = errors.New("dependency cycle")
 	ErrSchemaVersion = errors.New("library schema version")
 	ErrExists        = errors.New("already exists")

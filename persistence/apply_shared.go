@@ -94,7 +94,11 @@ func sharedInput(mi *modelInfo, c *messages.SharedChange) (map[int]any, error) {
 	if c.HLC.IsZero() || c.Record.IsZero() {
 		return nil, fmt.Errorf("%w: %s change needs an hlc and a record uuid", ErrBadValue, mi.Name)
 	}
-	return sharedColumns(mi, c.Op, c.Fields)
+	set, err := sharedColumns(mi, c.Op, c.Fields)
+	if err != nil {
+		return nil, err
+	}
+	return set, mi.identityOfSet(c.Record, set)
 }
 
 // sharedColumns checks the fields of an operation: an insert writes every
@@ -137,7 +141,7 @@ func sharedColumns(mi *modelInfo, op messages.ChangeOp, fields map[string]any) (
 func (tx *txn) applyShared(mi *modelInfo, c *messages.SharedChange, remote bool) (outcome, error) {
 	set, err := sharedInput(mi, c)
 	if err != nil {
-		return tx.reject(mi.Name, c.Record, messages.ReasonBadValue, err), nil
+		return tx.reject(mi.Name, c.Record, valueReason(err), err), nil
 	}
 	if remote {
 		if err := tx.observe(c.HLC); err != nil {
@@ -331,7 +335,10 @@ func (l *Library) ApplyShared(changes []messages.SharedChange, opts ApplyOptions
 }
 
 // ApplySharedState applies shared-state snapshot entries (Prev zero) through
-// the same LWW rules, then raises per-origin watermarks to wms.
+// the same LWW rules, then raises per-origin watermarks to wms. A
+// watermark is an HLC of its origin's: one naming another device
+// (forged_origin) or beyond the maximum skew (clock_skew) is refused, as a
+// Rejection whose UUID is the origin and whose Model is empty.
 func (l *Library) ApplySharedState(changes []messages.SharedChange, wms []messages.OriginWatermark, opts ApplyOptions) (ApplyResult, error) {
 	var res ApplyResult
 	if err := l.lockWriter(); err != nil {
@@ -352,6 +359,10 @@ func (l *Library) ApplySharedState(changes []messages.SharedChange, wms []messag
 			tx.count(out)
 		}
 		for _, wm := range wms {
+			if reason, err := l.checkWatermark(wm); err != nil {
+				tx.reject("", messages.UUID(wm.Origin), reason, err)
+				continue
+			}
 			if err := tx.setSharedWatermark(wm.Origin, wm.HLC); err != nil {
 				return err
 			}
@@ -470,7 +481,11 @@ func (l *Library) prepareShared(w SharedWrite) (messages.SharedChange, *modelInf
 		}
 		c.Record = NewUUID()
 	}
-	if _, err := sharedColumns(mi, op, norm); err != nil {
+	set, err := sharedColumns(mi, op, norm)
+	if err == nil {
+		err = mi.identityOfSet(c.Record, set)
+	}
+	if err != nil {
 		return messages.SharedChange{}, nil, fmt.Errorf("commit %s: %w", model, err)
 	}
 	return c, mi, nil

@@ -40,7 +40,9 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 	var tb *tombstone
 	var err error
 	if !rec.Deleted {
-		vals, f.valuesErr = m.normalizeValues(rec.Values)
+		if vals, f.valuesErr = m.normalizeValues(rec.Values); f.valuesErr == nil {
+			f.valuesErr = m.identityOfValues(rec.UUID, vals)
+		}
 	}
 	v := decideState(&f)
 	// Merge a remote HLC into the clock, which refuses one too far ahead.
@@ -54,7 +56,9 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 			return 0, err
 		}
 		f.refsSeen = true
-		f.batching, f.parked, f.modelTombs = tx.bulkOK, tx.l.parked > 0, tx.l.tombs[m.Name] > 0
+		l := tx.l
+		f.batching, f.parked, f.modelTombs = tx.bulkOK, l.parked > 0, l.tombs[m.Name] > 0
+		f.parkingFull, f.holdingFull = l.parked-l.held >= l.opts.MaxParked, l.held >= l.opts.MaxParked
 		v = decideState(&f)
 	}
 	// Fast paths: a fresh row joins the bulk batch, or is inserted unless

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/lsync/lsync/messages"
@@ -46,6 +47,9 @@ type stateFacts struct {
 	// modelTombs: the model has tombstones here, so a row that looks fresh
 	// may have been deleted. Gathered with refs.
 	batching, parked, modelTombs bool
+	// parkingFull, holdingFull: Options.MaxParked records wait, or are
+	// held, already. Gathered with refs.
+	parkingFull, holdingFull bool
 
 	// stored is the row (nil if absent; a placeholder device row has a
 	// zero hlc), tomb its tombstone (nil if none). movesTo is set (m not
@@ -175,6 +179,26 @@ type stateVerdict struct {
 	liftTomb bool
 }
 
+// Reasons this package would name on their own. Until messages registers
+// them (its list is append-only), the closest registered ones stand in.
+const (
+	reasonTooLarge    = messages.ReasonBadValue           // wanted: "too_large"
+	reasonNotDerived  = messages.ReasonBadValue           // wanted: "bad_uuid"
+	reasonParkingFull = messages.ReasonBackfillBufferFull // wanted: "parking_full"
+)
+
+// valueReason is the reason to refuse a record whose values do not fit
+// its model (err wraps ErrBadValue).
+func valueReason(err error) messages.Reason {
+	switch {
+	case errors.Is(err, ErrTooLarge):
+		return reasonTooLarge
+	case errors.Is(err, errNotDerived):
+		return reasonNotDerived
+	}
+	return messages.ReasonBadValue
+}
+
 func gather(k verdictKind) stateVerdict { return stateVerdict{kind: k} }
 
 func rejectVerdict(reason messages.Reason, err error) stateVerdict {
@@ -194,11 +218,16 @@ func decideState(f *stateFacts) stateVerdict {
 	if u.IsZero() || h.IsZero() {
 		return rejectVerdict(messages.ReasonBadValue, fmt.Errorf("%w: %s record without uuid or hlc", ErrBadValue, m.Name))
 	}
+	// A device writes (and deletes) its rows with its own clock.
+	if hd := messages.DeviceID(h.Device); hd != f.own.dev {
+		return forged("%s %s of %s carries an hlc of %s", m.Name, u, f.own.dev, hd)
+	}
 	if f.deleted {
 		return decideDelete(f)
 	}
+	// Its values fit the model: types, sizes, a derived uuid.
 	if f.valuesErr != nil {
-		return rejectVerdict(messages.ReasonBadValue, f.valuesErr)
+		return rejectVerdict(valueReason(f.valuesErr), f.valuesErr)
 	}
 	// Only a device writes its own device row.
 	if m.Name == ModelDevice && messages.DeviceID(u) != f.own.dev {
@@ -258,13 +287,17 @@ func decideAgainstStored(f *stateFacts) stateVerdict {
 			return stateVerdict{kind: verdictStale}
 		}
 	}
-	// A parent deleted at or after this write takes the record with it.
+	// A parent deleted at or after this write takes the record with it
+	// (a received one is held, within bounds).
 	if f.refs.drop.m != nil {
+		if f.holdingFull && f.remote() {
+			return refuseParking(f, "held for", f.refs.drop)
+		}
 		return stateVerdict{kind: verdictDrop, wait: f.refs.drop, at: f.refs.dropAt, floor: h}
 	}
 	// A parent not here yet (or deleted before this write) is waited for.
 	if f.refs.wait.m != nil {
-		return stateVerdict{kind: verdictPark, wait: f.refs.wait}
+		return parkFor(f, f.refs.wait)
 	}
 	// An entry moving under a parent still inside its own subtree here
 	// waits for that parent's own move, which has not arrived.
@@ -273,7 +306,7 @@ func decideAgainstStored(f *stateFacts) stateVerdict {
 			return gather(gatherSubtree)
 		}
 		if f.intoSubtree {
-			return stateVerdict{kind: verdictPark, wait: f.movesTo}
+			return parkFor(f, f.movesTo)
 		}
 	}
 	if f.stored == nil {
@@ -317,11 +350,26 @@ func decideDelete(f *stateFacts) stateVerdict {
 	return stateVerdict{kind: verdictTombstone, at: h, floor: h}
 }
 
-// needsClock: the record is remote (neither this device's own nor a
-// released one, observed when it arrived) and the clock has not seen it.
-func (f *stateFacts) needsClock() bool {
-	return !f.mode.local && !f.mode.releasing && !f.clockSeen
+// parkFor parks the record until wait lands; a received one only while
+// fewer than Options.MaxParked records wait.
+func parkFor(f *stateFacts, wait rowRef) stateVerdict {
+	if f.parkingFull && f.remote() {
+		return refuseParking(f, "parked for", wait)
+	}
+	return stateVerdict{kind: verdictPark, wait: wait}
 }
+
+func refuseParking(f *stateFacts, what string, wait rowRef) stateVerdict {
+	return rejectVerdict(reasonParkingFull, fmt.Errorf("%w: %s %s of %s would be %s %s %s",
+		ErrParkingFull, f.m.Name, f.u, f.own.dev, what, wait.m.Name, wait.u))
+}
+
+// remote: the record came from a peer just now (neither this device's
+// own nor a released one, observed when it arrived).
+func (f *stateFacts) remote() bool { return !f.mode.local && !f.mode.releasing }
+
+// needsClock: the record is remote and the clock has not seen it.
+func (f *stateFacts) needsClock() bool { return f.remote() && !f.clockSeen }
 
 // ---- the delete's cascade and parked records ----
 

@@ -276,6 +276,41 @@ func TestDecideRecordChecks(t *testing.T) {
 	})
 }
 
+// doc.go, "Limits", and DESIGN §11: whatever a paired device sends is
+// validated (sizes, ownership, derived uuids) and bounded (parked rows).
+func TestDecideHostileRecords(t *testing.T) {
+	forgedOwner := refused(messages.ReasonForgedOwner)
+	full := refused(reasonParkingFull)
+	hlcOf := func(dev messages.DeviceID) factsOpt { return func(f *stateFacts) { f.h.Device = dev.UUID() } }
+	badValues := func(err error) factsOpt { return func(f *stateFacts) { f.valuesErr = err } }
+	parkingFull := func(f *stateFacts) { f.parkingFull = true }
+	holdingFull := func(f *stateFacts) { f.holdingFull = true }
+	waits := refs(found(locTarget, ownID), missing(parentTarget))
+	parentDeleted := refs(found(locTarget, ownID), deletedAt(parentTarget, ownID, 9))
+	checkVerdicts(t, []verdictCase{
+		{rule: "a record whose hlc names another device than its owner is forged",
+			f: facts(5, hlcOf(devB), unobserved), want: forgedOwner, is: ErrForgedOwner},
+		{rule: "a delete whose hlc names another device than its owner is forged",
+			f: facts(5, deleted, hlcOf(devB), unobserved), want: forgedOwner, is: ErrForgedOwner},
+		{rule: "a value over its column's limit is refused as too large",
+			f: facts(5, badValues(fmt.Errorf("%w: %w: entry.name", ErrBadValue, ErrTooLarge))), want: refused(reasonTooLarge), is: ErrTooLarge},
+		{rule: "a uuid its fields do not derive is refused",
+			f: facts(5, badValues(fmt.Errorf("%w: %w", ErrBadValue, errNotDerived))), want: refused(reasonNotDerived), is: errNotDerived},
+		{rule: "a received record is not parked while MaxParked records wait",
+			f: facts(5, waits, parkingFull), want: full, is: ErrParkingFull},
+		{rule: "a received entry moving into its own subtree is not parked while MaxParked records wait",
+			f: facts(5, stored(ownID, 3), movesInto(true), parkingFull), want: full, is: ErrParkingFull},
+		{rule: "a received record after its parent's delete is not held while MaxParked records are",
+			f: facts(5, parentDeleted, holdingFull), want: full, is: ErrParkingFull},
+		{rule: "held records do not stop a record from waiting", f: facts(5, waits, holdingFull), want: park(parentTarget)},
+		{rule: "waiting records do not stop a record from being held",
+			f: facts(5, parentDeleted, parkingFull), want: stateVerdict{kind: verdictDrop, wait: parentTarget, at: at(9), floor: at(5)}},
+		{rule: "a released record parks again (it was parked already)", f: facts(5, releasing, waits, parkingFull), want: park(parentTarget)},
+		{rule: "this device's own record is decided as ever (its write fails)", f: facts(5, local, waits, parkingFull), want: park(parentTarget)},
+		{rule: "full parking refuses nothing that needs none", f: facts(5, parkingFull, holdingFull), want: insert},
+	})
+}
+
 // The bulk fast path: a fresh backfill row costs its reference lookups and
 // nothing else.
 func TestDecideFastPath(t *testing.T) {

@@ -23,14 +23,17 @@
 // # Device-owned guarantees
 //
 // A record is applied only if its HLC is newer than the stored row's: a
-// duplicate or an older record changes nothing. A record whose stored row,
-// tombstone or reference target belongs to another device is refused as
-// forged (the rest of the batch applies). A record whose reference target
-// has not arrived is parked and applied, in the same transaction, when the
-// target lands, recursively: a parent chain delivered in any order
-// resolves completely. Deleting a row deletes its dependants (an entry's
-// subtree and entry metadata, a location's entries), each with a tombstone
-// at the delete's HLC; receivers of the delete run the same cascade.
+// duplicate or an older record changes nothing. A record or delete whose
+// HLC names another device than its owner is refused as forged before the
+// clock sees it: a device writes its rows with its own clock. A record
+// whose stored row, tombstone or reference target belongs to another
+// device is refused as forged (the rest of the batch applies). A record
+// whose reference target has not arrived is parked and applied, in the
+// same transaction, when the target lands, recursively: a parent chain
+// delivered in any order resolves completely. Deleting a row deletes its
+// dependants (an entry's subtree and entry metadata, a location's
+// entries), each with a tombstone at the delete's HLC; receivers of the
+// delete run the same cascade.
 //
 // A tombstone keeps (model, uuid, owner, hlc) and a floor: the newest write
 // known to be superseded. For an explicit delete the floor is the delete's
@@ -47,8 +50,9 @@
 // the delete (the delete did not cover it on the owner), they come back;
 // if it is written after the delete (re-created under the same uuid), they
 // are discarded. This device's own deletes hold nothing. Held records are
-// not counted by ParkedCount and are dropped with their tombstones after
-// RetentionPolicy.TombstoneMaxAge.
+// dropped with their tombstones after RetentionPolicy.TombstoneMaxAge;
+// ParkedCount counts them with the records that wait (ParkedStats tells
+// them apart).
 //
 // Hazard: held records keep deleted metadata on receivers until they
 // expire; a remote delete of a large subtree holds one record per row.
@@ -93,7 +97,13 @@
 // Records every device creates on its own get deterministic, name-based
 // uuids (Registry.DeterministicUUID): content identities from their hash,
 // junction rows and tag relationships from their two ends, metadata from
-// the row they describe. Two devices creating "the same" row merge.
+// the row they describe. Two devices creating "the same" row merge. A
+// received record or change of such a model that writes its identity
+// columns (DeterministicFrom) must carry the uuid they derive, or it is
+// refused: otherwise one hash could have two content identities. One that
+// writes only some of them is refused too (it would move the row to
+// another identity; CommitShared refuses to write one); one that writes
+// none (an update of other fields) has nothing to check.
 //
 // tag_relationship edges that would close a cycle are rejected by the same
 // rule everywhere: present edges ordered by (creation HLC, uuid) are
@@ -136,7 +146,83 @@
 // commits), with a wall clock that never reads below that timestamp, so a
 // restart after the wall clock stepped back still issues larger HLCs.
 // Remote HLCs are observed as they are applied; one beyond the maximum skew
-// rejects its record (reason clock_skew).
+// rejects its record (reason clock_skew). Watermarks and ACKs are HLCs
+// too: a watermark naming another device than its origin, or beyond the
+// maximum skew, is refused (ApplySharedState, RaiseStateWatermark), a
+// partner's report from the future is ignored, and an ACK past this
+// device's last logged change is refused.
+//
+// HLCs from the future: older builds let in remote HLCs at least 292 years
+// ahead (their skew check overflowed there), so a library may hold some.
+// Open seeds the clock from stored HLCs at most a century ahead of the
+// wall clock (seedHorizon), not from all: a wall clock set back, even to
+// 1970, still finds everything this library issued, and a poisoned row no
+// longer drags the clock centuries ahead. FutureHLCs reports every HLC
+// beyond now + MaxSkew, per place (a model's rows, a shared model's
+// fields, tombstones, parked records, the log, last_logged and
+// pruned_through, ACKs, watermarks, partners' reports, kv's max_hlc).
+// RepairFutureHLCs lowers what only this device's bookkeeping holds:
+// other devices' watermarks are forgotten (no stored value proves up to
+// where their changes are here without a gap, and catch-up fetches them
+// again idempotently), ACKs come down to the newest sane entry of the log
+// (the partner holds at least that), partners' reports and parked records
+// from the future are dropped (reported again, refetched), and max_hlc
+// comes down to the largest sane HLC.
+//
+// Hazard: rows, field HLCs, tombstones and this device's own log and
+// watermarks from the future are reported, not repaired. Their HLCs are
+// replicated: lowering one here would make later writes lose to it
+// elsewhere, or make a peer's copy win over ours, and there is no value
+// every replica would pick alike. So until its time comes, such a row
+// ignores every write (its owner's included: a local write of it fails),
+// a shared field keeps its value, and a device whose own log reached the
+// future cannot continue its chain (its new changes are older than what
+// partners hold). Rewriting them needs every replica to agree on one
+// rewrite; that is for a protocol change, not a local repair.
+//
+// # Limits
+//
+// Every text and JSON column has a maximum size in bytes, declared with
+// the column in the registry (Column.MaxBytes; DefaultMaxText, 4 KiB, for
+// a column that declares none). The default models allow 256 bytes for
+// identifiers and enums (a platform, an extension, a color, a content
+// kind, a source) and content hashes; 1 KiB for names (of devices,
+// volumes, locations, entries, tags, albums); 4 KiB for paths (a
+// location's path, a mount point); 16 KiB for a tag's aliases (JSON); 64
+// KiB for free text (notes, album descriptions, audit details).
+// NewRegistry refuses a model whose column limits could add up to a
+// record over MaxRecordBytes (1 MiB, msgpack-encoded), so a record whose
+// values fit their columns fits that too. A value over its limit fails a
+// local write (WriteState, WriteStateBatch, CommitShared,
+// CommitSharedBatch) with ErrTooLarge, which wraps ErrBadValue, and a
+// received record with it (ApplyState, ApplyShared, ApplySharedState) is
+// refused and not stored.
+//
+// Parked records are bounded too: a received record that would wait for
+// a row while Options.MaxParked records wait (DefaultMaxParked, 50,000),
+// or be held (it arrived after its parent's delete) while MaxParked
+// records are held, is refused with ErrParkingFull and dropped; catch-up
+// or anti-entropy brings it again once there is room. A record waiting
+// longer than RetentionPolicy.ParkedMaxAge (7 days) for a parent that
+// never came is dropped by Prune. The records a delete's cascade holds,
+// and records released and parked again, are rows this library had
+// already: they are not refused.
+//
+// What a peer is served is cut by bytes as well as by records, by the
+// records' msgpack size: StatePage, SharedStatePage, LogSince,
+// StateRecords and SharedRecords end their page before the record that
+// would take it over DefaultPageBytes (8 MiB, half a frame), and their
+// Opts variants take PageOptions. A page holds at least one record (a
+// shared row's changes are never split), so a record larger than the
+// budget, stored by an older build, goes alone; cursors and HasMore stay
+// exact. StateRecords and SharedRecords answer for a prefix of the uuids
+// asked (the Opts variants say how many).
+//
+// Hazard: a join whose source serves more than MaxParked records before
+// the row they wait for (a folder moved after its subtree was indexed
+// comes after every entry under it, in HLC order) refuses the excess;
+// anti-entropy repairs them after the join, slowly. Raise MaxParked for
+// such libraries.
 //
 // # Derived caches
 //

@@ -146,6 +146,16 @@ func recordFor(t fataler, model string, u messages.UUID, h messages.HLC, fields 
 	return messages.StateRecord{UUID: u, HLC: h, Values: vals}
 }
 
+// derived is the deterministic uuid of a row of model with fields.
+func derived(t fataler, model string, fields map[string]any) messages.UUID {
+	t.Helper()
+	u, ok := DefaultRegistry().DeterministicUUID(model, fields)
+	if !ok {
+		t.Fatalf("%s: no deterministic uuid from %v", model, fields)
+	}
+	return u
+}
+
 func uid(n int) messages.UUID {
 	var u messages.UUID
 	u[0], u[14], u[15] = 0x01, byte(n>>8), byte(n)

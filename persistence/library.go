@@ -26,6 +26,12 @@ const (
 var ErrClosed = errors.New("library closed")
 
 const (
+	// seedHorizon: Open seeds the clock from stored HLCs up to this far
+	// ahead of the wall clock, no further. A wall clock set back, even to
+	// 1970, still finds every HLC this library issued; the HLCs older
+	// builds let in from the future are at least 292 years ahead (their
+	// skew check overflowed there) and are left out.
+	seedHorizon      = 100 * 365 * 24 * time.Hour
 	defaultMaxSkew   = 5 * time.Minute
 	defaultCacheMiB  = 64
 	maxReaders       = 4
@@ -57,8 +63,10 @@ type Library struct {
 	owners   map[messages.DeviceID]int64
 	ownerDev map[int64]messages.DeviceID
 	// parked is the number of rows in fk_parked: zero lets the bulk path
-	// skip every parking lookup.
-	parked int
+	// skip every parking lookup. held is how many of them are held by a
+	// delete (held = 1); the others wait for a row. Both are bounded by
+	// opts.MaxParked (see stateFacts.parkingFull).
+	parked, held int
 	// tombs counts tombstones per model: zero lets inserts skip the lookup.
 	tombs map[string]int
 	// maxStored is the largest HLC written to database.db (kept in kv).
@@ -156,6 +164,9 @@ func Open(dir string, opts Options) (*Library, error) {
 	if opts.CacheMiB <= 0 {
 		opts.CacheMiB = defaultCacheMiB
 	}
+	if opts.MaxParked <= 0 {
+		opts.MaxParked = DefaultMaxParked
+	}
 	opts.Retention = opts.Retention.withDefaults()
 	l := &Library{
 		dir:      dir,
@@ -210,9 +221,14 @@ func (l *Library) init() error {
 	}
 	// Seed the clock above everything stored, even if the wall clock was
 	// set back: the wall never reads below the largest stored timestamp.
-	seed, err := l.maxStoredHLCLocked()
+	// HLCs from centuries ahead (older builds took them) are left out, or
+	// one would drag the clock there (see seedHorizon).
+	seed, err := l.maxStoredHLCLocked(futureLimit(l.wall(), max(l.opts.MaxSkew, seedHorizon)))
 	if err != nil {
 		return err
+	}
+	if l.maxStored.Compare(seed) > 0 {
+		l.maxStored = seed // kv's max_hlc is rewritten by the next write
 	}
 	floor := time.UnixMilli(int64(seed.Timestamp))
 	wall := l.wall
@@ -235,9 +251,11 @@ func (l *Library) init() error {
 	return l.replayLocked()
 }
 
-// maxStoredHLCLocked is the largest HLC stored anywhere: what reloadLocked
-// loaded (kv's max_hlc, last_logged, the watermarks), and the log and ACKs.
-func (l *Library) maxStoredHLCLocked() (messages.HLC, error) {
+// maxStoredHLCLocked is the largest HLC stored anywhere, up to limit:
+// what reloadLocked loaded (kv's max_hlc, last_logged, the watermarks),
+// and the log and ACKs; if that is beyond limit, the largest of every
+// stored HLC that is not (saneMaxHLC).
+func (l *Library) maxStoredHLCLocked(limit messages.HLC) (messages.HLC, error) {
 	m := maxHLC(l.maxStored, l.pub.lastLogged)
 	for _, wms := range []map[messages.DeviceID]messages.HLC{l.pub.stateWM, l.pub.sharedWM} {
 		for _, h := range wms {
@@ -250,6 +268,9 @@ func (l *Library) maxStoredHLCLocked() (messages.HLC, error) {
 			return m, err
 		}
 		m = maxHLC(m, h)
+	}
+	if m.Compare(limit) > 0 {
+		return l.saneMaxHLC(l.w, limit)
 	}
 	return m, nil
 }
@@ -273,11 +294,13 @@ func (l *Library) ownerMaxHLC(c *conn, ownerID int64) (messages.HLC, error) {
 
 // reloadCountsLocked re-reads the parked and tombstone counts.
 func (l *Library) reloadCountsLocked() error {
-	n, err := l.w.queryInt(`SELECT count(*) FROM fk_parked`)
+	_, err := l.w.queryRow(`SELECT count(*), coalesce(sum(held), 0) FROM fk_parked`, nil, func(s *sqlite3.Stmt) error {
+		l.parked, l.held = s.ColumnInt(0), s.ColumnInt(1)
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	l.parked = int(n)
 	l.tombs = map[string]int{}
 	return l.w.query(`SELECT model, count(*) FROM tombstones GROUP BY model`, nil, func(s *sqlite3.Stmt) error {
 		l.tombs[s.ColumnText(0)] = int(s.ColumnInt64(1))
@@ -523,6 +546,9 @@ func (p RetentionPolicy) withDefaults() RetentionPolicy {
 	}
 	if p.TombstoneMaxAge <= 0 {
 		p.TombstoneMaxAge = 30 * 24 * time.Hour
+	}
+	if p.ParkedMaxAge <= 0 {
+		p.ParkedMaxAge = 7 * 24 * time.Hour
 	}
 	return p
 }

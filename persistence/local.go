@@ -70,8 +70,8 @@ func (l *Library) RecordPartnerWatermarks(partner messages.DeviceID, state, shar
 	return l.writeTx(nil, func(tx *txn) error {
 		for kind, wms := range [][]messages.OriginWatermark{state, shared} {
 			for _, wm := range wms {
-				if wm.Origin.IsZero() || wm.HLC.IsZero() {
-					continue
+				if wm.Origin.IsZero() || wm.HLC.IsZero() || l.checkNotAhead(wm.HLC) != nil {
+					continue // a report from the future is no report
 				}
 				if err := tx.c.exec(`INSERT INTO partner_watermarks (partner, kind, origin, hlc) VALUES (?, ?, ?, ?)
 					ON CONFLICT (partner, kind, origin) DO UPDATE SET hlc = max(hlc, excluded.hlc)`,
@@ -297,10 +297,15 @@ func (l *Library) StateWatermarks() ([]messages.OriginWatermark, error) {
 }
 
 // RaiseStateWatermark moves owner's state watermark up to h (never down),
-// after a completed catch-up scan of owner.
+// after a completed catch-up scan of owner. h is an HLC of owner's: one
+// naming another device (ErrBadValue) or beyond the maximum skew (a
+// messages.SkewError) is refused.
 func (l *Library) RaiseStateWatermark(owner messages.DeviceID, h messages.HLC) error {
 	if owner.IsZero() {
 		return fmt.Errorf("raise state watermark: %w: zero owner", ErrBadValue)
+	}
+	if _, err := l.checkWatermark(messages.OriginWatermark{Origin: owner, HLC: h}); err != nil {
+		return fmt.Errorf("raise state watermark: %w", err)
 	}
 	if err := l.lockWriter(); err != nil {
 		return err

@@ -30,10 +30,24 @@ const (
 	EntrySymlink   = 2
 )
 
+// Limits of the default models' text columns, in bytes (doc.go, "Limits").
+const (
+	maxShort = 256      // identifiers and enums: platform, extension, color, kind, source ...
+	maxName  = 1 << 10  // names: of devices, volumes, locations, entries, tags, albums
+	maxPath  = 4 << 10  // paths: a location's path, a volume's mount point (PATH_MAX)
+	maxJSON  = 16 << 10 // JSON lists: a tag's aliases
+	maxNote  = 64 << 10 // free text: notes, descriptions, audit details
+	maxHash  = maxShort // content hashes (hex or algorithm:digest)
+)
+
 // DefaultModels returns the declarations of every model of DESIGN.md §3,
 // with the built-in hooks for derived caches attached.
 func DefaultModels() []Model {
-	text := func(n string) Column { return Column{Name: n, Type: TypeText} }
+	sized := func(n string, limit int) Column { return Column{Name: n, Type: TypeText, MaxBytes: limit} }
+	short := func(n string) Column { return sized(n, maxShort) }
+	name := func(n string) Column { return sized(n, maxName) }
+	path := func(n string) Column { return sized(n, maxPath) }
+	note := func(n string) Column { return sized(n, maxNote) }
 	integer := func(n string) Column { return Column{Name: n, Type: TypeInt} }
 	real := func(n string) Column { return Column{Name: n, Type: TypeReal} }
 	boolean := func(n string) Column { return Column{Name: n, Type: TypeBool} }
@@ -44,42 +58,42 @@ func DefaultModels() []Model {
 	return []Model{
 		// Device-owned.
 		{Name: ModelDevice, Kind: DeviceOwned, Columns: []Column{
-			text("name"), text("platform"), integer("created_at"),
+			name("name"), short("platform"), integer("created_at"),
 		}},
 		{Name: ModelVolume, Kind: DeviceOwned, DependsOn: []string{ModelDevice}, Columns: []Column{
-			text("name"), text("mount_point"), integer("capacity"), text("fs_type"), integer("created_at"),
+			name("name"), path("mount_point"), integer("capacity"), short("fs_type"), integer("created_at"),
 		}},
 		{Name: ModelLocation, Kind: DeviceOwned, DependsOn: []string{ModelDevice, ModelVolume}, derived: derivedLocation, Columns: []Column{
-			ref("volume_uuid", ModelVolume), required(text("path")), text("name"), integer("created_at"),
+			ref("volume_uuid", ModelVolume), required(path("path")), name("name"), integer("created_at"),
 		}},
 		{Name: ModelEntry, Kind: DeviceOwned, DependsOn: []string{ModelLocation}, derived: derivedEntry, Columns: []Column{
-			required(ref("location_uuid", ModelLocation)), ref("parent_uuid", ModelEntry), required(text("name")),
-			integer("kind"), text("extension"), integer("size"), integer("mtime"),
+			required(ref("location_uuid", ModelLocation)), ref("parent_uuid", ModelEntry), required(name("name")),
+			integer("kind"), short("extension"), integer("size"), integer("mtime"),
 			uref("content_uuid", ModelContentIdentity),
 		}},
 		{Name: ModelAuditLog, Kind: DeviceOwned, DependsOn: []string{ModelDevice}, Columns: []Column{
-			text("action"), text("target_model"), Column{Name: "target_uuid", Type: TypeUUID}, text("detail"), integer("created_at"),
+			short("action"), short("target_model"), Column{Name: "target_uuid", Type: TypeUUID}, note("detail"), integer("created_at"),
 		}},
 		{Name: ModelEntryMetadata, Kind: DeviceOwned, DependsOn: []string{ModelEntry}, DeterministicFrom: []string{"entry_uuid"}, Columns: []Column{
-			required(ref("entry_uuid", ModelEntry)), boolean("favorite"), boolean("hidden"), text("note"),
+			required(ref("entry_uuid", ModelEntry)), boolean("favorite"), boolean("hidden"), note("note"),
 		}},
 
 		// Shared.
 		{Name: ModelContentIdentity, Kind: Shared, DeterministicFrom: []string{"content_hash"}, Columns: []Column{
-			required(text("content_hash")), integer("size"), text("kind"), integer("created_at"),
+			required(sized("content_hash", maxHash)), integer("size"), short("kind"), integer("created_at"),
 		}},
 		{Name: ModelTag, Kind: Shared, Columns: []Column{
-			text("canonical_name"), text("namespace"), text("display_name"), text("formal_name"),
-			text("abbreviation"), {Name: "aliases", Type: TypeJSON}, text("color"), text("icon"),
-			text("tag_type"), text("privacy_level"), integer("created_at"), uref("created_by_device", ModelDevice),
+			name("canonical_name"), name("namespace"), name("display_name"), name("formal_name"),
+			short("abbreviation"), {Name: "aliases", Type: TypeJSON, MaxBytes: maxJSON}, short("color"), short("icon"),
+			short("tag_type"), short("privacy_level"), integer("created_at"), uref("created_by_device", ModelDevice),
 		}},
 		{Name: ModelTagRelationship, Kind: Shared, DependsOn: []string{ModelTag}, derived: derivedTagEdge,
 			DeterministicFrom: []string{"parent_tag_uuid", "child_tag_uuid"}, Columns: []Column{
 				required(uref("parent_tag_uuid", ModelTag)), required(uref("child_tag_uuid", ModelTag)),
-				text("relationship_type"), real("strength"), integer("created_at"),
+				short("relationship_type"), real("strength"), integer("created_at"),
 			}},
 		{Name: ModelAlbum, Kind: Shared, Columns: []Column{
-			text("name"), text("description"), integer("created_at"), uref("created_by_device", ModelDevice),
+			name("name"), note("description"), integer("created_at"), uref("created_by_device", ModelDevice),
 		}},
 		{Name: ModelAlbumEntry, Kind: Shared, DependsOn: []string{ModelAlbum, ModelEntry},
 			DeterministicFrom: []string{"album_uuid", "entry_uuid"}, Columns: []Column{
@@ -89,12 +103,12 @@ func DefaultModels() []Model {
 		{Name: ModelUserMetadata, Kind: Shared, DependsOn: []string{ModelContentIdentity},
 			DeterministicFrom: []string{"content_uuid"}, Columns: []Column{
 				required(uref("content_uuid", ModelContentIdentity)), boolean("favorite"), boolean("hidden"),
-				text("note"), integer("rating"),
+				note("note"), integer("rating"),
 			}},
 		{Name: ModelUserMetadataTag, Kind: Shared, DependsOn: []string{ModelUserMetadata, ModelTag},
 			DeterministicFrom: []string{"user_metadata_uuid", "tag_uuid"}, Columns: []Column{
 				required(uref("user_metadata_uuid", ModelUserMetadata)), required(uref("tag_uuid", ModelTag)),
-				text("applied_context"), real("confidence"), text("source"), integer("created_at"),
+				name("applied_context"), real("confidence"), short("source"), integer("created_at"),
 				uref("device_uuid", ModelDevice),
 			}},
 	}

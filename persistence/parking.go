@@ -22,13 +22,14 @@ func (tx *txn) park(m *modelInfo, ownerID int64, rec messages.StateRecord, vals 
 }
 
 func (tx *txn) parkRecord(m *modelInfo, ownerID int64, rec messages.StateRecord, vals []any, wait landing, held bool) (bool, error) {
-	exists := false
+	exists, wasHeld := false, false
 	if tx.l.parked > 0 {
 		var cur messages.HLC
-		found, err := tx.c.queryRow(`SELECT hlc FROM fk_parked WHERE model = ? AND uuid = ?`, []any{m.Name, rec.UUID},
+		found, err := tx.c.queryRow(`SELECT hlc, held FROM fk_parked WHERE model = ? AND uuid = ?`, []any{m.Name, rec.UUID},
 			func(s *sqlite3.Stmt) error {
 				var err error
 				cur, err = columnHLC(s, 0)
+				wasHeld = s.ColumnBool(1)
 				return err
 			})
 		if err != nil {
@@ -55,9 +56,18 @@ func (tx *txn) parkRecord(m *modelInfo, ownerID int64, rec messages.StateRecord,
 	}
 	if !exists {
 		tx.l.parked++
+		wasHeld = false
 	}
+	tx.l.held += b2i(held) - b2i(wasHeld)
 	tx.note(rec.HLC)
 	return true, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // dropParkedUpTo discards parked records of (m, u) at or below h: a newer
@@ -66,11 +76,12 @@ func (tx *txn) dropParkedUpTo(m *modelInfo, u messages.UUID, h messages.HLC) err
 	if tx.l.parked == 0 {
 		return nil
 	}
-	if err := tx.c.exec(`DELETE FROM fk_parked WHERE model = ? AND uuid = ? AND hlc <= ?`, m.Name, u, cmpHLC(h)); err != nil {
-		return err
-	}
-	tx.l.parked -= int(tx.c.c.Changes())
-	return nil
+	return tx.c.query(`DELETE FROM fk_parked WHERE model = ? AND uuid = ? AND hlc <= ? RETURNING held`, []any{m.Name, u, cmpHLC(h)},
+		func(s *sqlite3.Stmt) error {
+			tx.l.parked--
+			tx.l.held -= b2i(s.ColumnBool(0))
+			return nil
+		})
 }
 
 // parkedRow is a row of fk_parked.
@@ -99,14 +110,15 @@ func (tx *txn) parkedFor(query string, ld landing, args ...any) ([]parkedRow, er
 }
 
 // unpark deletes a parked record; false if it was gone already.
-func (tx *txn) unpark(id int64) (bool, error) {
-	if err := tx.c.exec(`DELETE FROM fk_parked WHERE id = ?`, id); err != nil {
+func (tx *txn) unpark(r parkedRow) (bool, error) {
+	if err := tx.c.exec(`DELETE FROM fk_parked WHERE id = ?`, r.id); err != nil {
 		return false, err
 	}
 	if tx.c.c.Changes() == 0 {
 		return false, nil
 	}
 	tx.l.parked--
+	tx.l.held -= b2i(r.held)
 	return true, nil
 }
 
@@ -163,7 +175,7 @@ func (tx *txn) settleParked(pm *modelInfo, r parkedRow, ld landing, T messages.H
 		if err != nil {
 			return false, fmt.Errorf("parked %s record: %w", r.model, err)
 		}
-		if _, err := tx.unpark(r.id); err != nil {
+		if _, err := tx.unpark(r); err != nil {
 			return false, err
 		}
 		var held *heldRecord
@@ -182,9 +194,11 @@ func (tx *txn) settleParked(pm *modelInfo, r parkedRow, ld landing, T messages.H
 	}
 	switch {
 	case fate == parkedDiscard:
-		_, err = tx.unpark(r.id)
+		_, err = tx.unpark(r)
 	case !r.held:
-		err = tx.c.exec(`UPDATE fk_parked SET held = 1 WHERE id = ?`, r.id)
+		if err = tx.c.exec(`UPDATE fk_parked SET held = 1 WHERE id = ?`, r.id); err == nil {
+			tx.l.held++
+		}
 	}
 	return true, err
 }
@@ -216,7 +230,7 @@ func (tx *txn) drain() error {
 // release applies r, parked for ld, which landed: unless an earlier
 // release settled it, or it is held and ld was re-created (heldReturns).
 func (tx *txn) release(r parkedRow, ld landing) error {
-	if ok, err := tx.unpark(r.id); err != nil || !ok {
+	if ok, err := tx.unpark(r); err != nil || !ok {
 		return err // !ok: settled by an earlier release
 	}
 	pm, ok := tx.l.reg.models[r.model]

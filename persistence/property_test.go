@@ -406,10 +406,11 @@ func TestPropertyConvergence(t *testing.T) {
 			if err := l.VerifyDerived(); err != nil {
 				t.Fatalf("%s store: %v", label, err)
 			}
-			pc, err := l.ParkedCount()
-			if err != nil || len(pc) != 0 {
-				t.Fatalf("%s store: parked %v %v", label, pc, err)
+			pc, err := l.ParkedStats()
+			if err != nil || len(pc.Waiting) != 0 {
+				t.Fatalf("%s store: records still wait: %v %v", label, pc.Waiting, err)
 			}
+			checkParkedCounters(t, l)
 			want, got := expectedEntries(devs), gotEntries(t, l)
 			for u, w := range want {
 				if got[u] != w {

@@ -142,21 +142,46 @@ func (l *Library) Counts() (map[string]int, error) {
 	return out, nil
 }
 
-// ParkedCount is the number of parked records per model: records waiting
-// for a row they refer to. Records held by a delete (see doc.go) are not
-// counted.
+// ParkedCount is the number of records kept in fk_parked per model:
+// those waiting for a row they refer to and those held by a delete (see
+// doc.go). Both take room in the library, and a peer can make either (the
+// held ones by sending records after their parent's delete), so both are
+// counted; ParkedStats tells them apart.
 func (l *Library) ParkedCount() (map[string]int, error) {
-	out := map[string]int{}
+	st, err := l.ParkedStats()
+	if err != nil {
+		return nil, err
+	}
+	out := st.Waiting
+	for m, n := range st.Held {
+		out[m] += n
+	}
+	return out, nil
+}
+
+// ParkedStats counts fk_parked per model and kind.
+type ParkedStats struct {
+	Waiting map[string]int // parked until the row they refer to arrives
+	Held    map[string]int // held by a delete, in case its parent comes back (doc.go)
+}
+
+// ParkedStats counts the parked records per model, waiting and held apart.
+func (l *Library) ParkedStats() (ParkedStats, error) {
+	st := ParkedStats{Waiting: map[string]int{}, Held: map[string]int{}}
 	err := l.withReader(func(c *conn) error {
-		return c.query(`SELECT model, count(*) FROM fk_parked WHERE held = 0 GROUP BY model`, nil, func(s *sqlite3.Stmt) error {
-			out[s.ColumnText(0)] = int(s.ColumnInt64(1))
+		return c.query(`SELECT model, held, count(*) FROM fk_parked GROUP BY model, held`, nil, func(s *sqlite3.Stmt) error {
+			if s.ColumnBool(1) {
+				st.Held[s.ColumnText(0)] = s.ColumnInt(2)
+			} else {
+				st.Waiting[s.ColumnText(0)] = s.ColumnInt(2)
+			}
 			return nil
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("parked count: %w", err)
+		return ParkedStats{}, fmt.Errorf("parked count: %w", err)
 	}
-	return out, nil
+	return st, nil
 }
 
 type pageKey struct {
@@ -182,9 +207,14 @@ func ownerIDOf(c *conn, owner messages.DeviceID) (int64, bool, error) {
 
 // StatePage returns owner's records of model (rows and tombstones) with
 // hlc > since, in (hlc, uuid) order strictly after cursor, at most limit
-// (0 means 1,000). A tombstone is served as a record with Deleted set and
-// the delete's HLC.
+// (0 means 1,000) and DefaultPageBytes of them. A tombstone is served as a
+// record with Deleted set and the delete's HLC.
 func (l *Library) StatePage(owner messages.DeviceID, model string, since messages.HLC, after messages.Cursor, limit int) (recs []messages.StateRecord, next messages.Cursor, more bool, err error) {
+	return l.StatePageOpts(owner, model, since, after, PageOptions{Limit: limit})
+}
+
+// StatePageOpts is StatePage with the page bounded by opts.
+func (l *Library) StatePageOpts(owner messages.DeviceID, model string, since messages.HLC, after messages.Cursor, opts PageOptions) (recs []messages.StateRecord, next messages.Cursor, more bool, err error) {
 	mi, err := l.reg.model(model)
 	if err != nil {
 		return nil, after, false, fmt.Errorf("state page: %w", err)
@@ -192,50 +222,60 @@ func (l *Library) StatePage(owner messages.DeviceID, model string, since message
 	if mi.Kind != DeviceOwned {
 		return nil, after, false, fmt.Errorf("state page: %w: %q is shared", ErrUnknownModel, model)
 	}
-	if limit <= 0 {
-		limit = 1000
-	}
+	opts = opts.withDefaults()
 	err = l.readTx(func(c *conn) error {
-		ownerID, found, err := ownerIDOf(c, owner)
-		if err != nil || !found {
-			return err
-		}
-		bh, bu := pageBound(since, after)
-		args := []any{ownerID, bh, bu, limit + 1}
-		var rows []messages.StateRecord
-		err = c.query(mi.sql.page, args, func(s *sqlite3.Stmt) error {
-			r, _, err := scanRecord(mi, s)
-			rows = append(rows, r)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		var tombs []messages.StateRecord
-		err = c.query(`SELECT uuid, hlc FROM tombstones WHERE model = ? AND owner_id = ? AND (hlc, uuid) > (?, ?)
-			ORDER BY hlc, uuid LIMIT ?`, append([]any{mi.Name}, args...), func(s *sqlite3.Stmt) error {
-			h, err := columnHLC(s, 1)
-			tombs = append(tombs, messages.StateRecord{UUID: columnUUID(s, 0), HLC: h, Deleted: true})
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		recs = mergePage(rows, tombs)
-		return nil
+		recs, err = statePage(c, mi, owner, since, after, opts)
+		return err
 	})
 	if err != nil {
 		return nil, after, false, fmt.Errorf("state page %s of %s: %w", model, owner, err)
 	}
-	if len(recs) > limit {
-		recs, more = recs[:limit], true
+	page := pageBytes{max: opts.MaxBytes}
+	n := 0
+	for n < len(recs) && n < opts.Limit && page.fits(recordSize(&recs[n])) {
+		n++
 	}
+	recs, more = recs[:n], n < len(recs)
 	next = after
-	if len(recs) > 0 {
-		last := recs[len(recs)-1]
+	if n > 0 {
+		last := recs[n-1]
 		next = messages.Cursor{HLC: last.HLC, UUID: last.UUID}
 	}
 	return recs, next, more, nil
+}
+
+// statePage reads the candidates of a state page, rows and tombstones
+// merged in (hlc, uuid) order: up to opts.Limit+1 of each, and rows only
+// up to one past those over opts.MaxBytes (see pastBudget).
+func statePage(c *conn, mi *modelInfo, owner messages.DeviceID, since messages.HLC, after messages.Cursor, opts PageOptions) ([]messages.StateRecord, error) {
+	ownerID, found, err := ownerIDOf(c, owner)
+	if err != nil || !found {
+		return nil, err
+	}
+	bh, bu := pageBound(since, after)
+	args := []any{ownerID, bh, bu, opts.Limit + 1}
+	var rows []messages.StateRecord
+	past := pastBudget{max: opts.MaxBytes}
+	err = c.query(mi.sql.page, args, func(s *sqlite3.Stmt) error {
+		if past.done() {
+			return errPageFull
+		}
+		r, _, err := scanRecord(mi, s)
+		rows = append(rows, r)
+		past.add(recordSize(&r))
+		return err
+	})
+	if err = endScan(err); err != nil {
+		return nil, err
+	}
+	var tombs []messages.StateRecord
+	err = c.query(`SELECT uuid, hlc FROM tombstones WHERE model = ? AND owner_id = ? AND (hlc, uuid) > (?, ?)
+		ORDER BY hlc, uuid LIMIT ?`, append([]any{mi.Name}, args...), func(s *sqlite3.Stmt) error {
+		h, err := columnHLC(s, 1)
+		tombs = append(tombs, messages.StateRecord{UUID: columnUUID(s, 0), HLC: h, Deleted: true})
+		return err
+	})
+	return mergePage(rows, tombs), err
 }
 
 // pageBound is the (hlc, uuid) that rows of a page must follow: after
@@ -266,10 +306,33 @@ func mergePage(a, b []messages.StateRecord) []messages.StateRecord {
 
 // SharedStatePage returns the current state of a shared model as changes
 // (one per row and distinct field HLC, as updates; tombstones as deletes)
-// after cursor, in (hlc, uuid) order of rows and tombstones. A row's
-// changes are never split across pages, so a page may exceed limit by the
+// after cursor, in (hlc, uuid) order of rows and tombstones, at most limit
+// changes (0 means 1,000) and DefaultPageBytes of them. A row's changes
+// are never split across pages, so a page may exceed limit by the
 // changes of its last row.
 func (l *Library) SharedStatePage(model string, after messages.Cursor, limit int) (changes []messages.SharedChange, next messages.Cursor, more bool, err error) {
+	return l.SharedStatePageOpts(model, after, PageOptions{Limit: limit})
+}
+
+// sharedItem is a shared row, or a tombstone, as the changes that carry
+// it, and their encoded size.
+type sharedItem struct {
+	key     pageKey
+	changes []messages.SharedChange
+	size    int
+}
+
+func newSharedItem(key pageKey, cs []messages.SharedChange) sharedItem {
+	it := sharedItem{key: key, changes: cs}
+	for i := range cs {
+		it.size += changeSize(&cs[i])
+	}
+	return it
+}
+
+// SharedStatePageOpts is SharedStatePage with the page bounded by opts
+// (opts.Limit counts changes, as limit does).
+func (l *Library) SharedStatePageOpts(model string, after messages.Cursor, opts PageOptions) (changes []messages.SharedChange, next messages.Cursor, more bool, err error) {
 	mi, err := l.reg.model(model)
 	if err != nil {
 		return nil, after, false, fmt.Errorf("shared state page: %w", err)
@@ -277,51 +340,26 @@ func (l *Library) SharedStatePage(model string, after messages.Cursor, limit int
 	if mi.Kind != Shared {
 		return nil, after, false, fmt.Errorf("shared state page: %w: %q is device-owned", ErrUnknownModel, model)
 	}
-	if limit <= 0 {
-		limit = 1000
-	}
-	type item struct {
-		key     pageKey
-		changes []messages.SharedChange
-	}
-	var rows, tombs []item
+	opts = opts.withDefaults()
+	var rows, tombs []sharedItem
 	err = l.readTx(func(c *conn) error {
-		args := []any{cmpHLC(after.HLC), after.UUID, limit + 1}
-		err := c.query(mi.sql.sharedPage, args, func(s *sqlite3.Stmt) error {
-			u := columnUUID(s, 0)
-			h, err := columnHLC(s, 1)
-			if err != nil {
-				return err
-			}
-			cs, err := rowChanges(mi, u, s)
-			rows = append(rows, item{key: pageKey{h, u}, changes: cs})
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		return c.query(`SELECT uuid, hlc FROM tombstones WHERE model = ? AND owner_id = 0 AND (hlc, uuid) > (?, ?)
-			ORDER BY hlc, uuid LIMIT ?`, append([]any{model}, args...), func(s *sqlite3.Stmt) error {
-			u := columnUUID(s, 0)
-			h, err := columnHLC(s, 1)
-			tombs = append(tombs, item{key: pageKey{h, u},
-				changes: []messages.SharedChange{{HLC: h, Model: model, Record: u, Op: messages.OpDelete}}})
-			return err
-		})
+		rows, tombs, err = sharedStatePage(c, mi, after, opts)
+		return err
 	})
 	if err != nil {
 		return nil, after, false, fmt.Errorf("shared state page %s: %w", model, err)
 	}
 	next = after
+	page := pageBytes{max: opts.MaxBytes}
 	taken := 0
 	for len(rows) > 0 || len(tombs) > 0 {
-		var it item
+		var it sharedItem
 		if len(tombs) == 0 || len(rows) > 0 && rows[0].key.compare(tombs[0].key) < 0 {
 			it, rows = rows[0], rows[1:]
 		} else {
 			it, tombs = tombs[0], tombs[1:]
 		}
-		if taken > 0 && len(changes)+len(it.changes) > limit || taken == limit {
+		if taken > 0 && len(changes)+len(it.changes) > opts.Limit || taken == opts.Limit || !page.fits(it.size) {
 			more = true
 			break
 		}
@@ -330,6 +368,41 @@ func (l *Library) SharedStatePage(model string, after messages.Cursor, limit int
 		taken++
 	}
 	return changes, next, more, nil
+}
+
+// sharedStatePage reads the candidates of a shared state page: up to
+// opts.Limit+1 rows and tombstones, and rows only up to one past those
+// over opts.MaxBytes (see pastBudget).
+func sharedStatePage(c *conn, mi *modelInfo, after messages.Cursor, opts PageOptions) (rows, tombs []sharedItem, err error) {
+	args := []any{cmpHLC(after.HLC), after.UUID, opts.Limit + 1}
+	past := pastBudget{max: opts.MaxBytes}
+	err = c.query(mi.sql.sharedPage, args, func(s *sqlite3.Stmt) error {
+		if past.done() {
+			return errPageFull
+		}
+		u := columnUUID(s, 0)
+		h, err := columnHLC(s, 1)
+		if err != nil {
+			return err
+		}
+		cs, err := rowChanges(mi, u, s)
+		it := newSharedItem(pageKey{h, u}, cs)
+		rows = append(rows, it)
+		past.add(it.size)
+		return err
+	})
+	if err = endScan(err); err != nil {
+		return nil, nil, err
+	}
+	err = c.query(`SELECT uuid, hlc FROM tombstones WHERE model = ? AND owner_id = 0 AND (hlc, uuid) > (?, ?)
+		ORDER BY hlc, uuid LIMIT ?`, append([]any{mi.Name}, args...), func(s *sqlite3.Stmt) error {
+		u := columnUUID(s, 0)
+		h, err := columnHLC(s, 1)
+		tombs = append(tombs, newSharedItem(pageKey{h, u},
+			[]messages.SharedChange{{HLC: h, Model: mi.Name, Record: u, Op: messages.OpDelete}}))
+		return err
+	})
+	return rows, tombs, err
 }
 
 // rowChanges turns one shared row (columns from index 2 on: value, field
@@ -360,88 +433,137 @@ func rowChanges(mi *modelInfo, u messages.UUID, s *sqlite3.Stmt) ([]messages.Sha
 
 // StateRecords returns owner's current records of model with the given
 // uuids: the row, or its tombstone, or nothing when neither is here (or
-// it belongs to another owner). Anti-entropy repairs use it.
+// it belongs to another owner). Anti-entropy repairs use it. It answers
+// for the uuids whose records fit DefaultPageBytes (at least the first):
+// StateRecordsOpts says for how many.
 func (l *Library) StateRecords(owner messages.DeviceID, model string, uuids []messages.UUID) ([]messages.StateRecord, error) {
+	recs, _, err := l.StateRecordsOpts(owner, model, uuids, PageOptions{Limit: len(uuids)})
+	return recs, err
+}
+
+// StateRecordsOpts is StateRecords bounded by opts: it answers for
+// uuids[:served] only (opts.Limit uuids at most); the caller asks again
+// for the rest.
+func (l *Library) StateRecordsOpts(owner messages.DeviceID, model string, uuids []messages.UUID, opts PageOptions) (out []messages.StateRecord, served int, err error) {
 	mi, err := l.reg.model(model)
 	if err != nil {
-		return nil, fmt.Errorf("state records: %w", err)
+		return nil, 0, fmt.Errorf("state records: %w", err)
 	}
 	if mi.Kind != DeviceOwned {
-		return nil, fmt.Errorf("state records: %w: %q is shared", ErrUnknownModel, model)
+		return nil, 0, fmt.Errorf("state records: %w: %q is shared", ErrUnknownModel, model)
 	}
-	var out []messages.StateRecord
+	opts = opts.withDefaults()
+	page := pageBytes{max: opts.MaxBytes}
 	err = l.readTx(func(c *conn) error {
 		ownerID, found, err := ownerIDOf(c, owner)
 		if err != nil || !found {
+			served = len(uuids) // nothing of owner's is here
 			return err
 		}
-		for _, u := range uuids {
-			ok, err := c.queryRow(mi.sql.get, []any{u}, func(s *sqlite3.Stmt) error {
-				r, o, err := scanRecord(mi, s)
-				if err == nil && o == owner {
-					out = append(out, r)
-				}
-				return err
-			})
+		for ; served < len(uuids) && served < opts.Limit; served++ {
+			rec, err := stateRecord(c, mi, owner, ownerID, uuids[served])
 			if err != nil {
 				return err
 			}
-			if ok {
+			if rec == nil {
 				continue
 			}
-			_, err = c.queryRow(`SELECT hlc FROM tombstones WHERE model = ? AND uuid = ? AND owner_id = ?`,
-				[]any{mi.Name, u, ownerID}, func(s *sqlite3.Stmt) error {
-					h, err := columnHLC(s, 0)
-					out = append(out, messages.StateRecord{UUID: u, HLC: h, Deleted: true})
-					return err
-				})
-			if err != nil {
-				return err
+			if !page.fits(recordSize(rec)) {
+				break
 			}
+			out = append(out, *rec)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("state records %s of %s: %w", model, owner, err)
+		return nil, 0, fmt.Errorf("state records %s of %s: %w", model, owner, err)
 	}
-	return out, nil
+	return out, served, nil
+}
+
+// stateRecord reads owner's record of (mi, u): its row or its tombstone.
+func stateRecord(c *conn, mi *modelInfo, owner messages.DeviceID, ownerID int64, u messages.UUID) (*messages.StateRecord, error) {
+	var rec *messages.StateRecord
+	ok, err := c.queryRow(mi.sql.get, []any{u}, func(s *sqlite3.Stmt) error {
+		r, o, err := scanRecord(mi, s)
+		if err == nil && o == owner {
+			rec = &r
+		}
+		return err
+	})
+	if err != nil || ok {
+		return rec, err
+	}
+	_, err = c.queryRow(`SELECT hlc FROM tombstones WHERE model = ? AND uuid = ? AND owner_id = ?`,
+		[]any{mi.Name, u, ownerID}, func(s *sqlite3.Stmt) error {
+			h, err := columnHLC(s, 0)
+			rec = &messages.StateRecord{UUID: u, HLC: h, Deleted: true}
+			return err
+		})
+	return rec, err
 }
 
 // SharedRecords returns the current state of the shared rows with the
-// given uuids, as changes (per field HLC) and deletes (tombstones).
+// given uuids, as changes (per field HLC) and deletes (tombstones). It
+// answers for the uuids whose changes fit DefaultPageBytes (at least the
+// first): SharedRecordsOpts says for how many.
 func (l *Library) SharedRecords(model string, uuids []messages.UUID) ([]messages.SharedChange, error) {
+	out, _, err := l.SharedRecordsOpts(model, uuids, PageOptions{Limit: len(uuids)})
+	return out, err
+}
+
+// SharedRecordsOpts is SharedRecords bounded by opts: it answers for
+// uuids[:served] only (opts.Limit uuids at most); the caller asks again
+// for the rest.
+func (l *Library) SharedRecordsOpts(model string, uuids []messages.UUID, opts PageOptions) (out []messages.SharedChange, served int, err error) {
 	mi, err := l.reg.model(model)
 	if err != nil {
-		return nil, fmt.Errorf("shared records: %w", err)
+		return nil, 0, fmt.Errorf("shared records: %w", err)
 	}
 	if mi.Kind != Shared {
-		return nil, fmt.Errorf("shared records: %w: %q is device-owned", ErrUnknownModel, model)
+		return nil, 0, fmt.Errorf("shared records: %w: %q is device-owned", ErrUnknownModel, model)
 	}
-	var out []messages.SharedChange
+	opts = opts.withDefaults()
+	page := pageBytes{max: opts.MaxBytes}
 	err = l.readTx(func(c *conn) error {
-		for _, u := range uuids {
-			if _, err := c.queryRow(mi.sql.sharedGet, []any{u}, func(s *sqlite3.Stmt) error {
-				cs, err := rowChanges(mi, u, s)
-				out = append(out, cs...)
-				return err
-			}); err != nil {
+		for ; served < len(uuids) && served < opts.Limit; served++ {
+			cs, err := sharedRecord(c, mi, uuids[served])
+			if err != nil {
 				return err
 			}
-			if _, err := c.queryRow(`SELECT hlc FROM tombstones WHERE model = ? AND uuid = ? AND owner_id = 0`,
-				[]any{mi.Name, u}, func(s *sqlite3.Stmt) error {
-					h, err := columnHLC(s, 0)
-					out = append(out, messages.SharedChange{HLC: h, Model: mi.Name, Record: u, Op: messages.OpDelete})
-					return err
-				}); err != nil {
-				return err
+			if len(cs) == 0 {
+				continue
 			}
+			if !page.fits(newSharedItem(pageKey{}, cs).size) {
+				break
+			}
+			out = append(out, cs...)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("shared records %s: %w", model, err)
+		return nil, 0, fmt.Errorf("shared records %s: %w", model, err)
 	}
-	return out, nil
+	return out, served, nil
+}
+
+// sharedRecord reads the row (mi, u) as changes, and its tombstone.
+func sharedRecord(c *conn, mi *modelInfo, u messages.UUID) ([]messages.SharedChange, error) {
+	var out []messages.SharedChange
+	if _, err := c.queryRow(mi.sql.sharedGet, []any{u}, func(s *sqlite3.Stmt) error {
+		cs, err := rowChanges(mi, u, s)
+		out = append(out, cs...)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	_, err := c.queryRow(`SELECT hlc FROM tombstones WHERE model = ? AND uuid = ? AND owner_id = 0`,
+		[]any{mi.Name, u}, func(s *sqlite3.Stmt) error {
+			h, err := columnHLC(s, 0)
+			out = append(out, messages.SharedChange{HLC: h, Model: mi.Name, Record: u, Op: messages.OpDelete})
+			return err
+		})
+	return out, err
 }
 
 // ItemFingerprint is the 64-bit hash of one (uuid, hlc) pair that

@@ -2,6 +2,8 @@ package persistence
 
 import (
 	"cmp"
+	"crypto/sha1"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -57,6 +59,29 @@ type Column struct {
 	// Required columns must be present and non-null in every device-owned
 	// record and in every shared insert; shared updates may not null them.
 	Required bool
+	// MaxBytes is the largest value a TypeText or TypeJSON column takes,
+	// in bytes of UTF-8 (0: DefaultMaxText). Larger values are refused:
+	// local writes with ErrTooLarge, received records as rejections. Other
+	// types have a fixed size and leave it 0.
+	MaxBytes int
+}
+
+// Size limits (see doc.go, "Limits").
+const (
+	// DefaultMaxText is the limit of a text or JSON column that declares none.
+	DefaultMaxText = 4 << 10
+	// MaxRecordBytes bounds one record's msgpack encoding. NewRegistry
+	// refuses a model whose column limits could add up to more, so a
+	// record whose every value fits its column fits this too.
+	MaxRecordBytes = 1 << 20
+)
+
+// maxBytes is c's limit on a text or JSON value.
+func (c Column) maxBytes() int {
+	if c.MaxBytes > 0 {
+		return c.MaxBytes
+	}
+	return DefaultMaxText
 }
 
 // Model declares one synced model. The column order is the order of
@@ -217,6 +242,9 @@ func (r *Registry) prepare(mi *modelInfo) error {
 		mi.colIdx[c.Name] = i
 		mi.sqlCol = append(mi.sqlCol, sqlName)
 	}
+	if n := mi.maxEncodedSize(); n > MaxRecordBytes {
+		return fmt.Errorf("column limits allow %d-byte records, over MaxRecordBytes (%d)", n, MaxRecordBytes)
+	}
 	for _, n := range mi.DeterministicFrom {
 		i, ok := mi.colIdx[n]
 		if !ok {
@@ -244,6 +272,9 @@ func (r *Registry) columnSQLName(mi *modelInfo, c Column) (string, error) {
 	}
 	if c.Type < TypeText || c.Type > TypeRef {
 		return "", fmt.Errorf("column %q: %v", c.Name, c.Type)
+	}
+	if c.MaxBytes < 0 || c.MaxBytes > 0 && c.Type != TypeText && c.Type != TypeJSON {
+		return "", fmt.Errorf("column %q: MaxBytes %d on a %v column", c.Name, c.MaxBytes, c.Type)
 	}
 	if c.Type != TypeRef {
 		return c.Name, nil
@@ -440,7 +471,11 @@ func (r *Registry) DeterministicUUID(model string, fields map[string]any) (messa
 }
 
 func (mi *modelInfo) deterministicUUID(vals []any) messages.UUID {
-	name := []byte(mi.Name)
+	// uuid.NewSHA1(lsyncNamespace, name), without its allocations: this
+	// runs for every received record of such a model.
+	var buf [192]byte
+	name := append(buf[:0], lsyncNamespace[:]...)
+	name = append(name, mi.Name...)
 	for k, v := range vals {
 		name = append(name, 0)
 		name = append(name, mi.Columns[mi.detIdx[k]].Name...)
@@ -448,11 +483,74 @@ func (mi *modelInfo) deterministicUUID(vals []any) messages.UUID {
 		switch v := v.(type) {
 		case messages.UUID:
 			name = append(name, v[:]...)
+		case string:
+			name = append(name, v...)
 		default:
 			name = fmt.Append(name, v)
 		}
 	}
-	return messages.UUID(uuid.NewSHA1(lsyncNamespace, name))
+	sum := sha1.Sum(name)
+	var u messages.UUID
+	copy(u[:], sum[:16])
+	u[6] = u[6]&0x0f | 0x50 // version 5 (SHA-1, name-based)
+	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+	return u
+}
+
+// errNotDerived: the uuid of a record of a model with a deterministic
+// uuid is not the one its fields derive (wrapped with ErrBadValue).
+var errNotDerived = errors.New("uuid not derived from its fields")
+
+// checkIdentity refuses a record u of mi whose identity columns
+// (DeterministicFrom) do not derive u. src holds the values the record
+// writes to them, in DeterministicFrom order, n of which are present
+// (non-nil). A record writing none of them is not checked (a shared update
+// of other fields); one writing only some changes part of its identity and
+// is refused: honest writers never do (prepareShared refuses it).
+func (mi *modelInfo) checkIdentity(u messages.UUID, src []any, n int) error {
+	switch {
+	case n == 0:
+		return nil
+	case n < len(src):
+		return fmt.Errorf("%w: %w: %s %s writes only some of %v", ErrBadValue, errNotDerived, mi.Name, u, mi.DeterministicFrom)
+	}
+	if d := mi.deterministicUUID(src); d != u {
+		return fmt.Errorf("%w: %w: %s %s, derived from %v, is %s", ErrBadValue, errNotDerived, mi.Name, u, mi.DeterministicFrom, d)
+	}
+	return nil
+}
+
+// identityOfValues checks u against a record's values (column order).
+func (mi *modelInfo) identityOfValues(u messages.UUID, vals []any) error {
+	if len(mi.detIdx) == 0 {
+		return nil
+	}
+	var buf [4]any
+	src, n := buf[:0], 0
+	for _, i := range mi.detIdx {
+		if vals[i] != nil {
+			n++
+		}
+		src = append(src, vals[i])
+	}
+	return mi.checkIdentity(u, src, n)
+}
+
+// identityOfSet checks u against the columns a shared change writes.
+func (mi *modelInfo) identityOfSet(u messages.UUID, set map[int]any) error {
+	if len(mi.detIdx) == 0 {
+		return nil
+	}
+	var buf [4]any
+	src, n := buf[:0], 0
+	for _, i := range mi.detIdx {
+		v := set[i]
+		if v != nil {
+			n++
+		}
+		src = append(src, v)
+	}
+	return mi.checkIdentity(u, src, n)
 }
 
 // detFromValues returns the deterministic uuid for normalised column

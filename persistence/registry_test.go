@@ -2,11 +2,14 @@ package persistence
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/vmihailenco/msgpack/v5"
+	"pgregory.net/rapid"
 
 	"github.com/lsync/lsync/messages"
 )
@@ -193,4 +196,109 @@ func TestDeterministicUUID(t *testing.T) {
 	if _, ok := r.DeterministicUUID(ModelAlbumEntry, map[string]any{"album_uuid": p}); ok {
 		t.Fatal("derived from a missing end")
 	}
+}
+
+// The derivation is part of the protocol: it stays uuid.NewSHA1 in
+// lsync's namespace over the model name and the NUL-separated column
+// names and values, whatever makes it faster.
+func TestDeterministicUUIDIsPinned(t *testing.T) {
+	r := DefaultRegistry()
+	naive := func(model string, vals ...any) messages.UUID {
+		mi := r.models[model]
+		name := []byte(model)
+		for k, v := range vals {
+			name = append(name, 0)
+			name = append(name, mi.Columns[mi.detIdx[k]].Name...)
+			name = append(name, 0)
+			if u, ok := v.(messages.UUID); ok {
+				name = append(name, u[:]...)
+			} else {
+				name = fmt.Append(name, v)
+			}
+		}
+		return messages.UUID(uuid.NewSHA1(lsyncNamespace, name))
+	}
+	long := strings.Repeat("f", 300) // past the stack buffer
+	for _, tc := range []struct {
+		model string
+		vals  []any
+	}{
+		{ModelContentIdentity, []any{"blake3:abc"}},
+		{ModelContentIdentity, []any{long}},
+		{ModelAlbumEntry, []any{uid(1), uid(2)}},
+		{ModelUserMetadata, []any{uid(3)}},
+		{ModelEntryMetadata, []any{uid(4)}},
+	} {
+		if got, want := r.models[tc.model].deterministicUUID(tc.vals), naive(tc.model, tc.vals...); got != want {
+			t.Errorf("%s %v: %s, want %s", tc.model, tc.vals, got, want)
+		}
+	}
+	// And a pinned value, so both cannot drift together.
+	if got := r.models[ModelContentIdentity].deterministicUUID([]any{"blake3:abc"}); got.String() != naive(ModelContentIdentity, "blake3:abc").String() || got[6]>>4 != 5 {
+		t.Errorf("content identity uuid %s is not a version 5 uuid", got)
+	}
+}
+
+// Every text and JSON column has a limit; limits are declared sanely, and
+// a model whose limits allow records over MaxRecordBytes is refused.
+func TestRegistryLimits(t *testing.T) {
+	for _, name := range DefaultRegistry().Order() {
+		mi := DefaultRegistry().models[name]
+		if n := mi.maxEncodedSize(); n > MaxRecordBytes {
+			t.Errorf("%s: records up to %d bytes", name, n)
+		}
+	}
+	text := func(n string, max int) Column { return Column{Name: n, Type: TypeText, MaxBytes: max} }
+	for _, m := range []Model{
+		{Name: "x", Kind: Shared, Columns: []Column{text("a", -1)}},
+		{Name: "x", Kind: Shared, Columns: []Column{{Name: "a", Type: TypeInt, MaxBytes: 8}}},
+		{Name: "x", Kind: Shared, Columns: []Column{text("a", 600<<10), text("b", 600<<10)}},
+	} {
+		if _, err := NewRegistry(m); err == nil {
+			t.Errorf("%+v accepted", m)
+		}
+	}
+	r, err := NewRegistry(Model{Name: "x", Kind: Shared, Columns: []Column{text("a", 0), text("b", 8)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.NormalizeFields("x", map[string]any{"a": strings.Repeat("a", DefaultMaxText), "b": "12345678"}); err != nil {
+		t.Fatalf("values at their limits: %v", err)
+	}
+	for _, f := range []map[string]any{{"a": strings.Repeat("a", DefaultMaxText+1)}, {"b": "123456789"}} {
+		if _, err := r.NormalizeFields("x", f); !errors.Is(err, ErrTooLarge) || !errors.Is(err, ErrBadValue) {
+			t.Errorf("%d bytes: err %v, want ErrTooLarge (and ErrBadValue)", len(fmt.Sprint(f)), err)
+		}
+	}
+}
+
+// recordSize and changeSize bound the msgpack encoding from above, and
+// tightly: pages are cut by them.
+func TestEncodedSizes(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		str := rapid.StringN(0, 70_000, 70_000)
+		val := rapid.OneOf(rapid.Just[any](nil), rapid.Map(rapid.Bool(), func(b bool) any { return b }),
+			rapid.Map(rapid.Int64(), func(n int64) any { return n }), rapid.Map(rapid.Float64(), func(f float64) any { return f }),
+			rapid.Map(str, func(s string) any { return s }), rapid.Just[any](messages.UUID(uid(7))))
+		rec := messages.StateRecord{UUID: uid(1), HLC: hlcAt(1, 2, devA), Deleted: rapid.Bool().Draw(t, "deleted"),
+			Values: rapid.SliceOfN(val, 0, 20).Draw(t, "values")}
+		b, err := msgpack.Marshal(&rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := recordSize(&rec); n < len(b) || n > len(b)+8*len(rec.Values) {
+			t.Fatalf("recordSize %d, encoded %d", n, len(b))
+		}
+		c := messages.SharedChange{HLC: hlcAt(1, 2, devA), Model: ModelTag, Record: uid(2), Op: messages.OpUpdate,
+			Fields: rapid.MapOfN(rapid.StringN(1, 40, 40), val, 0, 20).Draw(t, "fields")}
+		if rapid.Bool().Draw(t, "prev") {
+			c.Prev = hlcAt(0, 1, devA)
+		}
+		if b, err = msgpack.Marshal(&c); err != nil {
+			t.Fatal(err)
+		}
+		if n := changeSize(&c); n < len(b) || n > len(b)+8*len(c.Fields)+hlcSize {
+			t.Fatalf("changeSize %d, encoded %d", n, len(b))
+		}
+	})
 }

@@ -40,6 +40,28 @@ func parkedTotal(t testing.TB, l *Library) int {
 	return n
 }
 
+// checkParkedCounters checks the in-memory counts of fk_parked (which
+// the bulk path and MaxParked rely on) against the table.
+func checkParkedCounters(t fataler, l *Library) {
+	t.Helper()
+	st, err := l.ParkedStats()
+	if err != nil {
+		t.Fatalf("parked stats: %v", err)
+	}
+	waiting, held := 0, 0
+	for _, n := range st.Waiting {
+		waiting += n
+	}
+	for _, n := range st.Held {
+		held += n
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.parked != waiting+held || l.held != held {
+		t.Fatalf("counters: parked %d held %d, the table has %d waiting and %d held", l.parked, l.held, waiting, held)
+	}
+}
+
 func modelsJSON(t testing.TB, l *Library, models ...string) string {
 	t.Helper()
 	out := ""
@@ -311,7 +333,8 @@ func TestForgedOwnershipRejected(t *testing.T) {
 		}
 	})
 	t.Run("entry_metadata of another device's entry", func(t *testing.T) {
-		bad := recordFor(t, ModelEntryMetadata, uid(62), hlcAt(22, 0, devB), map[string]any{"entry_uuid": uid(2), "favorite": true})
+		f := map[string]any{"entry_uuid": uid(2), "favorite": true}
+		bad := recordFor(t, ModelEntryMetadata, derived(t, ModelEntryMetadata, f), hlcAt(22, 0, devB), f)
 		res, _ := l.ApplyState(devB, ModelEntryMetadata, []messages.StateRecord{bad}, ApplyOptions{})
 		if len(res.Rejected) != 1 || res.Rejected[0].Reason != messages.ReasonForgedOwner {
 			t.Fatalf("result %+v", res)

@@ -140,12 +140,16 @@ func (l *Library) replayLocked() error {
 }
 
 // LogSince returns this device's logged shared changes after since (HLC
-// order, at most limit; 0 means 1,000). snapshotRequired is true when since
-// is older than the newest pruned entry: changes after since are gone.
+// order, at most limit, 0 meaning 1,000, and DefaultPageBytes of them).
+// snapshotRequired is true when since is older than the newest pruned
+// entry: changes after since are gone.
 func (l *Library) LogSince(since messages.HLC, limit int) (entries []messages.SharedChange, more, snapshotRequired bool, err error) {
-	if limit <= 0 {
-		limit = 1000
-	}
+	return l.LogSinceOpts(since, PageOptions{Limit: limit})
+}
+
+// LogSinceOpts is LogSince with the page bounded by opts.
+func (l *Library) LogSinceOpts(since messages.HLC, opts PageOptions) (entries []messages.SharedChange, more, snapshotRequired bool, err error) {
+	opts = opts.withDefaults()
 	err = l.readTx(func(c *conn) error {
 		pruned, err := c.queryHLC(`SELECT value FROM log.log_meta WHERE key = 'pruned_through'`)
 		if err != nil {
@@ -155,22 +159,25 @@ func (l *Library) LogSince(since messages.HLC, limit int) (entries []messages.Sh
 			snapshotRequired = true
 			return nil
 		}
-		return c.query(`SELECT `+logCols+` FROM log.shared_changes WHERE hlc > ? ORDER BY hlc LIMIT ?`,
-			[]any{cmpHLC(since), limit + 1}, func(s *sqlite3.Stmt) error {
+		page := pageBytes{max: opts.MaxBytes}
+		err = c.query(`SELECT `+logCols+` FROM log.shared_changes WHERE hlc > ? ORDER BY hlc LIMIT ?`,
+			[]any{cmpHLC(since), opts.Limit + 1}, func(s *sqlite3.Stmt) error {
 				e, err := scanLogEntry(s)
 				if err != nil {
 					return err
 				}
 				l.reg.normalizeChange(&e)
+				if len(entries) == opts.Limit || !page.fits(changeSize(&e)) {
+					more = true
+					return errPageFull
+				}
 				entries = append(entries, e)
 				return nil
 			})
+		return endScan(err)
 	})
 	if err != nil {
 		return nil, false, false, fmt.Errorf("log since %s: %w", since, err)
-	}
-	if len(entries) > limit {
-		entries, more = entries[:limit], true
 	}
 	return entries, more, snapshotRequired, nil
 }
@@ -185,6 +192,9 @@ func (l *Library) RecordAck(peer messages.DeviceID, upTo messages.HLC) error {
 	}
 	if messages.DeviceID(upTo.Device) != l.self {
 		return fmt.Errorf("record ack from %s: %w: %s is not an hlc of this device", peer, ErrBadValue, upTo)
+	}
+	if last := l.LastLogged(); upTo.Compare(last) > 0 {
+		return fmt.Errorf("record ack from %s: %w: %s is past this device's last logged change %s", peer, ErrBadValue, upTo, last)
 	}
 	if err := l.lockWriter(); err != nil {
 		return err
@@ -234,7 +244,8 @@ func pruneBound(partners []messages.DeviceID, acks map[messages.DeviceID]message
 // Prune deletes log entries at or below the minimum ACK over all sync
 // partners, and entries past the retention policy (more than MaxEntries,
 // older than MaxAge); returns how many. It also drops tombstones and held
-// records older than TombstoneMaxAge.
+// records older than TombstoneMaxAge, and parked records older than
+// ParkedMaxAge.
 func (l *Library) Prune() (int, error) {
 	if err := l.lockWriter(); err != nil {
 		return 0, err
@@ -398,7 +409,10 @@ func (l *Library) pruneTombstonesLocked() error {
 				return err
 			}
 		}
-		if err := tx.c.exec(`DELETE FROM fk_parked WHERE held = 1 AND parked_at < ?`, cutoff.UnixMilli()); err != nil {
+		// Held records go with their tombstones; records whose parent
+		// never came, after ParkedMaxAge.
+		parkedCut := l.wall().Add(-l.opts.Retention.ParkedMaxAge).UnixMilli()
+		if err := tx.c.exec(`DELETE FROM fk_parked WHERE parked_at < iif(held, ?, ?)`, cutoff.UnixMilli(), parkedCut); err != nil {
 			return err
 		}
 		removed += int(tx.c.c.Changes())

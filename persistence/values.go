@@ -27,11 +27,17 @@ func normalize(model string, c Column, v any) (any, error) {
 	switch c.Type {
 	case TypeText:
 		if s, ok := v.(string); ok {
+			if err := fits(model, c, s); err != nil {
+				return nil, err
+			}
 			return s, nil
 		}
 	case TypeJSON:
 		switch s := v.(type) {
 		case string:
+			if err := fits(model, c, s); err != nil {
+				return nil, err
+			}
 			if !json.Valid([]byte(s)) {
 				return nil, bad("not valid JSON")
 			}
@@ -40,6 +46,9 @@ func normalize(model string, c Column, v any) (any, error) {
 			b, err := json.Marshal(s)
 			if err != nil {
 				return nil, bad("%v", err)
+			}
+			if err := fits(model, c, string(b)); err != nil {
+				return nil, err
 			}
 			return string(b), nil
 		}
@@ -73,6 +82,14 @@ func normalize(model string, c Column, v any) (any, error) {
 		}
 	}
 	return nil, bad("want %v, got %T", c.Type, v)
+}
+
+// fits refuses a text or JSON value s larger than column c's limit.
+func fits(model string, c Column, s string) error {
+	if len(s) <= c.maxBytes() {
+		return nil
+	}
+	return fmt.Errorf("%w: %w: %s.%s: %d bytes, the limit is %d", ErrBadValue, ErrTooLarge, model, c.Name, len(s), c.maxBytes())
 }
 
 func intKind(v any) (int64, bool) {
