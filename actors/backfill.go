@@ -238,8 +238,8 @@ func (b *backfillActor) run(ctx actor.Context, step joinStep) {
 		}
 	}
 	if r := step.raise; r != nil {
-		if err := b.lib.RaiseStateWatermark(r.Origin, r.HLC); err != nil {
-			b.failed(ctx, fmt.Errorf("raise the watermark of %s: %w", r.Origin, err))
+		if err := b.n.raiseWatermark(b.lib, b.libID, source, r.Origin, r.HLC); err != nil {
+			b.failed(ctx, err)
 			return
 		}
 	}

@@ -159,8 +159,8 @@ func (j *catchUpActor) statePage(a *answered) error {
 		return nil
 	}
 	if wm := j.state.ScanWM; !wm.IsZero() {
-		if err := j.lib.RaiseStateWatermark(owner, wm); err != nil {
-			return fmt.Errorf("raise watermark of %s: %w", owner, err)
+		if err := j.n.raiseWatermark(j.lib, j.libID, j.peer, owner, wm); err != nil {
+			return err
 		}
 	}
 	j.state = nil

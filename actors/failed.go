@@ -43,6 +43,10 @@ type RepairReport struct {
 	Detail      string                      `json:"detail,omitempty"`
 	Rebuilt     *persistence.DerivedRebuild `json:"rebuilt,omitempty"`
 	Retry       RetryReport                 `json:"retry"`
+	// Future lists HLCs and watermarks stored beyond now + the maximum
+	// skew (accepted by builds whose skew check overflowed), and what the
+	// repair lowered or removed; nil when there were none.
+	Future *persistence.FutureReport `json:"future_hlcs,omitempty"`
 }
 
 // FailedRecords lists the records that could not be applied, oldest first.

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -97,6 +98,26 @@ func (n *nodeCore) admitHLC(lib *persistence.Library, id messages.LibraryID, fro
 	return true
 }
 
+// raiseWatermark raises owner's state watermark to what a complete scan
+// served by from vouches for. A watermark that names another device or
+// lies beyond the maximum skew is the serving peer's fault: it is counted
+// and left out (the rows stay; a later scan raises the watermark), and
+// only a failure of the store is returned.
+func (n *nodeCore) raiseWatermark(lib *persistence.Library, id messages.LibraryID, from, owner messages.DeviceID, wm messages.HLC) error {
+	err := lib.RaiseStateWatermark(owner, wm)
+	switch {
+	case err == nil:
+		return nil
+	case messages.IsClockSkew(err):
+		n.reject(messages.ReasonClockSkew, "library", id, "from", from, "owner", owner, "watermark", wm, "err", err)
+	case errors.Is(err, persistence.ErrBadValue):
+		n.reject(messages.ReasonForgedOwner, "library", id, "from", from, "owner", owner, "watermark", wm, "err", err)
+	default:
+		return fmt.Errorf("raise the watermark of %s: %w", owner, err)
+	}
+	return nil
+}
+
 // applierFor returns the applier of a device-owned model, or refuses it.
 func (a *libraryActor) applierFor(from messages.DeviceID, model string) (*actor.PID, bool) {
 	pid, ok := a.appliers[model]
@@ -181,6 +202,10 @@ func (a *libraryActor) onAck(ctx actor.Context, from messages.DeviceID, m *messa
 		return
 	}
 	if err := a.lib.RecordAck(from, m.UpTo); err != nil {
+		if errors.Is(err, persistence.ErrBadValue) {
+			a.n.reject(messages.ReasonBadAck, "library", a.id, "from", from, "err", err)
+			return
+		}
 		a.n.log.Error("record ack", "library", a.id, "from", from, "err", err)
 		return
 	}

@@ -116,11 +116,25 @@ func (m *maintenanceActor) prune(ctx actor.Context) {
 	ctx.Send(m.parent, &pruned{logCount: count, tick: tick})
 }
 
-// repair checks the derived caches against a rebuild from the synced
-// rows, rebuilds them if they differ, then retries the failed records (a
-// stale cache is the usual reason a record keeps failing).
+// repair finds HLCs stored beyond now + the maximum skew and repairs
+// what it safely can, checks the derived caches against a rebuild from
+// the synced rows, rebuilds them if they differ, then retries the failed
+// records (a stale cache is the usual reason a record keeps failing).
 func (m *maintenanceActor) repair() (RepairReport, error) {
 	var rep RepairReport
+	now := time.Now()
+	if m.n.cfg.Wall != nil {
+		now = m.n.cfg.Wall()
+	}
+	if fr, err := m.lib.FutureHLCs(now); err != nil {
+		return rep, fmt.Errorf("look for future HLCs: %w", err)
+	} else if fr.Total() > 0 {
+		m.n.log.Warn("HLCs from the future are stored; repairing what can be", "library", m.id, "found", fr.Found, "largest", fr.Largest)
+		if fr, err = m.lib.RepairFutureHLCs(now); err != nil {
+			return rep, fmt.Errorf("repair future HLCs: %w", err)
+		}
+		rep.Future = &fr
+	}
 	if err := m.lib.VerifyDerived(); err != nil {
 		if isFatalApplyError(err) {
 			return rep, err

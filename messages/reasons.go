@@ -47,6 +47,9 @@ const (
 	ReasonBadValue     Reason = "bad_value"
 	ReasonClockSkew    Reason = "clock_skew"    // an HLC too far ahead of the local clock
 	ReasonPoisonRecord Reason = "poison_record" // applying it failed; kept in failed_records
+	ReasonTooLarge     Reason = "too_large"     // a field or record over its documented limit
+	ReasonBadUUID      Reason = "bad_uuid"      // a uuid that does not derive from the fields it must derive from
+	ReasonParkingFull  Reason = "parking_full"  // a record whose parent is missing, refused: too many are parked already
 
 	// Local limits and integrity.
 	ReasonBackfillBufferFull    Reason = "backfill_buffer_full"    // a live change dropped during a join (re-fetched later)
@@ -59,6 +62,7 @@ var reasons = [...]Reason{
 	ReasonNoCertificate, ReasonWrongALPN, ReasonPairingBusy, ReasonPairingLocked, ReasonPairingTimeout,
 	ReasonUnauthorized, ReasonUnknownLibrary, ReasonForgedOwner, ReasonForgedOrigin, ReasonForgedSetup, ReasonBadAck,
 	ReasonUnknownModel, ReasonWrongKind, ReasonBadValue, ReasonClockSkew, ReasonPoisonRecord,
+	ReasonTooLarge, ReasonBadUUID, ReasonParkingFull,
 	ReasonBackfillBufferFull, ReasonSnapshotChunkChecksum,
 }
 

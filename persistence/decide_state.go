@@ -179,12 +179,11 @@ type stateVerdict struct {
 	liftTomb bool
 }
 
-// Reasons this package would name on their own. Until messages registers
-// them (its list is append-only), the closest registered ones stand in.
+// The reasons of this package's own refusals.
 const (
-	reasonTooLarge    = messages.ReasonBadValue           // wanted: "too_large"
-	reasonNotDerived  = messages.ReasonBadValue           // wanted: "bad_uuid"
-	reasonParkingFull = messages.ReasonBackfillBufferFull // wanted: "parking_full"
+	reasonTooLarge    = messages.ReasonTooLarge
+	reasonNotDerived  = messages.ReasonBadUUID
+	reasonParkingFull = messages.ReasonParkingFull
 )
 
 // valueReason is the reason to refuse a record whose values do not fit

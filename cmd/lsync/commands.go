@@ -196,8 +196,15 @@ closed across daemon restarts until opened again. Its data is kept.`,
 		}),
 	}, &cobra.Command{
 		Use:   "repair LIB",
-		Short: "Check the derived caches, rebuild them if stale, retry failed records",
-		Long: `Repair a library on this device. The derived caches (directory paths, the
+		Short: "Repair future HLCs and stale caches, retry failed records",
+		Long: `Repair a library on this device. First, HLCs and watermarks stored beyond
+now + the maximum clock skew (which builds before the overflow-free skew
+check could accept from a broken or hostile peer) are reported; the
+watermarks, ACKs, partners' reports, parked records and the clock's seed
+among them are lowered or dropped (catch-up fetches again what that
+forgets); rows and fields from the future are only reported, because
+rewriting a replicated HLC would break last-writer-wins between devices.
+Then the derived caches (directory paths, the
 entry and tag closures) are compared with a rebuild from the synced rows;
 if they differ they are rebuilt in one transaction. Then every record in
 failed_records is applied again (a stale cache is the usual reason one keeps
@@ -212,6 +219,10 @@ retried records are applied by the ordinary, HLC-ordered rules.`,
 				return err
 			}
 			return g.output(rep, func(w io.Writer) {
+				if f := rep.Future; f != nil {
+					fmt.Fprintf(w, "HLCs from the future (beyond %s): %v, the largest %s\n", f.Limit, f.Found, f.Largest)
+					fmt.Fprintf(w, "Repaired: %v (rows and fields are only reported)\n", f.Fixed)
+				}
 				if rep.CachesStale {
 					fmt.Fprintf(w, "Derived caches were stale: %s\n", rep.Detail)
 					if rb := rep.Rebuilt; rb != nil {
