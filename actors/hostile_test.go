@@ -1,6 +1,9 @@
 package actors
 
 import (
+	"fmt"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,5 +62,138 @@ func TestHostileGapNeverFilledBacksOff(t *testing.T) {
 			t.Fatalf("%d catch-ups of the gapped origin in 10 s, want a few (backed off)", n)
 		}
 		t.Logf("%d catch-ups of the gapped origin in 10 s of fake time", n)
+	})
+}
+
+// Rows near their size limits used to make a 10,000-row page larger than
+// the frame limit: the serving peer's reply failed and every later join
+// from it failed too. Pages are cut by bytes now; this library's notes
+// alone are 18 MB, so the join needs several pages of them.
+func TestHostileBigRowsDoNotBlockAJoin(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := joinCluster(t, 2, 300, 10_000)
+		ctx := ctxT(t)
+		entries := c.rows(0, persistence.ModelEntry)
+		note := strings.Repeat("n", 60<<10)
+		for _, e := range entries {
+			if err := c.libs[0].SetEntryMeta(ctx, mustUUID(t, e["uuid"]), map[string]any{"note": note}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.join(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.libs[1].WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c.converge(false, 30*time.Second)
+		if n := len(c.rows(1, persistence.ModelEntryMetadata)); n != len(entries) {
+			t.Fatalf("the joiner has %d entry notes, want %d", n, len(entries))
+		}
+		st, _ := c.libs[1].Status(ctx)
+		if st.LastBackfill == nil || st.LastBackfill.Attempts != 0 {
+			t.Fatalf("the join needed retries: %+v", st.LastBackfill)
+		}
+	})
+}
+
+// A paired device that floods valid batches of its own rows faster than
+// they apply is slowed, not buffered: the victim's heap stays bounded by
+// its budgets, and an honest partner's changes keep arriving meanwhile.
+func TestHostileFloodIsSlowedNotBuffered(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := newCluster(t, 3, 42)
+		c.share()
+		c.converge(true, 10*time.Second)
+		c.idle()
+		lib := c.libs[0].ID()
+		conn := impostor(t, c, 1) // device 1 floods device 0
+		ctx := ctxT(t)
+		var before runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		// The flood: batches of 1,000 new locations of device 1 (about
+		// 0.5 MB each), as fast as the transport takes them. The heap is
+		// sampled as it goes.
+		flooded := make(chan int, 1)
+		var peak atomic.Uint64
+		go func() {
+			clock := messages.NewClock(c.devs[1].UUID(), nil, 0)
+			path := strings.Repeat("p", 400)
+			sent := 0
+			for b := 0; b < 300; b++ {
+				batch := &messages.StateBatch{Model: persistence.ModelLocation, Owner: c.devs[1]}
+				for range 1000 {
+					sent++
+					batch.Records = append(batch.Records, messages.StateRecord{UUID: testutil.UUID(1_000_000 + sent), HLC: clock.Now(),
+						Values: []any{nil, path, "flood", int64(sent)}})
+				}
+				if conn.Send(ctx, lib, batch) != nil {
+					break
+				}
+				if b%10 == 0 {
+					var m runtime.MemStats
+					runtime.ReadMemStats(&m)
+					peak.Store(max(peak.Load(), m.HeapAlloc))
+				}
+			}
+			flooded <- sent
+		}()
+		// Meanwhile device 2 writes tags; they reach device 0.
+		for k := range 20 {
+			if _, err := c.libs[2].CreateTag(ctx, TagInput{Name: fmt.Sprintf("honest-%d", k)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testutil.Eventually(t, 30*time.Second, "the honest tags on the victim", func() bool {
+			return len(c.rows(0, persistence.ModelTag)) == 20
+		})
+		sent := <-flooded
+		grew := int64(peak.Load()) - int64(before.HeapAlloc)
+		t.Logf("flooded %d rows (about %d MB); the heap peaked %d MB above its start", sent, sent*450>>20, grew>>20)
+		if sent < 300_000 {
+			t.Fatalf("the flood sent only %d rows", sent)
+		}
+		// Two budgets of 8 MiB of payload (the actors' and the
+		// transport's), memnet's queue, their decoded form and the
+		// garbage between collections: far less than the flood, which
+		// decoded at once would be about 500 MB.
+		if grew > 200<<20 {
+			t.Fatalf("the victim's heap peaked %d MB above its start under the flood", grew>>20)
+		}
+	})
+}
+
+// Pairing is consent (DESIGN §11: a paired device is one of the same
+// person's): any paired device may list this device's open libraries and
+// register itself as a partner. Closed libraries are not listed.
+func TestDiscoverListsOpenLibrariesOnly(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := newCluster(t, 2, 43)
+		ctx := ctxT(t)
+		open, err := c.nodes[0].CreateLibrary(ctx, "open")
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed, err := c.nodes[0].CreateLibrary(ctx, "closed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.nodes[0].CloseLibrary(ctx, closed.ID()); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.nodes[1].WaitConnected(ctx, c.devs[0]); err != nil {
+			t.Fatal(err)
+		}
+		libs, err := c.nodes[1].DiscoverLibraries(ctx, c.devs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(libs) != 1 || libs[0].ID != open.ID() {
+			t.Fatalf("discovered %+v, want only the open library", libs)
+		}
+		if _, err := c.nodes[1].SyncSetup(ctx, c.devs[0], closed.ID(), ActionRegisterOnly); err == nil {
+			t.Fatal("a closed library was set up")
+		}
 	})
 }
