@@ -321,8 +321,9 @@ blocks until the code is used (and prints the paired device) or expires.`,
 		Use:   "join CODE --addr HOST:PORT",
 		Short: "Pair with the device that shows CODE",
 		Long: `Connect to the device at --addr (its daemon's --listen address) and pair with
-it using the code it showed. A wrong code fails and uses up one of the code's
-attempts. Once paired, the two daemons connect to each other by themselves.`,
+it using the code it showed. A wrong code fails and uses up one of this
+address's attempts at the code (three; a code dies after 24 wrong guesses in
+all). Once paired, the two daemons connect to each other by themselves.`,
 		Example: `  lsync network pair join WXYZ-1234 --addr 192.0.2.10:7700`,
 		Args:    args(cobra.ExactArgs(1)),
 		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
