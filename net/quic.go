@@ -566,6 +566,11 @@ func (t *QUICTransport) readHello(ctx context.Context, qc *quic.Conn, s *quic.St
 // "handshake" on the accepting side only (the dialer's own attempt
 // failing is not input it refused).
 func (t *QUICTransport) countHandshake(dialer bool, reason messages.Reason, err error) error {
+	if reason == "" && errors.Is(err, messages.ErrSchemaVersion) {
+		// The peer saw the mismatch first and closed the connection with
+		// it before our read of its Hello: it is still a mismatch.
+		reason = messages.ReasonSchemaMismatch
+	}
 	if reason == "" && !dialer && t.ctx.Err() == nil {
 		reason = messages.ReasonHandshake
 	}
