@@ -63,6 +63,20 @@
 // in lsync_rejected_total{reason} (messages.Reason) and logged; they never
 // stop the stream.
 //
+// # Back-pressure and trust
+//
+// What one connection's peer sent and this node has not yet done with
+// (applied, answered, refused, buffered or dropped) is bounded by the
+// connection's budget (budget.go, SyncConfig.InboundBudget of payload
+// bytes); the transport holds as much again. When it is spent the read
+// loop stops reading and flow control slows the sender; the appliers take
+// one batch at a time round-robin across senders, so one flooding peer
+// does not delay the others. Before anything of a frame is decoded, the
+// transport asks the authorization table (authorize.go) whether its sender
+// may send that type for that library. Pairing is consent: any paired
+// device may list the open libraries and become a partner (DESIGN §11,
+// README "Security").
+//
 // # Supervision
 //
 // Supervisors decide from the class of the failure (errors.Is/As on the
