@@ -1,11 +1,13 @@
 package actors
 
 import (
+	"fmt"
 	"log/slog"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
 )
 
 // nodeCore is what every actor of a node shares: immutable after start,
@@ -19,8 +21,9 @@ type nodeCore struct {
 	events  *events
 	log     *slog.Logger
 	sys     *actor.ActorSystem
-	stopped chan struct{} // closed once the actor tree is down
-	auth    *authTable    // who may send what, for the transport (authorize.go)
+	stopped chan struct{}   // closed once the actor tree is down
+	auth    *authTable      // who may send what, for the transport (authorize.go)
+	logs    *net.LogLimiter // refusals are counted every time, logged at a bounded rate
 
 	testHooks
 }
@@ -57,8 +60,24 @@ func (n *nodeCore) traceShared(stage string, cs []messages.SharedChange) {
 	}
 }
 
-// reject counts and logs refused input.
+// reject counts refused input every time, and logs it at a bounded rate:
+// one line per sender ("from" in attrs) and reason per interval, saying
+// how many were held back (a peer that sends a million bad records must
+// not write a million log lines).
 func (n *nodeCore) reject(reason messages.Reason, attrs ...any) {
 	n.metrics.Rejected(reason)
+	who := "-"
+	for i := 0; i+1 < len(attrs); i += 2 {
+		if attrs[i] == "from" {
+			who = fmt.Sprint(attrs[i+1])
+		}
+	}
+	ok, held := n.logs.Allow(who, reason)
+	if !ok {
+		return
+	}
+	if held > 0 {
+		attrs = append(attrs, "suppressed", held)
+	}
 	n.log.Warn("rejected input", append([]any{"reason", reason}, attrs...)...)
 }

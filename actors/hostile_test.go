@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
 	"github.com/lsync/lsync/persistence"
 )
 
@@ -196,4 +198,30 @@ func TestDiscoverListsOpenLibrariesOnly(t *testing.T) {
 			t.Fatal("a closed library was set up")
 		}
 	})
+}
+
+// A partner that sends a million bad records gets each one counted, and
+// one log line per reason every 30 s, not a million (issue 9, item 13).
+func TestHostileRefusalsAreCountedNotLogged(t *testing.T) {
+	rec := testutil.NewLogRecorder(slog.LevelWarn)
+	now := time.Unix(1_700_000_000, 0)
+	n := &nodeCore{metrics: newMetrics(), log: slog.New(rec), logs: net.NewLogLimiter(0, func() time.Time { return now })}
+	bad := testutil.DevID(9)
+	for range 1000 {
+		n.reject(messages.ReasonForgedOwner, "from", bad, "model", "entry")
+	}
+	n.reject(messages.ReasonClockSkew, "from", bad)
+	n.reject(messages.ReasonForgedOwner, "from", testutil.DevID(8))
+	if got := n.metrics.RejectedCount(messages.ReasonForgedOwner); got != 1001 {
+		t.Fatalf("forged_owner counted %v times, want 1001", got)
+	}
+	if lines := rec.Lines(); len(lines) != 3 {
+		t.Fatalf("%d log lines for 1,002 refusals of 3 (sender, reason) pairs, want 3:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	now = now.Add(31 * time.Second)
+	n.reject(messages.ReasonForgedOwner, "from", bad)
+	lines := rec.Lines()
+	if len(lines) != 4 || !strings.Contains(lines[3], "suppressed=999") {
+		t.Fatalf("after the interval: %q, want one more line saying 999 were held back", lines[len(lines)-1])
+	}
 }

@@ -77,7 +77,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return log.With("lib", "protoactor")
 	}))
 	core := &nodeCore{self: self, name: name, cfg: cfg, sync: cfg.Sync, metrics: metrics,
-		events: newEvents(metrics), log: log, sys: sys, stopped: make(chan struct{}), auth: newAuthTable(), testHooks: cfg.hooks}
+		events: newEvents(metrics), log: log, sys: sys, stopped: make(chan struct{}), auth: newAuthTable(), logs: net.NewLogLimiter(0, cfg.Wall), testHooks: cfg.hooks}
 	metrics.watchSystem(sys)
 	sys.EventStream.Subscribe(releaseDeadLetter)
 	// The transport asks who may send what before it decodes a frame.

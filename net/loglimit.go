@@ -120,3 +120,26 @@ func sourceOf(addr string) string {
 	}
 	return ip.String()
 }
+
+// LogLimiter is the refusal-log limiter for other packages' refusals (the
+// actor runtime's): one line per (who, reason) per interval, with the
+// count of the lines held back since. Safe for concurrent use.
+type LogLimiter struct{ l *logLimiter }
+
+// NewLogLimiter lets one line per (who, reason) through every interval
+// (0: 30 s); now is the clock (nil: time.Now).
+func NewLogLimiter(every time.Duration, now func() time.Time) *LogLimiter {
+	if every <= 0 {
+		every = logInterval
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &LogLimiter{newLogLimiter(every, now)}
+}
+
+// Allow reports whether a line for (who, reason) may be written now and,
+// if so, how many lines of that key were held back since the last one.
+func (l *LogLimiter) Allow(who string, reason messages.Reason) (ok bool, suppressed int) {
+	return l.l.allow(who, reason)
+}
