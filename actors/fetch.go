@@ -18,21 +18,19 @@ import (
 // handles (and applies) in its Receive. A restarted job makes a new
 // fetcher; answers meant for an old one are dropped (see mine).
 type fetcher struct {
-	n       *nodeCore
-	lib     messages.LibraryID
-	self    *actor.PID
-	root    *actor.RootContext
-	ctx     context.Context
-	cancel  context.CancelFunc
-	spool   *pageSpool // where spooled answers are kept (nil: none)
-	pending int        // requests on the wire
+	n      *nodeCore
+	lib    messages.LibraryID
+	self   *actor.PID
+	root   *actor.RootContext
+	ctx    context.Context
+	cancel context.CancelFunc
+	spool  *pageSpool // where spooled answers are kept (nil: none)
 }
 
 // answered is a fetcher's answer to one request.
 type answered struct {
 	from *fetcher
 	tag  any // what the job asked it for (the job's own bookkeeping)
-	conn net.Conn
 	req  messages.Message
 	resp messages.Message
 	err  error
@@ -43,25 +41,18 @@ func (n *nodeCore) newFetcher(ctx actor.Context, lib messages.LibraryID, spool *
 	return &fetcher{n: n, lib: lib, self: ctx.Self(), root: ctx.ActorSystem().Root, ctx: c, cancel: cancel, spool: spool}
 }
 
-// mine reports whether a is an answer to this fetcher (not to the one of
-// a previous incarnation of the job), and counts it as no longer pending.
-func (f *fetcher) mine(a *answered) bool {
-	if a.from != f {
-		return false
-	}
-	f.pending--
-	return true
-}
+// mine reports whether a is an answer to this fetcher, not to the one of
+// a previous incarnation (or plan) of the job.
+func (f *fetcher) mine(a *answered) bool { return a.from == f }
 
 // stop cancels every request on the wire; their answers are dropped.
 func (f *fetcher) stop() { f.cancel() }
 
 // ask sends req on conn; the answer arrives as *answered with tag.
 func (f *fetcher) ask(conn net.Conn, req messages.Message, tag any) {
-	f.pending++
 	go func() {
 		resp, err := f.request(conn, req)
-		f.root.Send(f.self, &answered{from: f, tag: tag, conn: conn, req: req, resp: resp, err: err})
+		f.root.Send(f.self, &answered{from: f, tag: tag, req: req, resp: resp, err: err})
 	}()
 }
 
@@ -73,10 +64,9 @@ func (f *fetcher) askSpooled(conn net.Conn, source messages.DeviceID, req messag
 		f.ask(conn, req, tag)
 		return
 	}
-	f.pending++
 	go func() {
 		resp, err := f.spooled(conn, source, req)
-		f.root.Send(f.self, &answered{from: f, tag: tag, conn: conn, req: req, resp: resp, err: err})
+		f.root.Send(f.self, &answered{from: f, tag: tag, req: req, resp: resp, err: err})
 	}()
 }
 
@@ -84,7 +74,6 @@ func (f *fetcher) askSpooled(conn net.Conn, source messages.DeviceID, req messag
 // reports how long each took; the answer's resp is nil and tag is the
 // []candidate.
 func (f *fetcher) ping(conns map[messages.DeviceID]net.Conn, tag func([]candidate) any) {
-	f.pending++
 	go func() {
 		type result struct {
 			c  candidate

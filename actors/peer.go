@@ -10,6 +10,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/lsync/lsync/internal/budget"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
 )
@@ -35,7 +36,7 @@ type peerActor struct {
 
 	libs     map[messages.LibraryID]*actor.PID
 	conn     net.Conn
-	budget   *budget // conn's inbound budget (budget.go)
+	budget   *budget.Budget // conn's inbound budget (budget.go)
 	writer   *connWriter
 	outbound bool
 	checking bool // a liveness ping of conn is under way
@@ -75,7 +76,7 @@ func (p *peerActor) Receive(ctx actor.Context) {
 		p.route(ctx, m)
 	case *resetBudget:
 		if p.budget != nil {
-			p.budget.reset()
+			p.budget.Reset()
 		}
 	case *outboundMsg:
 		if p.writer != nil {
@@ -175,7 +176,7 @@ func (p *peerActor) use(ctx actor.Context, c net.Conn, outbound bool) {
 	p.gen++
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	p.writer = newConnWriter(p.n, c)
-	p.budget = newBudget(p.n.sync.InboundBudget)
+	p.budget = budget.New(p.n.sync.InboundBudget)
 	go readLoop(c, root, self, p.budget)
 	ctx.Send(p.node, &peerConnected{dev: p.dev, name: c.PeerName(), pid: self, conn: c})
 }
@@ -194,19 +195,29 @@ func compareIDs(a, b messages.DeviceID) int { return bytes.Compare(a[:], b[:]) }
 // connection's budget before the next is read: when the budget is spent
 // (the node is behind with this peer's messages), the loop waits, the
 // transport stops reading, and the peer's sends are slowed.
-func readLoop(c net.Conn, root *actor.RootContext, self *actor.PID, b *budget) {
+func readLoop(c net.Conn, root *actor.RootContext, self *actor.PID, b *budget.Budget) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	for {
-		in, err := c.Recv(context.Background())
+		in, err := c.Recv(ctx)
 		if err != nil {
 			root.Send(self, &connEnded{conn: c, err: err})
 			return
 		}
-		cr := &credit{b: b, bytes: inboundCost(in)}
-		cr.hold(1)
-		if !b.take(cr.bytes, c.Done()) {
+		taken, err := b.Acquire(ctx, inboundCost(in))
+		if err != nil {
 			root.Send(self, &connEnded{conn: c, err: c.Err()})
 			return
 		}
+		cr := &credit{b: b, bytes: taken}
+		cr.hold(1)
 		root.Send(self, &inboundMsg{from: c.Peer(), lib: in.Library, msg: in.Message, reply: in.Reply, credit: cr})
 	}
 }

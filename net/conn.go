@@ -14,7 +14,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/lsync/lsync/messages"
-	"github.com/lsync/lsync/net/internal/budget"
+	"github.com/lsync/lsync/internal/budget"
 )
 
 // quicConn is one authenticated QUIC connection to a peer. Its goroutines:

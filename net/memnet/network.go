@@ -11,7 +11,7 @@ import (
 
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
-	"github.com/lsync/lsync/net/internal/budget"
+	"github.com/lsync/lsync/internal/budget"
 )
 
 // Defaults.

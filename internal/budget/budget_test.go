@@ -89,3 +89,28 @@ func TestBudgetOverReleasePanics(t *testing.T) {
 	}()
 	New(4).Release(1)
 }
+
+func TestResetFreesWhatHoldersLost(t *testing.T) {
+	b := New(10)
+	if _, ok := b.TryAcquire(10); !ok {
+		t.Fatal("an empty budget refused")
+	}
+	if _, ok := b.TryAcquire(1); ok {
+		t.Fatal("a full budget gave more")
+	}
+	b.Reset()
+	if _, ok := b.TryAcquire(10); !ok {
+		t.Fatal("a reset budget refused")
+	}
+	b.Release(10) // the new holder
+	b.Release(10) // the old one, forgotten by the reset: no panic, no credit
+	if b.Used() != 0 {
+		t.Fatalf("used %d after every release", b.Used())
+	}
+	if _, ok := b.TryAcquire(10); !ok {
+		t.Fatal("the budget refused its whole size")
+	}
+	if _, ok := b.TryAcquire(1); ok {
+		t.Fatal("late releases made the budget larger than its size")
+	}
+}

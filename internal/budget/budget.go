@@ -24,6 +24,7 @@ type Budget struct {
 	mu      sync.Mutex
 	used    int64     // guarded by mu
 	waiters []*waiter // guarded by mu: in arrival order
+	reset   bool      // guarded by mu: Reset was called, so a Release may be of bytes it forgot
 }
 
 type waiter struct {
@@ -100,8 +101,22 @@ func (b *Budget) Release(n int64) {
 	defer b.mu.Unlock()
 	b.used -= n
 	if b.used < 0 {
-		panic("budget: released more than was acquired")
+		if !b.reset {
+			panic("budget: released more than was acquired")
+		}
+		b.used = 0
 	}
+	b.grantLocked()
+}
+
+// Reset frees everything held, for holders that will never release
+// (what they held was lost with an actor that stopped). A holder that
+// does release later gives back bytes the budget no longer counts: until
+// the others release too, up to twice the size may be held at once.
+func (b *Budget) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used, b.reset = 0, true
 	b.grantLocked()
 }
 
