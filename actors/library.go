@@ -226,18 +226,23 @@ func (a *libraryActor) spawnApplier(ctx actor.Context, model string, shared bool
 }
 
 func (a *libraryActor) reloadPartners() {
-	a.partners = map[messages.DeviceID]bool{}
-	ps, err := a.lib.Partners()
-	if err != nil {
+	var err error
+	if a.partners, err = syncPartners(a.lib); err != nil {
 		a.n.log.Error("load partners", "library", a.id, "err", err)
-		return
-	}
-	for _, p := range ps {
-		if p.SyncEnabled {
-			a.partners[p.Device] = true
-		}
 	}
 	a.n.auth.setPartners(a.id, a.partners)
+}
+
+// syncPartners is the set of devices lib syncs with, from its store.
+func syncPartners(lib *persistence.Library) (map[messages.DeviceID]bool, error) {
+	out := map[messages.DeviceID]bool{}
+	ps, err := lib.Partners()
+	for _, p := range ps {
+		if p.SyncEnabled {
+			out[p.Device] = true
+		}
+	}
+	return out, err
 }
 
 // phase is the library's sync phase, derived from what runs: a storage
@@ -248,10 +253,8 @@ func (a *libraryActor) phase() Phase {
 	switch {
 	case a.failure != nil:
 		return PhaseStopped
-	case a.join != nil && a.joinSt != nil:
+	case a.join != nil: // spawnJoin sets joinSt with it
 		return a.joinSt.Phase
-	case a.join != nil:
-		return PhaseSelecting
 	case len(a.jobs) > 0 || len(a.retryAt) > 0:
 		return PhaseCatchingUp
 	}

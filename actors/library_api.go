@@ -20,39 +20,33 @@ var ErrLibraryStopped = errors.New("library stopped")
 // Every write happens here, in the library actor: its clock stamps it and
 // it is broadcast in the order it was made.
 func (a *libraryActor) receiveAPI(ctx actor.Context) bool {
-	switch m := ctx.Message().(type) {
+	switch ctx.Message().(type) {
 	case *getStatus:
 		st, err := a.status()
-		ctx.Respond(&reply{st, err})
+		respond(ctx, st, err)
 	case *getReadiness:
-		r := readiness{phase: a.phase(), ready: a.phase() == PhaseReady && a.join == nil && len(a.jobs) == 0 && len(a.retryAt) == 0}
+		// READY is derived from what runs: no join, no catch-up, no retry.
+		r := readiness{phase: a.phase(), ready: a.phase() == PhaseReady}
 		if a.failure != nil {
 			r.err = a.failure.Error()
 		}
-		ctx.Respond(&reply{r, nil})
+		respond(ctx, r, nil)
 	case *repairLibrary, *retryFailed:
 		if a.failure != nil {
-			ctx.Respond(&reply{nil, a.errStopped()})
+			respond(ctx, nil, a.errStopped())
 			return true
 		}
 		ctx.Forward(a.maint) // slow: the maintenance actor answers
-	default:
-		if a.failure != nil && isWrite(m) {
-			ctx.Respond(&reply{nil, a.errStopped()})
+	case libraryWrite:
+		if a.failure != nil {
+			respond(ctx, nil, a.errStopped())
 			return true
 		}
 		return a.receiveWrite(ctx)
+	default:
+		return false
 	}
 	return true
-}
-
-func isWrite(m any) bool {
-	switch m.(type) {
-	case *writeState, *writeStateBatch, *deleteState, *updateEntry, *commitShared, *commitBatch,
-		*addPartner, *removePartner, *startJoin:
-		return true
-	}
-	return false
 }
 
 func (a *libraryActor) receiveWrite(ctx actor.Context) bool {
@@ -91,7 +85,7 @@ func (a *libraryActor) receiveWrite(ctx actor.Context) bool {
 	if persistence.IsStorageFailure(err) {
 		a.onStoreFailed(ctx, err)
 	}
-	ctx.Respond(&reply{v, err})
+	respond(ctx, v, err) // the node's addPartner after a snapshot join has no sender
 	return true
 }
 

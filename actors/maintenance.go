@@ -54,10 +54,10 @@ func (m *maintenanceActor) Receive(ctx actor.Context) {
 		}
 	case *retryFailed:
 		rep, err := m.n.retryFailed(context.Background(), m.lib, m.id)
-		ctx.Respond(&reply{rep, err})
+		respond(ctx, rep, err)
 	case *repairLibrary:
 		rep, err := m.repair()
-		ctx.Respond(&reply{rep, err})
+		respond(ctx, rep, err)
 	case *pruneTick, *pruneNow:
 		m.prune(ctx)
 	}

@@ -197,12 +197,7 @@ func (na *nodeActor) spawnLibrary(ctx actor.Context, lib *persistence.Library) *
 	meta := lib.Meta()
 	// The transport may ask about the library before its actor has
 	// started: it is open, with the partners it has on disk, from now.
-	partners := map[messages.DeviceID]bool{}
-	if ps, err := lib.Partners(); err == nil {
-		for _, p := range ps {
-			partners[p.Device] = p.SyncEnabled
-		}
-	}
+	partners, _ := syncPartners(lib) // an error is logged when the actor starts
 	na.n.auth.setPartners(meta.ID, partners)
 	sup := &librarySupervisor{n: na.n, id: meta.ID}
 	props := actor.PropsFromProducer(newLibraryActor(na.n, meta.ID, lib), actor.WithSupervisor(sup))

@@ -165,6 +165,20 @@ type installSnapshot struct{ p *snapshotProgress }
 
 // ---- library requests (embedding API) ----
 
+// libraryWrite marks the requests that change a library (refused once a
+// storage failure stopped it).
+type libraryWrite interface{ libraryWrite() }
+
+func (*writeState) libraryWrite()      {}
+func (*writeStateBatch) libraryWrite() {}
+func (*deleteState) libraryWrite()     {}
+func (*updateEntry) libraryWrite()     {}
+func (*commitShared) libraryWrite()    {}
+func (*commitBatch) libraryWrite()     {}
+func (*addPartner) libraryWrite()      {}
+func (*removePartner) libraryWrite()   {}
+func (*startJoin) libraryWrite()       {}
+
 type writeState struct { // → messages.UUID
 	model  string
 	uuid   messages.UUID
