@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -42,6 +41,11 @@ type Envelope struct {
 	Type          Type
 	Flags         uint8
 	Payload       []byte // msgpack of the message, zstd-compressed if FlagZstd
+
+	// size is the payload's size before compression when FlagZstd is set
+	// and it is known (Encode made it, or parsing read the header that
+	// declares it); 0 means read the header again.
+	size int
 }
 
 // Sentinel errors; every decode failure wraps exactly one of them.
@@ -100,7 +104,7 @@ func Encode(lib LibraryID, m Message) (Envelope, error) {
 			return Envelope{}, fmt.Errorf("encode: %w", err)
 		}
 		if len(c) < len(payload) {
-			env.Payload, env.Flags = c, FlagZstd
+			env.Payload, env.Flags, env.size = c, FlagZstd, len(payload)
 		}
 	}
 	return env, nil
@@ -112,6 +116,9 @@ func Encode(lib LibraryID, m Message) (Envelope, error) {
 func (env Envelope) PayloadSize() int {
 	if env.Flags&FlagZstd == 0 {
 		return len(env.Payload)
+	}
+	if env.size > 0 {
+		return env.size // read from the header when the frame was parsed
 	}
 	n, _ := zstdContentSize(env.Payload)
 	return int(min(n, DefaultMaxFrame+1))
@@ -210,13 +217,34 @@ func EncodeFrame(lib LibraryID, m Message) ([]byte, error) {
 
 // DecodeFrame parses a whole frame (length prefix included) and its message.
 func DecodeFrame(frame []byte, maxFrame int) (Envelope, Message, error) {
-	env, _, err := FrameReader{MaxFrame: maxFrame}.Read(bytes.NewReader(frame))
+	env, err := ParseFrame(frame, maxFrame)
 	if err != nil {
-		if err == io.EOF {
-			err = fmt.Errorf("%w: empty frame", ErrTruncated)
-		}
 		return Envelope{}, nil, err
 	}
 	m, err := env.Decode()
 	return env, m, err
+}
+
+// ParseFrame parses the envelope of a whole frame held in memory (length
+// prefix included; bytes after the frame are ignored), in place: the
+// envelope's payload is a slice of frame. maxFrame <= 0 means
+// DefaultMaxFrame. The errors are FrameReader.Read's.
+func ParseFrame(frame []byte, maxFrame int) (Envelope, error) {
+	if maxFrame <= 0 {
+		maxFrame = DefaultMaxFrame
+	}
+	switch {
+	case len(frame) == 0:
+		return Envelope{}, fmt.Errorf("%w: empty frame", ErrTruncated)
+	case len(frame) < FrameHeaderLen:
+		return Envelope{}, fmt.Errorf("%w: header cut after %d bytes", ErrTruncated, len(frame))
+	}
+	n := binary.BigEndian.Uint32(frame)
+	if uint64(n) > uint64(maxFrame) {
+		return Envelope{}, fmt.Errorf("%w: peer announced %d bytes (limit %d)", ErrFrameTooLarge, n, maxFrame)
+	}
+	if body := frame[FrameHeaderLen:]; uint64(len(body)) < uint64(n) {
+		return Envelope{}, fmt.Errorf("%w: body of %d bytes cut after %d", ErrTruncated, n, len(body))
+	}
+	return parseEnvelope(frame[FrameHeaderLen:FrameHeaderLen+int(n)], SchemaVersion)
 }

@@ -76,11 +76,12 @@ func (fr FrameReader) Read(r io.Reader) (env Envelope, size int, err error) {
 	return env, size, err
 }
 
-// readBody reads n bytes. Up to eagerBody, or when r already holds them
-// all in memory, the buffer is allocated at once; above, it grows with
-// the bytes that arrived, never with the length announced.
+// readBody reads n bytes. Up to eagerBody the buffer is allocated at
+// once; above, it grows with the bytes that arrived, never with the
+// length announced. (A frame already in memory is parsed in place:
+// ParseFrame.)
 func readBody(r io.Reader, n int) ([]byte, error) {
-	if l, ok := r.(interface{ Len() int }); n <= eagerBody || ok && l.Len() >= n {
+	if n <= eagerBody {
 		body := make([]byte, n)
 		got, err := io.ReadFull(r, body)
 		return body[:got], err
@@ -159,5 +160,23 @@ func parseEnvelope(body []byte, version uint16) (Envelope, error) {
 		return Envelope{}, fmt.Errorf("%w: %d trailing bytes after envelope", ErrMalformed, len(body)-end)
 	}
 	env.Payload = body[start:len(body):len(body)]
-	return env, nil
+	return env, checkCompressed(&env)
+}
+
+// checkCompressed refuses, from its zstd header, a compressed payload
+// that does not declare its size (Decode would refuse it; a transport
+// that charges a frame its payload size before decoding it must not wait
+// for room for one whose size it cannot know), and keeps the size it
+// declares. A size over the limit is Decode's to refuse, after the
+// frame's sender was authorized.
+func checkCompressed(env *Envelope) error {
+	if env.Flags&FlagZstd == 0 {
+		return nil
+	}
+	n, ok := zstdContentSize(env.Payload)
+	if !ok {
+		return fmt.Errorf("%w: %s: zstd payload does not declare its size", ErrMalformed, env.Type)
+	}
+	env.size = int(min(n, DefaultMaxFrame+1))
+	return nil
 }

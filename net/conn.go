@@ -13,8 +13,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/internal/budget"
+	"github.com/lsync/lsync/messages"
 )
 
 // quicConn is one authenticated QUIC connection to a peer. Its goroutines:
@@ -397,7 +397,7 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 // starve it for good. An error is bad input (messages' sentinels), or the
 // context's when the connection ended while waiting.
 func (c *quicConn) decode(env messages.Envelope, n int) (pending, error) {
-	cost := budget.PayloadCost(env)
+	cost := env.PayloadSize()
 	held, err := c.queued.Acquire(c.ctx, int64(cost))
 	if err != nil {
 		return pending{}, err

@@ -101,7 +101,8 @@
 // same peer.
 //
 // Hazard: the receive budget counts msgpack bytes; a decoded message can
-// take a small multiple of that in memory (interfaces, slice headers).
+// take up to 8 times that in memory (interfaces, slice headers: the
+// decode budget messages enforces), though lsync's own messages take 2-6.
 // Consumers that queue messages should budget by PayloadBytes too, and
 // stop calling Recv when their own bound is reached: that is what turns
 // a slow consumer into a stalled sender.

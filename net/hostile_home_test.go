@@ -1,3 +1,5 @@
+//go:build unix
+
 package net
 
 import (
@@ -5,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -156,6 +159,14 @@ func TestHostileHomeOpenInHome(t *testing.T) {
 	}
 	if _, err := OpenInHome(filepath.Join(home, "dir"), os.O_RDONLY, 0); !errors.Is(err, ErrUnsafeFile) {
 		t.Fatalf("open a directory: %v", err)
+	}
+	// A FIFO planted where a file should be: refused at once, not waited on.
+	fifo := filepath.Join(home, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenInHome(fifo, os.O_RDONLY, 0); !errors.Is(err, ErrUnsafeFile) {
+		t.Fatalf("open a FIFO: %v", err)
 	}
 	// A dangling link is refused, not created through.
 	dangling := filepath.Join(home, "dangling")

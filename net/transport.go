@@ -76,9 +76,9 @@ type Inbound struct {
 	// Bytes is the size of the frame on the wire.
 	Bytes int
 	// PayloadBytes is the size of the message's payload before
-	// compression (its msgpack bytes), as its zstd header declares it; a
-	// compressed payload that declares no size counts as
-	// messages.MaxDecompressed. It is what the transport charged the
+	// compression (its msgpack bytes), as its zstd header declares it (a
+	// compressed payload that declares none is refused before this). It
+	// is what the transport charged the
 	// message against its receive buffer, and what a consumer that
 	// queues messages should budget by.
 	PayloadBytes int

@@ -12,8 +12,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-
-	"github.com/lsync/lsync/messages"
 )
 
 // Budget is a number of bytes shared by the holders of its shares. It is
@@ -134,16 +132,4 @@ func (b *Budget) grantLocked() {
 	if k > 0 {
 		b.waiters = slices.Delete(b.waiters, 0, k)
 	}
-}
-
-// PayloadCost is what a received message is charged: its payload's size
-// before compression as the envelope declares it, or, for a compressed
-// payload that declares no size (lsync's encoder always declares it), the
-// most a payload may decompress to.
-func PayloadCost(env messages.Envelope) int {
-	n := env.PayloadSize()
-	if n == 0 && env.Flags&messages.FlagZstd != 0 {
-		return messages.MaxDecompressed
-	}
-	return n
 }

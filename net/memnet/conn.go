@@ -1,7 +1,6 @@
 package memnet
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,9 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lsync/lsync/internal/budget"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
-	"github.com/lsync/lsync/internal/budget"
 )
 
 // session is one connection: a dialed, b accepted.
@@ -316,7 +315,7 @@ func (e *endpoint) pop() *packet {
 // answered with bad_request; a frame the Authorizer refuses is counted
 // and dropped undecoded, and a request answered with unauthorized.
 func (e *endpoint) inbound(p *packet) (net.Inbound, bool) {
-	env, _, err := messages.FrameReader{}.Read(bytes.NewReader(p.frame))
+	env, err := messages.ParseFrame(p.frame, 0)
 	if err == nil {
 		if aerr := e.t.authorize(e.Peer(), env); aerr != nil {
 			e.refused(net.RefusalReason(aerr))
@@ -338,7 +337,7 @@ func (e *endpoint) inbound(p *packet) (net.Inbound, bool) {
 		return net.Inbound{}, false
 	}
 	e.t.obs.MessageIn(e.Peer(), env.Type, len(p.frame))
-	in := net.Inbound{Library: env.Library, Message: m, Bytes: len(p.frame), PayloadBytes: budget.PayloadCost(env)}
+	in := net.Inbound{Library: env.Library, Message: m, Bytes: len(p.frame), PayloadBytes: env.PayloadSize()}
 	if p.kind == kindRequest {
 		c, lib := p.call, env.Library
 		in.Reply = func(resp messages.Message) error { return e.reply(c, lib, resp) }

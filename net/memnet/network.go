@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lsync/lsync/internal/budget"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
-	"github.com/lsync/lsync/internal/budget"
 )
 
 // Defaults.
