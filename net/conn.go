@@ -373,7 +373,7 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 			c.refuse(s.CancelRead, s.StreamID(), reason, err)
 			return
 		}
-		if err := c.t.authorize(c.peer, env); err != nil {
+		if err := c.t.Authorize(c.peer, env); err != nil {
 			c.unauthorized(env, err)
 			continue
 		}
@@ -492,7 +492,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 		c.answer(s, env.Library, &messages.Error{Code: messages.CodeBadRequest, Message: err.Error()})
 		return
 	}
-	if err := c.t.authorize(c.peer, env); err != nil {
+	if err := c.t.Authorize(c.peer, env); err != nil {
 		c.unauthorized(env, err)
 		s.CancelRead(streamBadInput)
 		c.answer(s, env.Library, &messages.Error{Code: messages.CodeUnauthorized, Message: err.Error()})

@@ -19,10 +19,10 @@ import (
 func TestLogLimiterOneLinePerSourceReasonAndInterval(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{now: time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)}
-	l := newLogLimiter(time.Minute, clock.Now)
+	l := NewLogLimiter(time.Minute, clock.Now)
 	allow := func(who string, r messages.Reason, wantOK bool, wantSuppressed int) {
 		t.Helper()
-		if ok, n := l.allow(who, r); ok != wantOK || n != wantSuppressed {
+		if ok, n := l.Allow(who, r); ok != wantOK || n != wantSuppressed {
 			t.Fatalf("allow(%s, %s) = %v, %d; want %v, %d", who, r, ok, n, wantOK, wantSuppressed)
 		}
 	}
@@ -44,7 +44,7 @@ func TestLogLimiterOneLinePerSourceReasonAndInterval(t *testing.T) {
 	// past its size the sources share one line per reason and interval.
 	lines := 0
 	for i := range 10 * maxLogKeys {
-		if ok, _ := l.allow(fmt.Sprintf("10.1.%d.%d", i/256, i%256), messages.ReasonWrongPeer); ok {
+		if ok, _ := l.Allow(fmt.Sprintf("10.1.%d.%d", i/256, i%256), messages.ReasonWrongPeer); ok {
 			lines++
 		}
 	}
@@ -119,8 +119,8 @@ func TestHostileHandshakeFloodIsCountedNotLogged(t *testing.T) {
 		reason messages.Reason
 		conf   *tls.Config
 	}{
-		{reasonNoCertificate, clientTLS(alpnSync)},
-		{reasonWrongALPN, clientTLS("h3", mallory.Certificate)},
+		{messages.ReasonNoCertificate, clientTLS(alpnSync)},
+		{messages.ReasonWrongALPN, clientTLS("h3", mallory.Certificate)},
 		{messages.ReasonUnpaired, clientTLS(alpnSync, mallory.Certificate)},
 	}
 	const total = 2000

@@ -11,6 +11,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/lsync/lsync/internal/testutil"
+	"github.com/lsync/lsync/messages"
 )
 
 // idlePairConns opens k pairing connections to addr from host that never
@@ -76,7 +77,7 @@ func TestHostilePairingIdleSlots(t *testing.T) {
 	idle := idlePairConns(t, "127.0.0.1", a.t.Addr(), maxPairPerSource+3)
 	testutil.Eventually(t, 5*time.Second, "the source's extra connections to be refused as busy",
 		func() bool { return countClosed(idle, connPairingBusy) == 3 })
-	a.obs.WaitRejects(t, reasonPairingBusy, 3)
+	a.obs.WaitRejects(t, messages.ReasonPairingBusy, 3)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -89,7 +90,7 @@ func TestHostilePairingIdleSlots(t *testing.T) {
 	// The held slots are freed by the step timeout, not the handshake's.
 	testutil.Eventually(t, 3*pairStepTimeout, "the idle connections to be closed",
 		func() bool { return countClosed(idle, connPairingDone) == maxPairPerSource })
-	a.obs.WaitRejects(t, reasonPairingStall, maxPairPerSource)
+	a.obs.WaitRejects(t, messages.ReasonPairingTimeout, maxPairPerSource)
 }
 
 // TestHostilePairingSlotsFullFreeQuickly: many sources holding every slot
@@ -113,7 +114,7 @@ func TestHostilePairingSlotsFullFreeQuickly(t *testing.T) {
 	if _, err := b.t.JoinPairing(ctx, code, a.t.Addr()); !errors.Is(err, ErrPairingBusy) {
 		t.Fatalf("join with every slot held: %v", err)
 	}
-	a.obs.WaitRejects(t, reasonPairingBusy, 1)
+	a.obs.WaitRejects(t, messages.ReasonPairingBusy, 1)
 	start := time.Now()
 	testutil.Eventually(t, 3*pairStepTimeout, "a correct join to succeed", func() bool {
 		_, err := b.t.JoinPairing(ctx, code, a.t.Addr())
@@ -148,7 +149,7 @@ func TestHostilePairingGuessesFromOneSource(t *testing.T) {
 			t.Fatalf("guess %d from one source: %v, want %v", i+1, err, want)
 		}
 	}
-	a.obs.WaitRejects(t, reasonPairingLocked, 1)
+	a.obs.WaitRejects(t, messages.ReasonPairingLocked, 1)
 	select {
 	case r := <-results:
 		t.Fatalf("the guesses of one source ended the code: %+v", r)

@@ -19,10 +19,11 @@ const (
 	maxLogKeys = 256
 )
 
-// logLimiter lets one line per (source, reason) through per interval and
-// counts the lines it held back, which the next line of that key reports.
-// Its clock is injected so tests can step it.
-type logLimiter struct {
+// LogLimiter lets one line per (source, reason) through per interval and
+// counts the lines it held back, which the next line of that key reports:
+// the transport's refusals and the actor runtime's go through one each.
+// Its clock is injected so tests can step it. Safe for concurrent use.
+type LogLimiter struct {
 	every time.Duration
 	now   func() time.Time
 
@@ -40,13 +41,21 @@ type logEntry struct {
 	suppressed int       // lines held back since
 }
 
-func newLogLimiter(every time.Duration, now func() time.Time) *logLimiter {
-	return &logLimiter{every: every, now: now, entries: map[logKey]*logEntry{}}
+// NewLogLimiter lets one line per (who, reason) through every interval
+// (0: 30 s); now is the clock (nil: time.Now).
+func NewLogLimiter(every time.Duration, now func() time.Time) *LogLimiter {
+	if every <= 0 {
+		every = logInterval
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &LogLimiter{every: every, now: now, entries: map[logKey]*logEntry{}}
 }
 
-// allow reports whether a line for (who, reason) may be written now and,
+// Allow reports whether a line for (who, reason) may be written now and,
 // if so, how many lines of that key were held back since the last one.
-func (l *logLimiter) allow(who string, reason messages.Reason) (ok bool, suppressed int) {
+func (l *LogLimiter) Allow(who string, reason messages.Reason) (ok bool, suppressed int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -77,7 +86,7 @@ func (l *logLimiter) allow(who string, reason messages.Reason) (ok bool, suppres
 }
 
 // sweepLocked forgets keys that are quiet and owe no count.
-func (l *logLimiter) sweepLocked(now time.Time) {
+func (l *LogLimiter) sweepLocked(now time.Time) {
 	for k, e := range l.entries {
 		if e.suppressed == 0 && now.Sub(e.last) >= l.every {
 			delete(l.entries, k)
@@ -85,7 +94,7 @@ func (l *logLimiter) sweepLocked(now time.Time) {
 	}
 }
 
-func (l *logLimiter) anyKeyLocked() logKey {
+func (l *LogLimiter) anyKeyLocked() logKey {
 	for k := range l.entries {
 		return k
 	}
@@ -95,7 +104,7 @@ func (l *logLimiter) anyKeyLocked() logKey {
 // warnRefusal logs a refusal from who at WARN, through the limiter: the
 // line carries the reason, and "suppressed" when lines were held back.
 func (t *QUICTransport) warnRefusal(who string, reason messages.Reason, msg string, args ...any) {
-	ok, suppressed := t.logs.allow(who, reason)
+	ok, suppressed := t.logs.Allow(who, reason)
 	if !ok {
 		return
 	}
@@ -121,25 +130,3 @@ func sourceOf(addr string) string {
 	return ip.String()
 }
 
-// LogLimiter is the refusal-log limiter for other packages' refusals (the
-// actor runtime's): one line per (who, reason) per interval, with the
-// count of the lines held back since. Safe for concurrent use.
-type LogLimiter struct{ l *logLimiter }
-
-// NewLogLimiter lets one line per (who, reason) through every interval
-// (0: 30 s); now is the clock (nil: time.Now).
-func NewLogLimiter(every time.Duration, now func() time.Time) *LogLimiter {
-	if every <= 0 {
-		every = logInterval
-	}
-	if now == nil {
-		now = time.Now
-	}
-	return &LogLimiter{newLogLimiter(every, now)}
-}
-
-// Allow reports whether a line for (who, reason) may be written now and,
-// if so, how many lines of that key were held back since the last one.
-func (l *LogLimiter) Allow(who string, reason messages.Reason) (ok bool, suppressed int) {
-	return l.l.allow(who, reason)
-}

@@ -34,12 +34,3 @@ type PayloadObserver interface {
 	PayloadIn(peer messages.DeviceID, bytes int)
 	PayloadOut(peer messages.DeviceID, bytes int)
 }
-
-// The refusals of handshakes and pairing, by reason.
-const (
-	reasonNoCertificate = messages.ReasonNoCertificate
-	reasonWrongALPN     = messages.ReasonWrongALPN
-	reasonPairingBusy   = messages.ReasonPairingBusy
-	reasonPairingLocked = messages.ReasonPairingLocked
-	reasonPairingStall  = messages.ReasonPairingTimeout
-)

@@ -452,7 +452,7 @@ func (t *QUICTransport) servePairing(qc *quic.Conn, src string) {
 	}
 	if reason == "" {
 		// The joiner went quiet, hung up or reset the exchange.
-		reason = reasonPairingStall
+		reason = messages.ReasonPairingTimeout
 	}
 	t.obs.Rejected(reason)
 	t.warnRefusal(src, reason, "pairing attempt failed", "addr", qc.RemoteAddr(), "err", err)
@@ -488,7 +488,7 @@ func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn, src 
 	cands, locked := t.pairCandidates(src)
 	if locked {
 		_ = writePairMsg(s, pairReject, []byte{rejectLocked})
-		return reasonPairingLocked, ErrPairingLocked
+		return messages.ReasonPairingLocked, ErrPairingLocked
 	}
 	confirmed := false
 	defer func() {

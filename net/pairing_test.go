@@ -207,7 +207,7 @@ func TestPairingAttemptsExhausted(t *testing.T) {
 	if _, err := b.t.JoinPairing(ctx, code, a.t.Addr()); !errors.Is(err, ErrPairingLocked) {
 		t.Fatalf("right code from a source out of attempts: %v", err)
 	}
-	a.obs.WaitRejects(t, reasonPairingLocked, 1)
+	a.obs.WaitRejects(t, messages.ReasonPairingLocked, 1)
 	assertUnpinned(t, a, b)
 	select {
 	case r := <-results:

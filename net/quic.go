@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	stdnet "net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -90,24 +89,24 @@ const (
 // that both listens and dials, so a peer is client and server at once and
 // its source address is also the address to dial it back.
 type QUICTransport struct {
-	id        *Identity
-	peers     *PeerStore
-	obs       Observer
-	pobs      PayloadObserver // obs, when it also counts payload bytes
-	log       *slog.Logger
-	maxFrame  int
-	sendQueue int
-	keepAlive time.Duration
-	hsTimeout time.Duration
-	version   uint16
-	frames    messages.FrameReader // MaxFrame and version as configured
-	ctrl      messages.FrameReader // frames: the control stream's, up to maxControlFrame
-	bucket    *tokenBucket         // nil: unlimited
-	onPaired  func(PeerInfo)
-	now       func() time.Time
-	recvBuf   int
-	auth      atomic.Pointer[Authorizer] // nil or a nil Authorizer: admit all
-	logs      *logLimiter
+	id             *Identity
+	peers          *PeerStore
+	obs            Observer
+	pobs           PayloadObserver // obs, when it also counts payload bytes
+	log            *slog.Logger
+	maxFrame       int
+	sendQueue      int
+	keepAlive      time.Duration
+	hsTimeout      time.Duration
+	version        uint16
+	frames         messages.FrameReader // MaxFrame and version as configured
+	ctrl           messages.FrameReader // frames: the control stream's, up to maxControlFrame
+	bucket         *tokenBucket         // nil: unlimited
+	onPaired       func(PeerInfo)
+	now            func() time.Time
+	recvBuf        int
+	AuthorizerSlot // Config.Authorize, or what SetAuthorizer set
+	logs           *LogLimiter
 
 	udp   *stdnet.UDPConn
 	qt    *quic.Transport
@@ -168,7 +167,7 @@ func Listen(cfg Config) (*QUICTransport, error) {
 	if cfg.BandwidthLimit > 0 {
 		t.bucket = newTokenBucket(cfg.BandwidthLimit)
 	}
-	t.logs = newLogLimiter(logInterval, t.now)
+	t.logs = NewLogLimiter(logInterval, t.now)
 	t.pairing.codes = map[string]*pendingCode{}
 	t.pairing.active = map[string]int{}
 	t.qconf = &quic.Config{
@@ -238,17 +237,6 @@ func (t *QUICTransport) listen(listen string) error {
 
 // LocalID is this node's device id.
 func (t *QUICTransport) LocalID() messages.DeviceID { return t.id.DeviceID }
-
-// SetAuthorizer replaces Config.Authorize (net.AuthorizerSetter).
-func (t *QUICTransport) SetAuthorizer(a Authorizer) { t.auth.Store(&a) }
-
-// authorize asks the Authorizer whether peer may send env.
-func (t *QUICTransport) authorize(peer messages.DeviceID, env messages.Envelope) error {
-	if a := t.auth.Load(); a != nil && *a != nil {
-		return (*a)(peer, env.Library, env.Type)
-	}
-	return nil
-}
 
 // sent counts a frame written to peer.
 func (t *QUICTransport) sent(peer messages.DeviceID, f outFrame) {
@@ -400,7 +388,7 @@ func (t *QUICTransport) acceptLoop() {
 			// per source, so that one source cannot hold every slot.
 			src := sourceOf(qc.RemoteAddr().String())
 			if !t.admitPairing(src) {
-				t.refuseHandshake(qc.RemoteAddr().String(), reasonPairingBusy, errors.New("no pairing slot free"))
+				t.refuseHandshake(qc.RemoteAddr().String(), messages.ReasonPairingBusy, errors.New("no pairing slot free"))
 				qc.CloseWithError(connPairingBusy, "too many pairing attempts at once")
 				continue
 			}
@@ -409,7 +397,7 @@ func (t *QUICTransport) acceptLoop() {
 				t.servePairing(qc, src)
 			}
 		default: // GetConfigForClient admits no other protocol
-			t.refuseHandshake(qc.RemoteAddr().String(), reasonWrongALPN, errors.New("no application protocol"))
+			t.refuseHandshake(qc.RemoteAddr().String(), messages.ReasonWrongALPN, errors.New("no application protocol"))
 			qc.CloseWithError(connProtocol, "no application protocol")
 			continue
 		}

@@ -33,7 +33,7 @@ func (t *QUICTransport) serverTLS() *tls.Config {
 				return t.tlsConfig(alpnPair, nil, remote), nil
 			}
 			err := fmt.Errorf("unsupported application protocols %q", hi.SupportedProtos)
-			t.refuseHandshake(remote, reasonWrongALPN, err)
+			t.refuseHandshake(remote, messages.ReasonWrongALPN, err)
 			return nil, err
 		},
 	}
@@ -82,7 +82,7 @@ func (t *QUICTransport) refuseHandshake(remote string, reason messages.Reason, e
 // refusal comes with its reason.
 func (t *QUICTransport) checkPinned(raw [][]byte, expect *messages.DeviceID) (messages.Reason, error) {
 	if len(raw) == 0 {
-		return reasonNoCertificate, fmt.Errorf("%w: no certificate", ErrNotPaired)
+		return messages.ReasonNoCertificate, fmt.Errorf("%w: no certificate", ErrNotPaired)
 	}
 	id, err := deviceIDFromCert(raw[0])
 	if err != nil {
@@ -112,7 +112,7 @@ func (r *certRefusal) Unwrap() error { return r.err }
 // pairing.
 func checkDeviceCert(raw [][]byte) (messages.Reason, error) {
 	if len(raw) == 0 {
-		return reasonNoCertificate, errors.New("no certificate")
+		return messages.ReasonNoCertificate, errors.New("no certificate")
 	}
 	if _, err := deviceIDFromCert(raw[0]); err != nil {
 		return messages.ReasonPairingFailed, err

@@ -3,6 +3,7 @@ package net
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/lsync/lsync/messages"
@@ -110,6 +111,28 @@ type Authorizer func(peer messages.DeviceID, lib messages.LibraryID, t messages.
 // applies to frames read from then on; nil admits everything again.
 type AuthorizerSetter interface {
 	SetAuthorizer(Authorizer)
+}
+
+// AuthorizerSlot holds a transport's Authorizer; embedded, it gives the
+// transport SetAuthorizer (AuthorizerSetter) and the one check its readers
+// make. The zero value admits everything. Safe for concurrent use.
+type AuthorizerSlot struct{ a atomic.Pointer[Authorizer] }
+
+// SetAuthorizer replaces the Authorizer (nil: admit everything).
+func (s *AuthorizerSlot) SetAuthorizer(a Authorizer) {
+	if a == nil {
+		s.a.Store(nil)
+		return
+	}
+	s.a.Store(&a)
+}
+
+// Authorize asks the Authorizer about a frame from peer with envelope env.
+func (s *AuthorizerSlot) Authorize(peer messages.DeviceID, env messages.Envelope) error {
+	if a := s.a.Load(); a != nil {
+		return (*a)(peer, env.Library, env.Type)
+	}
+	return nil
 }
 
 // Refusal is an error an Authorizer may return to name the reason its

@@ -317,7 +317,7 @@ func (e *endpoint) pop() *packet {
 func (e *endpoint) inbound(p *packet) (net.Inbound, bool) {
 	env, err := messages.ParseFrame(p.frame, 0)
 	if err == nil {
-		if aerr := e.t.authorize(e.Peer(), env); aerr != nil {
+		if aerr := e.t.Authorize(e.Peer(), env); aerr != nil {
 			e.refused(net.RefusalReason(aerr))
 			if p.kind == kindRequest {
 				_ = e.reply(p.call, env.Library, &messages.Error{Code: messages.CodeUnauthorized, Message: aerr.Error()})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lsync/lsync/messages"
@@ -15,14 +14,14 @@ import (
 // Transport is one device's endpoint on a Network. It implements
 // net.Transport.
 type Transport struct {
-	n    *Network
-	dev  messages.DeviceID
-	name string
-	addr string
-	obs  net.Observer
-	auth atomic.Pointer[net.Authorizer] // nil or a nil Authorizer: admit all
-	done chan struct{}                  // closed by Close
-	once sync.Once
+	n                  *Network
+	dev                messages.DeviceID
+	name               string
+	addr               string
+	obs                net.Observer
+	net.AuthorizerSlot               // what SetAuthorizer set (zero: admit all)
+	done               chan struct{} // closed by Close
+	once               sync.Once
 
 	mu      sync.Mutex
 	closed  bool
@@ -69,18 +68,6 @@ func (n *Network) Listen(dev messages.DeviceID, name string, obs net.Observer) (
 
 // LocalID is this transport's device.
 func (t *Transport) LocalID() messages.DeviceID { return t.dev }
-
-// SetAuthorizer sets the hook every live message and request from a peer
-// goes through before it is decoded (net.AuthorizerSetter); nil admits
-// everything, as at Listen.
-func (t *Transport) SetAuthorizer(a net.Authorizer) { t.auth.Store(&a) }
-
-func (t *Transport) authorize(peer messages.DeviceID, env messages.Envelope) error {
-	if a := t.auth.Load(); a != nil && *a != nil {
-		return (*a)(peer, env.Library, env.Type)
-	}
-	return nil
-}
 
 // Addr is the address peers dial.
 func (t *Transport) Addr() string { return t.addr }
