@@ -307,6 +307,26 @@ func (c *Clock) Observe(remote HLC) error {
 	return nil
 }
 
+// Admit reports whether Observe would accept remote now (the skew rule),
+// without merging it into the clock: for HLCs that are not observed but
+// must not be from the future either (watermarks, reports).
+func (c *Clock) Admit(remote HLC) error { return c.admit(remote, c.wallMS()) }
+
+// Limit is the largest HLC Observe would accept now: the wall clock plus
+// the maximum skew (MaxHLCTimestamp with no bound), the largest counter
+// and device. An HLC above it is from the future.
+func (c *Clock) Limit() HLC {
+	ts := uint64(MaxHLCTimestamp)
+	if pt := c.wallMS(); c.maxSkew > 0 && c.skewMS < MaxHLCTimestamp-pt {
+		ts = pt + c.skewMS
+	}
+	top := HLC{Timestamp: ts, Counter: math.MaxUint32}
+	for i := range top.Device {
+		top.Device[i] = 0xff
+	}
+	return top
+}
+
 // admit is the skew rule: remote may be at most skewMS ahead of the wall
 // clock pt (any amount with no bound), and never beyond MaxHLCTimestamp.
 func (c *Clock) admit(remote HLC, pt uint64) error {

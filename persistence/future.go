@@ -28,19 +28,20 @@ func futureLimit(now time.Time, maxSkew time.Duration) messages.HLC {
 	return top
 }
 
-// checkNotAhead refuses an HLC further ahead of the wall clock than
-// MaxSkew (a *messages.SkewError), as the clock refuses a remote one.
-func (l *Library) checkNotAhead(h messages.HLC) error {
-	now := l.wall()
-	if h.Compare(futureLimit(now, l.opts.MaxSkew)) <= 0 {
-		return nil
+// checkNotAhead refuses an HLC the clock would refuse as a remote one (a
+// *messages.SkewError): one rule, on the clock's own reading of the wall
+// (which never goes below what is stored).
+func (l *Library) checkNotAhead(h messages.HLC) error { return l.clock.Admit(h) }
+
+// futureLimitAt is the largest sane HLC at wall time now, or the clock's
+// own limit if the clock reads later (its wall never goes below what is
+// stored): a repair with the wall clock stepped back forgets nothing.
+func (l *Library) futureLimitAt(now time.Time) messages.HLC {
+	limit := futureLimit(now, l.opts.MaxSkew)
+	if cl := l.clock.Limit(); cl.Compare(limit) > 0 {
+		limit = cl
 	}
-	wall := uint64(max(now.UnixMilli(), 0))
-	ahead := time.Duration(math.MaxInt64)
-	if d := h.Timestamp - wall; d < uint64(math.MaxInt64/int64(time.Millisecond)) {
-		ahead = time.Duration(d) * time.Millisecond
-	}
-	return &messages.SkewError{Remote: h, Wall: wall, Ahead: ahead, Max: l.opts.MaxSkew}
+	return limit
 }
 
 // checkWatermark refuses a watermark that is not an HLC of its origin, or
@@ -144,7 +145,7 @@ func (l *Library) FutureHLCs(now time.Time) (FutureReport, error) {
 }
 
 func (l *Library) scanFuture(c *conn, now time.Time) (FutureReport, error) {
-	rep := FutureReport{Limit: futureLimit(now, l.opts.MaxSkew), Found: map[string]int{}, Fixed: map[string]int{}}
+	rep := FutureReport{Limit: l.futureLimitAt(now), Found: map[string]int{}, Fixed: map[string]int{}}
 	limit := cmpHLC(rep.Limit)
 	for _, p := range l.hlcPlaces() {
 		_, err := c.queryRow(p.sql(`count(*), max(`+p.col+`)`, `> ?1`), []any{limit}, func(s *sqlite3.Stmt) error {

@@ -617,3 +617,30 @@ func storedByOlderBuild(t testing.TB, l *Library, sql string, args ...any) {
 		t.Fatal(err)
 	}
 }
+
+// "From the future" is judged on the clock's own reading of the wall,
+// which never goes below what is stored: after a restart with the wall
+// clock set back an hour, a watermark stored before is neither refused
+// when a scan vouches for it again nor forgotten by a repair.
+func TestFutureIsJudgedByTheClockNotTheWall(t *testing.T) {
+	start := timeAt(uint64(24 * time.Hour.Milliseconds()))
+	wall := newFakeWall(start)
+	opts := Options{Self: devR, Wall: wall.Now}
+	r := newLibOpts(t, opts)
+	wm := messages.HLC{Timestamp: uint64(start.UnixMilli()), Device: devB.UUID()}
+	if err := r.RaiseStateWatermark(devB, wm); err != nil {
+		t.Fatal(err)
+	}
+	wall.Set(start.Add(-time.Hour))
+	r = reopen(t, r, opts)
+	if err := r.RaiseStateWatermark(devB, wm); err != nil {
+		t.Fatalf("a stored watermark refused after the wall stepped back: %v", err)
+	}
+	rep, err := r.RepairFutureHLCs(wall.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Total() != 0 || r.StateWatermark(devB) != wm {
+		t.Fatalf("the repair took a stored watermark for one from the future: %+v, watermark now %s", rep, r.StateWatermark(devB))
+	}
+}
