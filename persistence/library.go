@@ -256,21 +256,33 @@ func (l *Library) init() error {
 // and the log and ACKs; if that is beyond limit, the largest of every
 // stored HLC that is not (saneMaxHLC).
 func (l *Library) maxStoredHLCLocked(limit messages.HLC) (messages.HLC, error) {
-	m := maxHLC(l.maxStored, l.pub.lastLogged)
+	// kv's max_hlc covers every row; if it is beyond limit (something from
+	// the future is stored, or was until the next write lowers it), only a
+	// scan of every table finds the largest sane one.
+	if l.maxStored.Compare(limit) > 0 {
+		return l.saneMaxHLC(l.w, limit)
+	}
+	// The rest is cheap to read below the limit: a future entry kept for
+	// good (this device's own log) costs no scan at every Open.
+	sane := func(h messages.HLC) messages.HLC {
+		if h.Compare(limit) > 0 {
+			return messages.HLC{}
+		}
+		return h
+	}
+	m := maxHLC(l.maxStored, sane(l.pub.lastLogged))
 	for _, wms := range []map[messages.DeviceID]messages.HLC{l.pub.stateWM, l.pub.sharedWM} {
 		for _, h := range wms {
-			m = maxHLC(m, h)
+			m = maxHLC(m, sane(h))
 		}
 	}
-	for _, q := range []string{`SELECT max(hlc) FROM log.shared_changes`, `SELECT max(last_acked_hlc) FROM log.peer_acks`} {
-		h, err := l.w.queryHLC(q)
+	for _, q := range []string{`SELECT max(hlc) FROM log.shared_changes WHERE hlc <= ?`,
+		`SELECT max(last_acked_hlc) FROM log.peer_acks WHERE last_acked_hlc <= ?`} {
+		h, err := l.w.queryHLC(q, cmpHLC(limit))
 		if err != nil {
 			return m, err
 		}
 		m = maxHLC(m, h)
-	}
-	if m.Compare(limit) > 0 {
-		return l.saneMaxHLC(l.w, limit)
 	}
 	return m, nil
 }
