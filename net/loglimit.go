@@ -129,4 +129,3 @@ func sourceOf(addr string) string {
 	}
 	return ip.String()
 }
-
