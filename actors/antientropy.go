@@ -262,9 +262,13 @@ func (j *antiEntropyActor) compared(resp *messages.FingerprintResponse) {
 	j.round++
 }
 
-// fetched applies a batch of the partner's newer rows.
+// fetched applies a batch of the partner's newer rows. An answer that did
+// not fit one page names the last uuid it answered for; the rest of the
+// batch is asked for again.
 func (j *antiEntropyActor) fetched(a *answered) error {
 	w := j.work[0]
+	var more bool
+	var last messages.Cursor
 	if w.deviceOwned {
 		resp, err := expect[*messages.StateResponse](a)
 		if err != nil {
@@ -274,6 +278,7 @@ func (j *antiEntropyActor) fetched(a *answered) error {
 		if _, err := j.n.guardedApplyState(j.lib, j.libID, w.owner, w.model, recs, persistence.ApplyOptions{}); err != nil {
 			return err
 		}
+		more, last = resp.HasMore, resp.Cursor
 	} else {
 		resp, err := expect[*messages.SharedStateResponse](a)
 		if err != nil {
@@ -282,9 +287,19 @@ func (j *antiEntropyActor) fetched(a *answered) error {
 		if _, err := j.lib.ApplySharedState(resp.Entries, nil, persistence.ApplyOptions{}); err != nil {
 			return err
 		}
+		more, last = resp.HasMore, resp.Cursor
 	}
-	j.done.fetched += len(j.fetches[0])
-	j.fetches = j.fetches[1:]
+	batch := j.fetches[0]
+	answered := len(batch)
+	if i := slices.Index(batch, last.UUID); more && i >= 0 {
+		answered = i + 1
+	}
+	j.done.fetched += answered
+	if rest := batch[answered:]; len(rest) > 0 {
+		j.fetches[0] = rest
+	} else {
+		j.fetches = j.fetches[1:]
+	}
 	return nil
 }
 

@@ -156,11 +156,11 @@ func testTombstonesWaitForAwayPartner(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := func(i int) (entry, tagTomb bool) {
-		recs, err := c.libs[i].Store().StateRecords(c.devs[0], "entry", []messages.UUID{es[0]})
+		recs, _, err := c.libs[i].Store().StateRecords(c.devs[0], "entry", []messages.UUID{es[0]})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sh, err := c.libs[i].Store().SharedRecords("tag", []messages.UUID{tag})
+		sh, _, err := c.libs[i].Store().SharedRecords("tag", []messages.UUID{tag})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +278,7 @@ func testRemovePartnerReleasesTombstones(t *testing.T) {
 		t.Fatal(err)
 	}
 	tomb := func() bool {
-		recs, err := c.libs[0].Store().StateRecords(c.devs[0], "entry", []messages.UUID{es[0]})
+		recs, _, err := c.libs[0].Store().StateRecords(c.devs[0], "entry", []messages.UUID{es[0]})
 		return err == nil && len(recs) == 1
 	}
 	c.waitPrunes(t, 3, 0)

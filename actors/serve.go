@@ -110,11 +110,13 @@ func (s *serveActor) statePage(m *messages.StateRequest) (*messages.StateRespons
 			return nil, &messages.Error{Code: messages.CodeUnknownModel, Message: fmt.Sprintf("%q is not a device-owned model", m.Model)}
 		}
 		wm := s.lib.StateWatermark(m.Owner)
-		recs, err := s.lib.StateRecords(m.Owner, m.Model, m.UUIDs)
+		recs, served, err := s.lib.StateRecords(m.Owner, m.Model, m.UUIDs)
 		if err != nil {
 			return nil, err
 		}
-		return &messages.StateResponse{Owner: m.Owner, Model: m.Model, Records: recs, Watermark: wm}, nil
+		resp := &messages.StateResponse{Owner: m.Owner, Model: m.Model, Records: recs, Watermark: wm}
+		resp.Cursor, resp.HasMore = uuidsServed(m.UUIDs, served)
+		return resp, nil
 	}
 	models := m.Models
 	if len(models) == 0 {
@@ -148,17 +150,29 @@ func (s *serveActor) statePage(m *messages.StateRequest) (*messages.StateRespons
 	return &messages.StateResponse{Owner: m.Owner, Watermark: wm}, nil
 }
 
+// uuidsServed says how far an answer for exactly some uuids got, when
+// they did not all fit one page: HasMore, and the cursor names the last
+// uuid answered for (the requester asks again for the ones after it).
+func uuidsServed(uuids []messages.UUID, served int) (messages.Cursor, bool) {
+	if served >= len(uuids) || served == 0 {
+		return messages.Cursor{}, false
+	}
+	return messages.Cursor{UUID: uuids[served-1]}, true
+}
+
 func (s *serveActor) sharedStatePage(m *messages.SharedStateRequest) (*messages.SharedStateResponse, error) {
 	reg := s.lib.Registry()
 	if len(m.UUIDs) > 0 {
 		if k, ok := reg.Kind(m.Model); !ok || k != persistence.Shared {
 			return nil, &messages.Error{Code: messages.CodeUnknownModel, Message: fmt.Sprintf("%q is not a shared model", m.Model)}
 		}
-		changes, err := s.lib.SharedRecords(m.Model, m.UUIDs)
+		changes, served, err := s.lib.SharedRecords(m.Model, m.UUIDs)
 		if err != nil {
 			return nil, err
 		}
-		return &messages.SharedStateResponse{Model: m.Model, Entries: changes}, nil
+		resp := &messages.SharedStateResponse{Model: m.Model, Entries: changes}
+		resp.Cursor, resp.HasMore = uuidsServed(m.UUIDs, served)
+		return resp, nil
 	}
 	models := m.Models
 	if len(models) == 0 {

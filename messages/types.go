@@ -257,7 +257,9 @@ type StateDelete struct {
 // StateRequest asks for Owner's rows of Models (in that order) newer than
 // Since, resuming after Cursor, at most Limit rows per response. Any peer
 // may serve any owner's rows. With UUIDs set it asks instead for exactly
-// those rows (or their tombstones) of Model (anti-entropy repairs).
+// those rows (or their tombstones) of Model (anti-entropy repairs); an
+// answer that does not fit one page has HasMore set and its Cursor.UUID
+// names the last uuid answered for: ask again for the ones after it.
 type StateRequest struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Owner    DeviceID
@@ -358,7 +360,8 @@ type OriginWatermark struct {
 
 // SharedStateRequest asks for the current state of shared models as
 // changes (one per row and distinct field HLC), resuming after Cursor.
-// With UUIDs set it asks for exactly those rows (or tombstones) of Model.
+// With UUIDs set it asks for exactly those rows (or tombstones) of Model;
+// an answer that does not fit one page is cut as for StateRequest.
 type SharedStateRequest struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Models   []string

@@ -90,11 +90,11 @@ type ApplyOptions struct {
 	Local bool
 }
 
-// PageOptions bound one page of records that a peer asked for
-// (StatePageOpts, SharedStatePageOpts, LogSinceOpts, StateRecordsOpts,
-// SharedRecordsOpts). A page always holds at least one record (or row),
+// pageOptions bound one page of records that a peer asked for
+// (statePageOpts, sharedStatePageOpts, logSinceOpts, stateRecordsOpts,
+// sharedRecordsOpts). A page always holds at least one record (or row),
 // so a scan always progresses.
-type PageOptions struct {
+type pageOptions struct {
 	// Limit is the most records per page (0: 1,000); for shared state,
 	// rows (a row's changes are never split).
 	Limit int
@@ -104,7 +104,7 @@ type PageOptions struct {
 	MaxBytes int
 }
 
-// DefaultPageBytes is PageOptions.MaxBytes's default: half the default
+// DefaultPageBytes is pageOptions.MaxBytes's default: half the default
 // frame limit (messages.DefaultMaxFrame), room for the message around it.
 const DefaultPageBytes = 8 << 20
 

@@ -212,7 +212,7 @@
 // records' msgpack size: StatePage, SharedStatePage, LogSince,
 // StateRecords and SharedRecords end their page before the record that
 // would take it over DefaultPageBytes (8 MiB, half a frame), and their
-// Opts variants take PageOptions. A page holds at least one record (a
+// Opts variants take pageOptions. A page holds at least one record (a
 // shared row's changes are never split), so a record larger than the
 // budget, stored by an older build, goes alone; cursors and HasMore stay
 // exact. StateRecords and SharedRecords answer for a prefix of the uuids

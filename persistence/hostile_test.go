@@ -599,7 +599,7 @@ func TestHostileOversizedPage(t *testing.T) {
 	fitsFrame(&messages.SharedChangeResponse{Origin: devA, Entries: es})
 	uuids := []messages.UUID{ents[0].UUID, ents[1].UUID, ents[2].UUID, ents[3].UUID}
 	for _, want := range []int{1, 1, 1, 1} { // a large record goes alone
-		recs, served, err := l.StateRecordsOpts(devA, ModelEntry, uuids, PageOptions{})
+		recs, served, err := l.stateRecordsOpts(devA, ModelEntry, uuids, pageOptions{})
 		if err != nil || served != want || len(recs) != want {
 			t.Fatalf("records by uuid: %d records for %d uuids, want %d: %v", len(recs), served, want, err)
 		}

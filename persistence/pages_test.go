@@ -18,16 +18,16 @@ func sameList[T any](a, b []T) bool {
 }
 
 // everything is a page bound nothing reaches.
-var everything = PageOptions{Limit: 1 << 30, MaxBytes: 1 << 40}
+var everything = pageOptions{Limit: 1 << 30, MaxBytes: 1 << 40}
 
 // drawOpts draws a page bound small enough to cut the test's pages.
-func drawOpts(t *rapid.T) PageOptions {
-	return PageOptions{Limit: rapid.IntRange(1, 8).Draw(t, "limit"), MaxBytes: rapid.IntRange(1, 3000).Draw(t, "max bytes")}
+func drawOpts(t *rapid.T) pageOptions {
+	return pageOptions{Limit: rapid.IntRange(1, 8).Draw(t, "limit"), MaxBytes: rapid.IntRange(1, 3000).Draw(t, "max bytes")}
 }
 
 // checkPage checks one page against its bound: not empty while more
 // follows, at most Limit records, and over MaxBytes only by a lone one.
-func checkPage(t *rapid.T, opts PageOptions, sizes []int, more bool) {
+func checkPage(t *rapid.T, opts pageOptions, sizes []int, more bool) {
 	total := 0
 	for _, s := range sizes {
 		total += s
@@ -45,7 +45,7 @@ func checkPage(t *rapid.T, opts PageOptions, sizes []int, more bool) {
 
 // pagesOf reads pages (page moves its own cursor) until none follows,
 // checking each, and returns their records.
-func pagesOf[T any](t *rapid.T, opts PageOptions, size func(*T) int, page func() ([]T, bool, error)) []T {
+func pagesOf[T any](t *rapid.T, opts pageOptions, size func(*T) int, page func() ([]T, bool, error)) []T {
 	var got []T
 	for {
 		recs, more, err := page()
@@ -135,14 +135,14 @@ func fillPages(t *rapid.T, l *Library) {
 }
 
 func checkStatePages(t *rapid.T, l *Library) {
-	all, _, more, err := l.StatePageOpts(devB, ModelEntry, messages.HLC{}, messages.Cursor{}, everything)
+	all, _, more, err := l.statePageOpts(devB, ModelEntry, messages.HLC{}, messages.Cursor{}, everything)
 	if err != nil || more {
 		t.Fatalf("unpaged: more %v, %v", more, err)
 	}
 	opts := drawOpts(t)
 	var cur messages.Cursor
 	got := pagesOf(t, opts, recordSize, func() ([]messages.StateRecord, bool, error) {
-		page, next, more, err := l.StatePageOpts(devB, ModelEntry, messages.HLC{}, cur, opts)
+		page, next, more, err := l.statePageOpts(devB, ModelEntry, messages.HLC{}, cur, opts)
 		if n := len(page); n > 0 && next != (messages.Cursor{HLC: page[n-1].HLC, UUID: page[n-1].UUID}) {
 			t.Fatalf("cursor %v after %v", next, page[n-1])
 		}
@@ -155,7 +155,7 @@ func checkStatePages(t *rapid.T, l *Library) {
 }
 
 func checkSharedPages(t *rapid.T, l *Library) {
-	all, _, more, err := l.SharedStatePageOpts(ModelTag, messages.Cursor{}, everything)
+	all, _, more, err := l.sharedStatePageOpts(ModelTag, messages.Cursor{}, everything)
 	if err != nil || more {
 		t.Fatalf("unpaged: more %v, %v", more, err)
 	}
@@ -164,7 +164,7 @@ func checkSharedPages(t *rapid.T, l *Library) {
 	var cur messages.Cursor
 	pageOf := map[messages.UUID]int{} // the page of each row's updates
 	for p := 0; ; p++ {
-		page, next, more, err := l.SharedStatePageOpts(ModelTag, cur, opts)
+		page, next, more, err := l.sharedStatePageOpts(ModelTag, cur, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,14 +197,14 @@ func checkSharedPages(t *rapid.T, l *Library) {
 }
 
 func checkLogPages(t *rapid.T, l *Library) {
-	all, more, _, err := l.LogSinceOpts(messages.HLC{}, everything)
+	all, more, _, err := l.logSinceOpts(messages.HLC{}, everything)
 	if err != nil || more {
 		t.Fatalf("unpaged: more %v, %v", more, err)
 	}
 	opts := drawOpts(t)
 	var since messages.HLC
 	got := pagesOf(t, opts, changeSize, func() ([]messages.SharedChange, bool, error) {
-		page, more, _, err := l.LogSinceOpts(since, opts)
+		page, more, _, err := l.logSinceOpts(since, opts)
 		if len(page) > 0 {
 			since = page[len(page)-1].HLC
 		}
@@ -223,13 +223,13 @@ func checkRecordsByBytes(t *rapid.T, l *Library) {
 		uuids = append(uuids, uid(100+i))
 	}
 	opts := drawOpts(t)
-	all, err := l.StateRecords(devB, ModelEntry, uuids)
+	all, _, err := l.StateRecords(devB, ModelEntry, uuids)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []messages.StateRecord
 	for rest := uuids; len(rest) > 0; {
-		recs, served, err := l.StateRecordsOpts(devB, ModelEntry, rest, opts)
+		recs, served, err := l.stateRecordsOpts(devB, ModelEntry, rest, opts)
 		if err != nil || served == 0 || served > opts.Limit {
 			t.Fatalf("served %d of %d (limit %d): %v", served, len(rest), opts.Limit, err)
 		}
@@ -242,13 +242,13 @@ func checkRecordsByBytes(t *rapid.T, l *Library) {
 	for i := range 15 {
 		tags = append(tags, uid(300+i))
 	}
-	allTags, err := l.SharedRecords(ModelTag, tags)
+	allTags, _, err := l.SharedRecords(ModelTag, tags)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var gotTags []messages.SharedChange
 	for rest := tags; len(rest) > 0; {
-		cs, served, err := l.SharedRecordsOpts(ModelTag, rest, opts)
+		cs, served, err := l.sharedRecordsOpts(ModelTag, rest, opts)
 		if err != nil || served == 0 {
 			t.Fatalf("served %d of %d: %v", served, len(rest), err)
 		}

@@ -210,11 +210,11 @@ func ownerIDOf(c *conn, owner messages.DeviceID) (int64, bool, error) {
 // (0 means 1,000) and DefaultPageBytes of them. A tombstone is served as a
 // record with Deleted set and the delete's HLC.
 func (l *Library) StatePage(owner messages.DeviceID, model string, since messages.HLC, after messages.Cursor, limit int) (recs []messages.StateRecord, next messages.Cursor, more bool, err error) {
-	return l.StatePageOpts(owner, model, since, after, PageOptions{Limit: limit})
+	return l.statePageOpts(owner, model, since, after, pageOptions{Limit: limit})
 }
 
-// StatePageOpts is StatePage with the page bounded by opts.
-func (l *Library) StatePageOpts(owner messages.DeviceID, model string, since messages.HLC, after messages.Cursor, opts PageOptions) (recs []messages.StateRecord, next messages.Cursor, more bool, err error) {
+// statePageOpts is StatePage with the page bounded by opts.
+func (l *Library) statePageOpts(owner messages.DeviceID, model string, since messages.HLC, after messages.Cursor, opts pageOptions) (recs []messages.StateRecord, next messages.Cursor, more bool, err error) {
 	mi, err := l.reg.model(model)
 	if err != nil {
 		return nil, after, false, fmt.Errorf("state page: %w", err)
@@ -247,7 +247,7 @@ func (l *Library) StatePageOpts(owner messages.DeviceID, model string, since mes
 // statePage reads the candidates of a state page, rows and tombstones
 // merged in (hlc, uuid) order: up to opts.Limit+1 of each, and rows only
 // up to one past those over opts.MaxBytes (see pastBudget).
-func statePage(c *conn, mi *modelInfo, owner messages.DeviceID, since messages.HLC, after messages.Cursor, opts PageOptions) ([]messages.StateRecord, error) {
+func statePage(c *conn, mi *modelInfo, owner messages.DeviceID, since messages.HLC, after messages.Cursor, opts pageOptions) ([]messages.StateRecord, error) {
 	ownerID, found, err := ownerIDOf(c, owner)
 	if err != nil || !found {
 		return nil, err
@@ -311,7 +311,7 @@ func mergePage(a, b []messages.StateRecord) []messages.StateRecord {
 // are never split across pages, so a page may exceed limit by the
 // changes of its last row.
 func (l *Library) SharedStatePage(model string, after messages.Cursor, limit int) (changes []messages.SharedChange, next messages.Cursor, more bool, err error) {
-	return l.SharedStatePageOpts(model, after, PageOptions{Limit: limit})
+	return l.sharedStatePageOpts(model, after, pageOptions{Limit: limit})
 }
 
 // sharedItem is a shared row, or a tombstone, as the changes that carry
@@ -330,9 +330,9 @@ func newSharedItem(key pageKey, cs []messages.SharedChange) sharedItem {
 	return it
 }
 
-// SharedStatePageOpts is SharedStatePage with the page bounded by opts
+// sharedStatePageOpts is SharedStatePage with the page bounded by opts
 // (opts.Limit counts changes, as limit does).
-func (l *Library) SharedStatePageOpts(model string, after messages.Cursor, opts PageOptions) (changes []messages.SharedChange, next messages.Cursor, more bool, err error) {
+func (l *Library) sharedStatePageOpts(model string, after messages.Cursor, opts pageOptions) (changes []messages.SharedChange, next messages.Cursor, more bool, err error) {
 	mi, err := l.reg.model(model)
 	if err != nil {
 		return nil, after, false, fmt.Errorf("shared state page: %w", err)
@@ -373,7 +373,7 @@ func (l *Library) SharedStatePageOpts(model string, after messages.Cursor, opts 
 // sharedStatePage reads the candidates of a shared state page: up to
 // opts.Limit+1 rows and tombstones, and rows only up to one past those
 // over opts.MaxBytes (see pastBudget).
-func sharedStatePage(c *conn, mi *modelInfo, after messages.Cursor, opts PageOptions) (rows, tombs []sharedItem, err error) {
+func sharedStatePage(c *conn, mi *modelInfo, after messages.Cursor, opts pageOptions) (rows, tombs []sharedItem, err error) {
 	args := []any{cmpHLC(after.HLC), after.UUID, opts.Limit + 1}
 	past := pastBudget{max: opts.MaxBytes}
 	err = c.query(mi.sql.sharedPage, args, func(s *sqlite3.Stmt) error {
@@ -434,17 +434,16 @@ func rowChanges(mi *modelInfo, u messages.UUID, s *sqlite3.Stmt) ([]messages.Sha
 // StateRecords returns owner's current records of model with the given
 // uuids: the row, or its tombstone, or nothing when neither is here (or
 // it belongs to another owner). Anti-entropy repairs use it. It answers
-// for the uuids whose records fit DefaultPageBytes (at least the first):
-// StateRecordsOpts says for how many.
-func (l *Library) StateRecords(owner messages.DeviceID, model string, uuids []messages.UUID) ([]messages.StateRecord, error) {
-	recs, _, err := l.StateRecordsOpts(owner, model, uuids, PageOptions{Limit: len(uuids)})
-	return recs, err
+// for uuids[:served], whose records fit DefaultPageBytes (at least the
+// first); the caller asks again for the rest.
+func (l *Library) StateRecords(owner messages.DeviceID, model string, uuids []messages.UUID) (recs []messages.StateRecord, served int, err error) {
+	return l.stateRecordsOpts(owner, model, uuids, pageOptions{Limit: len(uuids)})
 }
 
-// StateRecordsOpts is StateRecords bounded by opts: it answers for
+// stateRecordsOpts is StateRecords bounded by opts: it answers for
 // uuids[:served] only (opts.Limit uuids at most); the caller asks again
 // for the rest.
-func (l *Library) StateRecordsOpts(owner messages.DeviceID, model string, uuids []messages.UUID, opts PageOptions) (out []messages.StateRecord, served int, err error) {
+func (l *Library) stateRecordsOpts(owner messages.DeviceID, model string, uuids []messages.UUID, opts pageOptions) (out []messages.StateRecord, served int, err error) {
 	mi, err := l.reg.model(model)
 	if err != nil {
 		return nil, 0, fmt.Errorf("state records: %w", err)
@@ -505,17 +504,16 @@ func stateRecord(c *conn, mi *modelInfo, owner messages.DeviceID, ownerID int64,
 
 // SharedRecords returns the current state of the shared rows with the
 // given uuids, as changes (per field HLC) and deletes (tombstones). It
-// answers for the uuids whose changes fit DefaultPageBytes (at least the
-// first): SharedRecordsOpts says for how many.
-func (l *Library) SharedRecords(model string, uuids []messages.UUID) ([]messages.SharedChange, error) {
-	out, _, err := l.SharedRecordsOpts(model, uuids, PageOptions{Limit: len(uuids)})
-	return out, err
+// answers for uuids[:served], whose changes fit DefaultPageBytes (at least
+// the first); the caller asks again for the rest.
+func (l *Library) SharedRecords(model string, uuids []messages.UUID) (changes []messages.SharedChange, served int, err error) {
+	return l.sharedRecordsOpts(model, uuids, pageOptions{Limit: len(uuids)})
 }
 
-// SharedRecordsOpts is SharedRecords bounded by opts: it answers for
+// sharedRecordsOpts is SharedRecords bounded by opts: it answers for
 // uuids[:served] only (opts.Limit uuids at most); the caller asks again
 // for the rest.
-func (l *Library) SharedRecordsOpts(model string, uuids []messages.UUID, opts PageOptions) (out []messages.SharedChange, served int, err error) {
+func (l *Library) sharedRecordsOpts(model string, uuids []messages.UUID, opts pageOptions) (out []messages.SharedChange, served int, err error) {
 	mi, err := l.reg.model(model)
 	if err != nil {
 		return nil, 0, fmt.Errorf("shared records: %w", err)

@@ -8,7 +8,7 @@ import (
 	"github.com/lsync/lsync/messages"
 )
 
-// Encoded sizes. Pages are cut by bytes (PageOptions.MaxBytes) and models
+// Encoded sizes. Pages are cut by bytes (pageOptions.MaxBytes) and models
 // are checked against MaxRecordBytes by these msgpack sizes, computed from
 // the values rather than by encoding them: exact for the normalised value
 // forms (values.go), an upper bound where msgpack may pick a shorter form
@@ -105,7 +105,7 @@ func (mi *modelInfo) maxEncodedSize() int {
 	return n
 }
 
-func (o PageOptions) withDefaults() PageOptions {
+func (o pageOptions) withDefaults() pageOptions {
 	if o.Limit <= 0 {
 		o.Limit = 1000
 	}

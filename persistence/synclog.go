@@ -144,11 +144,11 @@ func (l *Library) replayLocked() error {
 // snapshotRequired is true when since is older than the newest pruned
 // entry: changes after since are gone.
 func (l *Library) LogSince(since messages.HLC, limit int) (entries []messages.SharedChange, more, snapshotRequired bool, err error) {
-	return l.LogSinceOpts(since, PageOptions{Limit: limit})
+	return l.logSinceOpts(since, pageOptions{Limit: limit})
 }
 
-// LogSinceOpts is LogSince with the page bounded by opts.
-func (l *Library) LogSinceOpts(since messages.HLC, opts PageOptions) (entries []messages.SharedChange, more, snapshotRequired bool, err error) {
+// logSinceOpts is LogSince with the page bounded by opts.
+func (l *Library) logSinceOpts(since messages.HLC, opts pageOptions) (entries []messages.SharedChange, more, snapshotRequired bool, err error) {
 	opts = opts.withDefaults()
 	err = l.readTx(func(c *conn) error {
 		pruned, err := c.queryHLC(`SELECT value FROM log.log_meta WHERE key = 'pruned_through'`)
