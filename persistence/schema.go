@@ -167,6 +167,14 @@ var localTablesDDL = []string{
 		origin BLOB NOT NULL,
 		hlc BLOB NOT NULL,
 		PRIMARY KEY (partner, kind, origin)) WITHOUT ROWID`,
+	// Where each of this device's entries lives on its file system: the
+	// (device, inode) recorded when it was indexed or rescanned, so a
+	// rescan recognises a moved or renamed file or folder and keeps its
+	// uuid. Local: inodes mean nothing on another device.
+	`CREATE TABLE IF NOT EXISTS entry_fs (
+		entry_uuid BLOB PRIMARY KEY,
+		dev INTEGER NOT NULL,
+		ino INTEGER NOT NULL) WITHOUT ROWID`,
 }
 
 func schemaTooNew(v int) error {
