@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/zeebo/blake3"
 
@@ -41,7 +42,11 @@ type IndexProgress struct {
 // IndexLocation walks root (the location's path on this device) into
 // entries: the parent chain, size, mtime, kind and extension of each, and a
 // content identity (BLAKE3 of the bytes, sampled for large files) for each
-// regular file, so two devices holding the same bytes agree on it.
+// regular file, so two devices holding the same bytes agree on it. It
+// records where each entry lives on the disk (entry_fs), so a later
+// RescanLocation recognises moves. While it runs, the location has a scan
+// checkpoint (IncompleteScans); a run that does not finish leaves it, and
+// RescanLocation completes the job.
 func (l *Library) IndexLocation(ctx context.Context, location messages.UUID, root string, opt IndexOptions) (IndexProgress, error) {
 	if opt.Batch <= 0 {
 		opt.Batch = 1000
@@ -54,11 +59,21 @@ func (l *Library) IndexLocation(ctx context.Context, location messages.UUID, roo
 	if !info.IsDir() {
 		return IndexProgress{}, fmt.Errorf("index %s: not a directory", root)
 	}
-	ix := &indexRun{l: l, ctx: ctx, location: location, root: root, opt: opt,
-		dirs: map[string]messages.UUID{root: {}}, known: map[messages.UUID]bool{}}
+	if err := l.saveScanCheckpoint(location, ScanIndex); err != nil {
+		return IndexProgress{}, fmt.Errorf("index %s: %w", root, err)
+	}
+	ix := &indexRun{ctx: ctx, root: root, opt: opt, dirs: map[string]messages.UUID{root: {}}}
+	ix.sink = newEntrySink(ctx, l, location, opt.Batch, func() {
+		if ix.opt.Progress != nil {
+			ix.opt.Progress(ix.prog)
+		}
+	})
 	err = filepath.WalkDir(root, ix.visit)
 	if err == nil {
-		err = ix.flush()
+		err = ix.sink.flush()
+	}
+	if err == nil {
+		err = l.store.DeleteCheckpoint(scanJobKey(location))
 	}
 	if err != nil {
 		return ix.prog, fmt.Errorf("index %s: %w", root, err)
@@ -68,36 +83,12 @@ func (l *Library) IndexLocation(ctx context.Context, location messages.UUID, roo
 
 // indexRun is one IndexLocation walk.
 type indexRun struct {
-	l        *Library
-	ctx      context.Context
-	location messages.UUID
-	root     string
-	opt      IndexOptions
-	prog     IndexProgress
-	dirs     map[string]messages.UUID // path → entry uuid; root = zero (top level)
-	known    map[messages.UUID]bool   // content identities this library has or will have
-	batch    []EntryInput
-	contents []persistence.SharedWrite // new content identities of this batch
-}
-
-// flush writes the batch: contents first, so no entry names one this
-// library lacks.
-func (ix *indexRun) flush() error {
-	if len(ix.batch) == 0 {
-		return nil
-	}
-	if _, err := ix.l.CommitBatch(ix.ctx, ix.contents); err != nil {
-		return fmt.Errorf("content identities: %w", err)
-	}
-	ix.contents = ix.contents[:0]
-	if _, err := ix.l.AddEntries(ix.ctx, ix.location, ix.batch); err != nil {
-		return err
-	}
-	ix.batch = ix.batch[:0]
-	if ix.opt.Progress != nil {
-		ix.opt.Progress(ix.prog)
-	}
-	return nil
+	ctx  context.Context
+	root string
+	opt  IndexOptions
+	prog IndexProgress
+	dirs map[string]messages.UUID // path → entry uuid; root = zero (top level)
+	sink *entrySink
 }
 
 // visit is the WalkDir callback: one file-system entry.
@@ -118,7 +109,7 @@ func (ix *indexRun) visit(path string, d fs.DirEntry, werr error) error {
 		ix.prog.Skipped++ // unreadable: keep going, say so in the count
 		return skipDir()
 	}
-	if ix.opt.SkipHidden && strings.HasPrefix(d.Name(), ".") {
+	if ix.opt.SkipHidden && isHidden(d.Name()) {
 		return skipDir()
 	}
 	info, err := d.Info()
@@ -126,59 +117,157 @@ func (ix *indexRun) visit(path string, d fs.DirEntry, werr error) error {
 		ix.prog.Skipped++
 		return nil
 	}
-	e := EntryInput{UUID: persistence.NewUUID(), Parent: ix.dirs[filepath.Dir(path)], Name: d.Name(),
+	kind, ok := entryKind(d.Type())
+	if !ok { // sockets, devices, pipes are not indexed
+		ix.prog.Skipped++
+		return nil
+	}
+	e := EntryInput{UUID: persistence.NewUUID(), Parent: ix.dirs[filepath.Dir(path)], Name: d.Name(), Kind: kind,
 		Size: info.Size(), MTime: info.ModTime().UnixMilli()}
 	ix.prog.Current = path
-	keep, err := ix.classify(path, d, info, &e)
-	if err != nil || !keep {
-		return err
+	var content *persistence.SharedWrite
+	switch kind {
+	case KindDirectory:
+		e.Size = 0
+		ix.dirs[path] = e.UUID
+		ix.prog.Dirs++
+	case KindSymlink:
+		ix.prog.Files++
+	case KindFile:
+		e.Extension = extensionOf(d.Name())
+		ix.prog.Files++
+		ix.prog.Bytes += info.Size()
+		if e.Content, content, err = ix.sink.hash(path, info.Size(), e.Extension); err != nil {
+			if errors.Is(err, errUnreadable) {
+				ix.prog.Skipped++ // indexed without a content identity
+			} else {
+				return err
+			}
+		}
+		if content != nil {
+			ix.prog.Contents++
+		}
 	}
-	ix.batch = append(ix.batch, e)
 	ix.prog.Entries++
-	if len(ix.batch) >= ix.opt.Batch {
-		return ix.flush()
+	return ix.sink.add(e, content, info)
+}
+
+// isHidden: the name of a dot file or folder.
+func isHidden(name string) bool { return strings.HasPrefix(name, ".") }
+
+// extensionOf is a file name's extension, lower case, without the dot.
+func extensionOf(name string) string {
+	return strings.TrimPrefix(strings.ToLower(filepath.Ext(name)), ".")
+}
+
+// entryKind is the entry kind of a file-system type; ok is false for what
+// is not indexed (sockets, devices, pipes).
+func entryKind(t fs.FileMode) (kind int, ok bool) {
+	switch {
+	case t.IsDir():
+		return KindDirectory, true
+	case t&fs.ModeSymlink != 0:
+		return KindSymlink, true
+	case t.IsRegular():
+		return KindFile, true
+	}
+	return 0, false
+}
+
+// fileID is where info lives on this machine: its device and inode.
+func fileID(info fs.FileInfo) (dev, ino uint64) {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Dev), uint64(st.Ino) //nolint:unconvert // int32 on some platforms
+	}
+	return 0, 0
+}
+
+// errUnreadable: a file's bytes could not be read to hash them.
+var errUnreadable = errors.New("unreadable")
+
+// entrySink writes the entries of one indexing or rescan run in batches:
+// new content identities first (so no entry names one this library
+// lacks), then the entries (new, changed or moved: written whole), then
+// where they live on the disk.
+type entrySink struct {
+	ctx      context.Context
+	l        *Library
+	location messages.UUID
+	size     int
+	after    func() // after each batch (progress)
+
+	known    map[messages.UUID]bool // content identities this library has or will have
+	batch    []EntryInput
+	contents []persistence.SharedWrite
+	fs       []persistence.EntryFS
+	hashed   int // files whose bytes were hashed
+}
+
+func newEntrySink(ctx context.Context, l *Library, location messages.UUID, size int, after func()) *entrySink {
+	return &entrySink{ctx: ctx, l: l, location: location, size: size, after: after, known: map[messages.UUID]bool{}}
+}
+
+// hash returns the content identity of a regular file (zero for an empty
+// one) and, if this library lacks it, the write that creates it. A file
+// that cannot be read is errUnreadable.
+func (s *entrySink) hash(path string, size int64, ext string) (messages.UUID, *persistence.SharedWrite, error) {
+	if size == 0 {
+		return messages.UUID{}, nil, nil
+	}
+	s.hashed++
+	h, err := contentHash(path, size)
+	if err != nil {
+		return messages.UUID{}, nil, fmt.Errorf("%w: %s: %v", errUnreadable, path, err)
+	}
+	return s.l.contentWrite(h, size, ext, s.known)
+}
+
+// add queues one entry (with its new content identity, if any, and where
+// info says it lives) and flushes a full batch.
+func (s *entrySink) add(e EntryInput, content *persistence.SharedWrite, info fs.FileInfo) error {
+	if content != nil {
+		s.contents = append(s.contents, *content)
+	}
+	s.batch = append(s.batch, e)
+	if dev, ino := fileID(info); ino != 0 {
+		s.fs = append(s.fs, persistence.EntryFS{Entry: e.UUID, Dev: dev, Ino: ino})
+	}
+	if len(s.batch) >= s.size {
+		return s.flush()
 	}
 	return nil
 }
 
-// classify fills in e's kind (and a file's content identity); keep is
-// false for what is not indexed (sockets, devices, pipes).
-func (ix *indexRun) classify(path string, d fs.DirEntry, info fs.FileInfo, e *EntryInput) (keep bool, err error) {
-	switch {
-	case d.IsDir():
-		e.Kind, e.Size = KindDirectory, 0
-		ix.dirs[path] = e.UUID
-		ix.prog.Dirs++
-	case d.Type()&fs.ModeSymlink != 0:
-		e.Kind = KindSymlink
-		ix.prog.Files++
-	case d.Type().IsRegular():
-		e.Kind = KindFile
-		e.Extension = strings.TrimPrefix(strings.ToLower(filepath.Ext(d.Name())), ".")
-		ix.prog.Files++
-		ix.prog.Bytes += info.Size()
-		if info.Size() == 0 {
-			break
-		}
-		hash, err := contentHash(path, info.Size())
-		if err != nil {
-			ix.prog.Skipped++
-			break
-		}
-		cu, w, err := ix.l.contentWrite(hash, info.Size(), e.Extension, ix.known)
-		if err != nil {
-			return false, err
-		}
-		if w != nil {
-			ix.contents = append(ix.contents, *w)
-			ix.prog.Contents++
-		}
-		e.Content = cu
-	default:
-		ix.prog.Skipped++
-		return false, nil
+// place records where an entry that is not rewritten lives now.
+func (s *entrySink) place(u messages.UUID, info fs.FileInfo) {
+	if dev, ino := fileID(info); ino != 0 {
+		s.fs = append(s.fs, persistence.EntryFS{Entry: u, Dev: dev, Ino: ino})
 	}
-	return true, nil
+}
+
+func (s *entrySink) flush() error {
+	if len(s.contents) > 0 {
+		if _, err := s.l.CommitBatch(s.ctx, s.contents); err != nil {
+			return fmt.Errorf("content identities: %w", err)
+		}
+		s.contents = s.contents[:0]
+	}
+	if len(s.batch) > 0 {
+		if _, err := s.l.AddEntries(s.ctx, s.location, s.batch); err != nil {
+			return err
+		}
+		s.batch = s.batch[:0]
+	}
+	if len(s.fs) > 0 {
+		if err := s.l.store.PutEntryFS(s.fs); err != nil {
+			return err
+		}
+		s.fs = s.fs[:0]
+	}
+	if s.after != nil {
+		s.after()
+	}
+	return nil
 }
 
 // contentWrite returns the content identity for hash (a shared row whose
