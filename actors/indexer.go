@@ -59,7 +59,7 @@ func (l *Library) IndexLocation(ctx context.Context, location messages.UUID, roo
 	if !info.IsDir() {
 		return IndexProgress{}, fmt.Errorf("index %s: not a directory", root)
 	}
-	if err := l.saveScanCheckpoint(location, ScanIndex); err != nil {
+	if err := l.saveScanCheckpoint(location, ScanIndex, opt.SkipHidden); err != nil {
 		return IndexProgress{}, fmt.Errorf("index %s: %w", root, err)
 	}
 	ix := &indexRun{ctx: ctx, root: root, opt: opt, dirs: map[string]messages.UUID{root: {}}}

@@ -122,7 +122,7 @@ func (l *Library) RescanLocation(ctx context.Context, location messages.UUID, op
 		ownCheckpoint = !pending
 	}
 	if ownCheckpoint {
-		if err := l.saveScanCheckpoint(location, ScanRescan); err != nil {
+		if err := l.saveScanCheckpoint(location, ScanRescan, opt.SkipHidden); err != nil {
 			return RescanResult{}, fmt.Errorf("rescan: %w", err)
 		}
 	}

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -31,11 +32,13 @@ type ScanJob struct {
 	Location messages.UUID `json:"location"`
 	Kind     string        `json:"kind"` // ScanIndex or ScanRescan
 	Started  time.Time     `json:"started"`
+	// SkipHidden is the job's option, for the rescan that resumes it.
+	SkipHidden bool `json:"skip_hidden,omitempty"`
 }
 
 // saveScanCheckpoint marks location as being scanned (kind).
-func (l *Library) saveScanCheckpoint(location messages.UUID, kind string) error {
-	b, err := json.Marshal(ScanJob{Location: location, Kind: kind, Started: time.Now().UTC()})
+func (l *Library) saveScanCheckpoint(location messages.UUID, kind string, skipHidden bool) error {
+	b, err := json.Marshal(ScanJob{Location: location, Kind: kind, Started: time.Now().UTC(), SkipHidden: skipHidden})
 	if err != nil {
 		return err
 	}
@@ -59,4 +62,24 @@ func (l *Library) IncompleteScans() (map[messages.UUID]ScanJob, error) {
 		out[j.Location] = j
 	}
 	return out, nil
+}
+
+// RemoveLocation deletes a location of this device: one delete, which
+// takes every entry of the location with it here and on every device.
+// Its scan checkpoint and the inodes of its entries are forgotten. A scan
+// of the location must not be running.
+func (l *Library) RemoveLocation(ctx context.Context, location messages.UUID) error {
+	if _, err := l.ownLocationPath(location); err != nil {
+		return fmt.Errorf("remove location: %w", err)
+	}
+	if err := l.DeleteState(ctx, persistence.ModelLocation, location); err != nil {
+		return fmt.Errorf("remove location: %w", err)
+	}
+	if err := l.store.DeleteCheckpoint(scanJobKey(location)); err != nil {
+		return fmt.Errorf("remove location: %w", err)
+	}
+	if _, err := l.store.PruneEntryFS(); err != nil {
+		return fmt.Errorf("remove location: %w", err)
+	}
+	return nil
 }

@@ -497,11 +497,13 @@ func rtt(connected bool, ms float64) string {
 
 func newLocationCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "location",
-		Short:   "Add folders of this device to a library",
-		Long:    `A location is a folder of this device; its files become the library's entries.`,
-		Example: `  lsync location add "Family photos" ~/Pictures --index`,
-		RunE:    groupRunE,
+		Use:   "location",
+		Short: "Add, rescan, list and remove folders of a library",
+		Long:  `A location is a folder of this device; its files become the library's entries.`,
+		Example: `  lsync location add "Family photos" ~/Pictures --index
+  lsync location rescan "Family photos" ~/Pictures
+  lsync location list "Family photos"`,
+		RunE: groupRunE,
 	}
 	var index, skipHidden bool
 	var name string
@@ -511,7 +513,11 @@ func newLocationCmd(g *globals) *cobra.Command {
 		Long: `Record PATH (a folder of this device) as a location of the library. With
 --index, walk the folder into entries (parent chain, size, mtime, kind,
 extension) and content identities (BLAKE3 of the bytes, sampled for large
-files), showing a progress bar on a terminal. Every partner receives them.`,
+files), showing a progress bar on a terminal. Every partner receives them.
+Indexing runs in the daemon: Ctrl-C stops watching it, not the indexing, and
+an index the daemon did not finish is completed (by a rescan) when it
+starts again. A folder that is already a location is refused: rescan it
+instead (lsync location rescan).`,
 		Example: `  lsync location add "Family photos" ~/Pictures --index
   lsync location add 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192 /srv/music --name Music --index --skip-hidden`,
 		Args: args(cobra.ExactArgs(2)),
@@ -524,6 +530,9 @@ files), showing a progress bar on a terminal. Every partner receives them.`,
 			res, err := g.call(cmd.Context(), opLocationAdd, locationAddArgs{Lib: a[0], Path: path, Name: name, Index: index, SkipHidden: skipHidden, Progress: index && !g.json}, pr.update)
 			pr.finish(err == nil)
 			if err != nil {
+				if index && cmd.Context().Err() != nil {
+					return &exitErr{code: exitSignal, err: errors.New("interrupted: indexing goes on in the daemon (see: lsync location list)")}
+				}
 				return err
 			}
 			var r locationResult
@@ -546,8 +555,157 @@ files), showing a progress bar on a terminal. Every partner receives them.`,
 	add.Flags().BoolVar(&index, "index", false, "walk the folder into entries")
 	add.Flags().BoolVar(&skipHidden, "skip-hidden", false, "with --index, skip files and folders whose name starts with a dot")
 	add.Flags().StringVar(&name, "name", "", "the location's name (default: the folder's name)")
-	cmd.AddCommand(add)
+	cmd.AddCommand(add, newLocationRescanCmd(g), newLocationListCmd(g), newLocationRemoveCmd(g))
 	return cmd
+}
+
+// locationArg turns a LOCATION argument into request arguments: one that
+// looks like a path (has a slash, or is . or ..) is also sent absolute,
+// since the daemon does not share the client's working directory.
+func locationArg(lib, arg string) (locationArgs, error) {
+	a := locationArgs{Lib: lib, Location: arg}
+	if strings.ContainsRune(arg, filepath.Separator) || arg == "." || arg == ".." {
+		abs, err := filepath.Abs(arg)
+		if err != nil {
+			return a, err
+		}
+		a.Path = abs
+	}
+	return a, nil
+}
+
+func newLocationRescanCmd(g *globals) *cobra.Command {
+	var skipHidden bool
+	cmd := &cobra.Command{
+		Use:   "rescan LIB LOCATION [--skip-hidden]",
+		Short: "Bring a location's entries up to date with its folder",
+		Long: `Reconcile a location of this device with its folder: new files and folders
+become entries, changed ones (size or modification time) are updated and
+only they are read again, vanished ones are deleted with their contents on
+every device, and renamed or moved files and folders keep their entry (its
+uuid, so its tags, albums and notes stay with it). Unchanged files are not
+read and nothing about them is sent.
+
+LOCATION is the location's uuid, its exact name, or a path: the location's
+folder, or a folder inside it (then only that folder is reconciled).
+The rescan runs in the daemon: Ctrl-C stops watching it, not the rescan
+("lsync location list" shows the location incomplete until it ends), and
+a rescan the daemon did not finish is resumed when it starts again.
+Unreadable folders and special files are skipped and named.`,
+		Example: `  lsync location rescan "Family photos" Pictures
+  lsync location rescan "Family photos" ~/Pictures/2024 --skip-hidden
+  lsync --json location rescan 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192 0193a6f2-8e2f-7c4a-8b5d-3e6f708192a3`,
+		Args: args(cobra.ExactArgs(2)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			req, err := locationArg(a[0], a[1])
+			if err != nil {
+				return err
+			}
+			req.SkipHidden, req.Progress = skipHidden, !g.json
+			pr := newIndexProgress(g, true)
+			res, err := g.call(cmd.Context(), opLocationScan, req, pr.update)
+			pr.finish(err == nil)
+			if err != nil {
+				if cmd.Context().Err() != nil {
+					return &exitErr{code: exitSignal, err: errors.New("interrupted: the rescan goes on in the daemon (see: lsync location list)")}
+				}
+				return err
+			}
+			var r rescanResult
+			if err := json.Unmarshal(res, &r); err != nil {
+				return err
+			}
+			return g.output(r, func(w io.Writer) {
+				what := r.Path
+				if r.Subtree != "" {
+					what = r.Subtree
+				}
+				fmt.Fprintf(w, "Rescanned location %q %s (%s) in %.1fs\n", r.Name, r.Location, what, r.Seconds)
+				fmt.Fprintf(w, "  created %d, updated %d, moved %d, deleted %d, unchanged %d, skipped %d\n",
+					r.Created, r.Updated, r.Moved, r.Deleted, r.Unchanged, r.Skipped)
+				for _, p := range r.SkippedPaths {
+					fmt.Fprintf(w, "  skipped %s\n", p)
+				}
+				if n := r.Skipped - len(r.SkippedPaths); n > 0 {
+					fmt.Fprintf(w, "  … and %d more skipped\n", n)
+				}
+			})
+		}),
+	}
+	cmd.Flags().BoolVar(&skipHidden, "skip-hidden", false, "skip files and folders whose name starts with a dot (their entries are left as they are)")
+	return cmd
+}
+
+func newLocationListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list LIB",
+		Short: "List the library's locations, this device's and others'",
+		Long: `List every location of the library: its uuid, name, folder, the device it
+belongs to, how many entries it has here, and whether an index or rescan of
+it started and has not finished (incomplete: the daemon finishes it; it
+resumes after a restart).`,
+		Example: `  lsync location list "Family photos"
+  lsync --json location list 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			var locs []locationInfo
+			if err := g.callInto(cmd.Context(), opLocationList, libArgs{Lib: a[0]}, &locs); err != nil {
+				return err
+			}
+			return g.output(locs, func(w io.Writer) {
+				if len(locs) == 0 {
+					fmt.Fprintln(w, "No locations (add one with: lsync location add LIB PATH --index)")
+					return
+				}
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "UUID\tNAME\tPATH\tDEVICE\tENTRIES\tSTATE")
+				for _, l := range locs {
+					dev := l.DeviceName
+					if dev == "" {
+						dev = l.Device
+					}
+					if l.Own {
+						dev += " (this device)"
+					}
+					state := "ok"
+					switch {
+					case l.Running:
+						state = l.Scan + " running"
+					case l.Incomplete:
+						state = "incomplete " + l.Scan
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", l.UUID, l.Name, l.Path, dev, l.Entries, state)
+				}
+				tw.Flush()
+			})
+		}),
+	}
+}
+
+func newLocationRemoveCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove LIB LOCATION",
+		Short: "Remove a location and its entries from the library",
+		Long: `Remove a location of this device from the library. One delete travels: each
+device removes the location's entries with it (the files on disk are not
+touched). LOCATION is the location's uuid, its exact name, or its folder.`,
+		Example: `  lsync location remove "Family photos" Pictures
+  lsync location remove "Family photos" ~/Pictures`,
+		Args: args(cobra.ExactArgs(2)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			req, err := locationArg(a[0], a[1])
+			if err != nil {
+				return err
+			}
+			var r locationRemoved
+			if err := g.callInto(cmd.Context(), opLocationRm, req, &r); err != nil {
+				return err
+			}
+			return g.output(r, func(w io.Writer) {
+				fmt.Fprintf(w, "Removed location %q %s (%s) and its %d entries\n", r.Name, r.UUID, r.Path, r.Entries)
+			})
+		}),
+	}
 }
 
 func humanBytes(n int64) string {

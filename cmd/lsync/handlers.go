@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -39,6 +41,9 @@ func init() {
 		opSyncSetup:     hSyncSetup,
 		opSyncRemove:    libHandler(hSyncRemove),
 		opLocationAdd:   libHandler(hLocationAdd),
+		opLocationScan:  libHandler(hLocationRescan),
+		opLocationList:  libHandler(hLocationList),
+		opLocationRm:    libHandler(hLocationRemove),
 		opTagCreate:     libHandler(hTagCreate),
 		opTagApply:      libHandler(hTagApply),
 		opAlbumCreate:   libHandler(hAlbumCreate),
@@ -495,6 +500,17 @@ func hLocationAdd(ctx context.Context, s *server, lib *actors.Library, a locatio
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("location %s is not a directory", path)
 	}
+	// A folder is one location: adding it again would double its entries.
+	locs, err := ownLocations(ctx, lib)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range locs {
+		if l.path == path {
+			return nil, fmt.Errorf("%s is already location %q (%s) of this device: to bring its entries up to date run: lsync location rescan %s %s",
+				path, l.name, l.uuid, lib.ID(), l.uuid)
+		}
+	}
 	name := a.Name
 	if name == "" {
 		name = filepath.Base(path)
@@ -507,25 +523,261 @@ func hLocationAdd(ctx context.Context, s *server, lib *actors.Library, a locatio
 	if !a.Index {
 		return res, nil
 	}
-	start := time.Now()
-	opt := actors.IndexOptions{SkipHidden: a.SkipHidden, Batch: 500}
-	if a.Progress {
-		// Count first (a second walk of the folder), so the bar has a total.
-		progress(indexProgress{Phase: "counting"})
-		total := countEntries(ctx, path, a.SkipHidden)
-		progress(indexProgress{Phase: "indexing", Total: total})
-		opt.Progress = func(p actors.IndexProgress) {
-			progress(indexProgress{Phase: "indexing", Total: max(total, p.Entries), Entries: p.Entries, Files: p.Files, Dirs: p.Dirs, Bytes: p.Bytes})
+	// Index on the daemon's behalf: a client that goes away does not stop it.
+	j, _ := s.startScan(loc, actors.ScanIndex, func(ctx context.Context, report func(any)) (any, error) {
+		start := time.Now()
+		opt := actors.IndexOptions{SkipHidden: a.SkipHidden, Batch: 500}
+		if a.Progress {
+			// Count first (a second walk of the folder), so the bar has a total.
+			report(indexProgress{Phase: "counting"})
+			total := countEntries(ctx, path, a.SkipHidden)
+			report(indexProgress{Phase: "indexing", Total: total})
+			opt.Progress = func(p actors.IndexProgress) {
+				report(indexProgress{Phase: "indexing", Total: max(total, p.Entries), Entries: p.Entries, Files: p.Files, Dirs: p.Dirs, Bytes: p.Bytes})
+			}
+		}
+		p, err := lib.IndexLocation(ctx, loc, path, opt)
+		if err != nil {
+			return nil, fmt.Errorf("location %s added (%s), but indexing failed after %d entries: %w", name, loc, p.Entries, err)
+		}
+		s.log.Info("location indexed", "library", lib.ID(), "location", loc, "path", path, "entries", p.Entries)
+		return &indexSummary{Entries: p.Entries, Files: p.Files, Dirs: p.Dirs, Bytes: p.Bytes, Contents: p.Contents,
+			Skipped: p.Skipped, Seconds: time.Since(start).Seconds()}, nil
+	})
+	out, err := s.follow(ctx, j, progressIf(a.Progress, progress))
+	if err != nil {
+		return nil, err
+	}
+	res.Indexed = out.(*indexSummary)
+	return res, nil
+}
+
+func progressIf(on bool, progress func(any)) func(any) {
+	if on {
+		return progress
+	}
+	return nil
+}
+
+// ownLoc is a location of this device.
+type ownLoc struct {
+	uuid       messages.UUID
+	name, path string
+}
+
+// ownLocations lists this device's locations in lib.
+func ownLocations(ctx context.Context, lib *actors.Library) ([]ownLoc, error) {
+	rows, err := lib.Query(ctx, persistence.ModelLocation)
+	if err != nil {
+		return nil, err
+	}
+	self := lib.Store().Self().String()
+	var out []ownLoc
+	for _, r := range rows {
+		if dev, _ := r["device_uuid"].(string); dev != self {
+			continue
+		}
+		var u messages.UUID
+		if err := u.UnmarshalText([]byte(rowString(r, "uuid"))); err != nil {
+			return nil, err
+		}
+		out = append(out, ownLoc{uuid: u, name: rowString(r, "name"), path: filepath.Clean(rowString(r, "path"))})
+	}
+	return out, nil
+}
+
+func rowString(r persistence.Row, k string) string {
+	s, _ := r[k].(string)
+	return s
+}
+
+// resolveLocation finds the location of this device a command names: by
+// uuid, exact name, or path (its folder, or with inside, a folder inside
+// it: then subtree is that folder).
+func resolveLocation(ctx context.Context, lib *actors.Library, a locationArgs, inside bool) (loc ownLoc, subtree string, err error) {
+	if a.Location == "" {
+		return loc, "", usageErrorf("a location (uuid, name or path) is required")
+	}
+	locs, err := ownLocations(ctx, lib)
+	if err != nil {
+		return loc, "", err
+	}
+	if u, err := uuid.Parse(a.Location); err == nil {
+		for _, l := range locs {
+			if l.uuid == messages.UUID(u) {
+				return l, "", nil
+			}
+		}
+		if _, err := lib.Get(ctx, persistence.ModelLocation, messages.UUID(u)); err == nil {
+			return loc, "", fmt.Errorf("location %s belongs to another device: only its own device can scan or remove it", u)
+		}
+		return loc, "", fmt.Errorf("no location %s in library %q (see: lsync location list %s)", u, lib.Name(), lib.ID())
+	}
+	var named []ownLoc
+	for _, l := range locs {
+		if l.name == a.Location {
+			named = append(named, l)
 		}
 	}
-	p, err := lib.IndexLocation(ctx, loc, path, opt)
-	if err != nil {
-		return nil, fmt.Errorf("location %s added (%s), but indexing failed after %d entries: %w", name, loc, p.Entries, err)
+	switch {
+	case len(named) == 1:
+		return named[0], "", nil
+	case len(named) > 1:
+		return loc, "", fmt.Errorf("%d locations of this device are named %q: give the uuid or the path (see: lsync location list %s)", len(named), a.Location, lib.ID())
+	case a.Path == "":
+		return loc, "", fmt.Errorf("no location named %q on this device in library %q (see: lsync location list %s)", a.Location, lib.Name(), lib.ID())
 	}
-	res.Indexed = &indexSummary{Entries: p.Entries, Files: p.Files, Dirs: p.Dirs, Bytes: p.Bytes, Contents: p.Contents,
-		Skipped: p.Skipped, Seconds: time.Since(start).Seconds()}
-	s.log.Info("location indexed", "library", lib.ID(), "location", loc, "path", path, "entries", p.Entries, "seconds", res.Indexed.Seconds)
-	return res, nil
+	// A path: the location whose folder it is, or (inside) the innermost
+	// one holding it.
+	path := filepath.Clean(a.Path)
+	best := -1
+	for i, l := range locs {
+		if l.path == path || inside && strings.HasPrefix(path, strings.TrimSuffix(l.path, "/")+"/") {
+			if best < 0 || len(l.path) > len(locs[best].path) {
+				best = i
+			}
+		}
+	}
+	if best < 0 {
+		if inside {
+			return loc, "", fmt.Errorf("%s is not inside any location of this device in library %q (see: lsync location list %s)", path, lib.Name(), lib.ID())
+		}
+		return loc, "", fmt.Errorf("%s is not a location of this device in library %q (see: lsync location list %s)", path, lib.Name(), lib.ID())
+	}
+	if locs[best].path != path {
+		subtree = path
+	}
+	return locs[best], subtree, nil
+}
+
+func hLocationRescan(ctx context.Context, s *server, lib *actors.Library, a locationArgs, progress func(any)) (any, error) {
+	loc, subtree, err := resolveLocation(ctx, lib, a, true)
+	if err != nil {
+		return nil, err
+	}
+	// Refuse what cannot be scanned before starting: a missing folder, a
+	// file, an unreadable folder.
+	dir := loc.path
+	if subtree != "" {
+		dir = subtree
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("location %q: %w", loc.name, err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is a file, not a folder: give the location or a folder inside it", dir)
+	}
+	if f, err := os.Open(dir); err != nil {
+		return nil, fmt.Errorf("location %q: %w", loc.name, err)
+	} else {
+		_, err = f.Readdirnames(1)
+		f.Close()
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("location %q: cannot read %s: %w", loc.name, dir, err)
+		}
+	}
+	j, started := s.startScan(loc.uuid, actors.ScanRescan, func(ctx context.Context, report func(any)) (any, error) {
+		start := time.Now()
+		r, err := lib.RescanLocation(ctx, loc.uuid, actors.RescanOptions{SkipHidden: a.SkipHidden, Subtree: subtree,
+			Progress: func(p actors.RescanProgress) { report(rescanToIndexProgress(p)) }})
+		if err != nil {
+			return nil, err
+		}
+		return &rescanResult{Location: loc.uuid.String(), Name: loc.name, Path: loc.path, Subtree: subtree,
+			RescanResult: r, Seconds: time.Since(start).Seconds()}, nil
+	})
+	if !started {
+		s.log.Info("a scan of the location is running: following it", "location", loc.uuid, "kind", j.kind)
+	}
+	out, err := s.follow(ctx, j, progressIf(a.Progress, progress))
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := out.(*rescanResult); ok {
+		return r, nil
+	}
+	return nil, fmt.Errorf("an index of location %q was running: it has finished; run the rescan again to reconcile", loc.name)
+}
+
+// rescanToIndexProgress is a rescan's progress as the index bar shows it:
+// walking counts, writing reconciles what was found.
+func rescanToIndexProgress(p actors.RescanProgress) indexProgress {
+	ip := indexProgress{Verb: "rescanning", Phase: "indexing", Total: p.Walked, Entries: p.Done}
+	if p.Phase == actors.RescanWalking {
+		ip.Phase = "counting"
+	}
+	return ip
+}
+
+func hLocationList(ctx context.Context, s *server, lib *actors.Library, _ libArgs, _ func(any)) (any, error) {
+	rows, err := lib.Query(ctx, persistence.ModelLocation)
+	if err != nil {
+		return nil, err
+	}
+	devs, err := lib.Query(ctx, persistence.ModelDevice)
+	if err != nil {
+		return nil, err
+	}
+	devName := map[string]string{}
+	for _, d := range devs {
+		devName[rowString(d, "uuid")] = rowString(d, "name")
+	}
+	counts, err := lib.Store().EntryCountsByLocation()
+	if err != nil {
+		return nil, err
+	}
+	scans, err := lib.IncompleteScans()
+	if err != nil {
+		return nil, err
+	}
+	self := lib.Store().Self().String()
+	out := []locationInfo{}
+	for _, r := range rows {
+		var u messages.UUID
+		if err := u.UnmarshalText([]byte(rowString(r, "uuid"))); err != nil {
+			return nil, err
+		}
+		dev := rowString(r, "device_uuid")
+		li := locationInfo{UUID: u.String(), Name: rowString(r, "name"), Path: rowString(r, "path"), Device: dev,
+			DeviceName: devName[dev], Own: dev == self, Entries: counts[u]}
+		if j, ok := scans[u]; ok {
+			li.Incomplete, li.Scan = true, j.Kind
+		}
+		if j := s.runningScan(u); j != nil {
+			li.Incomplete, li.Scan, li.Running = true, j.kind, true
+		}
+		out = append(out, li)
+	}
+	// This device's first, then by name.
+	slices.SortStableFunc(out, func(a, b locationInfo) int {
+		if a.Own != b.Own {
+			if a.Own {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.UUID, b.UUID))
+	})
+	return out, nil
+}
+
+func hLocationRemove(ctx context.Context, s *server, lib *actors.Library, a locationArgs, _ func(any)) (any, error) {
+	loc, _, err := resolveLocation(ctx, lib, a, false)
+	if err != nil {
+		return nil, err
+	}
+	counts, err := lib.Store().EntryCountsByLocation()
+	if err != nil {
+		return nil, err
+	}
+	// A scan of it stops first: it would write entries of a deleted location.
+	if err := s.stopScan(ctx, loc.uuid); err != nil {
+		return nil, err
+	}
+	if err := lib.RemoveLocation(ctx, loc.uuid); err != nil {
+		return nil, err
+	}
+	s.log.Info("location removed", "library", lib.ID(), "location", loc.uuid, "path", loc.path, "entries", counts[loc.uuid])
+	return locationRemoved{UUID: loc.uuid.String(), Name: loc.name, Path: loc.path, Entries: counts[loc.uuid]}, nil
 }
 
 // countEntries counts what IndexLocation will walk (same hidden rule).

@@ -6,6 +6,8 @@ package main
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/lsync/lsync/actors"
 )
 
 // Operation names.
@@ -21,6 +23,9 @@ const (
 	opDiscover      = "network.discover"
 	opSyncSetup     = "network.sync_setup"
 	opLocationAdd   = "location.add"
+	opLocationScan  = "location.rescan"
+	opLocationList  = "location.list"
+	opLocationRm    = "location.remove"
 	opTagCreate     = "tag.create"
 	opTagApply      = "tag.apply"
 	opAlbumCreate   = "album.create"
@@ -53,6 +58,7 @@ type syncRemoveArgs struct {
 
 func (a libArgs) libName() string         { return a.Lib }
 func (a locationAddArgs) libName() string { return a.Lib }
+func (a locationArgs) libName() string    { return a.Lib }
 func (a tagCreateArgs) libName() string   { return a.Lib }
 func (a tagApplyArgs) libName() string    { return a.Lib }
 func (a albumCreateArgs) libName() string { return a.Lib }
@@ -146,10 +152,53 @@ type locationAddArgs struct {
 	Progress   bool   `json:"progress"` // the client shows progress: count first, for a total
 }
 
+// locationArgs name a location of a library: by uuid, exact name, or (Path,
+// absolute, when the argument looked like a path) its folder or a folder
+// inside it.
+type locationArgs struct {
+	Lib        string `json:"lib"`
+	Location   string `json:"location"`
+	Path       string `json:"path,omitempty"`
+	SkipHidden bool   `json:"skip_hidden,omitempty"`
+	Progress   bool   `json:"progress,omitempty"`
+}
+
+// rescanResult is what `location rescan` prints.
+type rescanResult struct {
+	Location string `json:"location"`
+	Name     string `json:"name"`
+	Path     string `json:"path"`
+	Subtree  string `json:"subtree,omitempty"`
+	actors.RescanResult
+	Seconds float64 `json:"seconds"`
+}
+
+// locationInfo is one line of `location list`.
+type locationInfo struct {
+	UUID       string `json:"uuid"`
+	Name       string `json:"name"`
+	Path       string `json:"path"`
+	Device     string `json:"device"`
+	DeviceName string `json:"device_name,omitempty"`
+	Own        bool   `json:"own"` // a location of this device
+	Entries    int    `json:"entries"`
+	Incomplete bool   `json:"incomplete"`         // an index or rescan started and has not finished
+	Scan       string `json:"scan,omitempty"`     // its kind: index or rescan
+	Running    bool   `json:"scanning,omitempty"` // it is running now
+}
+
+type locationRemoved struct {
+	UUID    string `json:"uuid"`
+	Name    string `json:"name"`
+	Path    string `json:"path"`
+	Entries int    `json:"entries"` // entries removed with it
+}
+
 // indexProgress is streamed while a location is indexed.
 type indexProgress struct {
-	Phase   string `json:"phase"` // counting, indexing
-	Total   int    `json:"total"` // entries found by the counting pass
+	Verb    string `json:"verb,omitempty"` // "" (indexing) or rescanning
+	Phase   string `json:"phase"`          // counting, indexing
+	Total   int    `json:"total"`          // entries found by the counting pass
 	Entries int    `json:"entries"`
 	Files   int    `json:"files"`
 	Dirs    int    `json:"dirs"`

@@ -51,18 +51,25 @@ func (b *indexBar) update(raw json.RawMessage) error {
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return err
 	}
+	if p.Verb == "" {
+		p.Verb = "indexing"
+	}
+	counting := b.state.Phase != "counting" && p.Phase == "counting"
 	b.state = p
 	if !b.tty {
-		if p.Phase == "counting" {
+		if counting {
 			fmt.Fprintln(b.g.stderr, "counting entries…")
+			return nil
+		}
+		if p.Phase == "counting" {
 			return nil
 		}
 		if p.Entries == 0 {
 			b.last = time.Now()
-			fmt.Fprintf(b.g.stderr, "indexing %d entries…\n", p.Total)
+			fmt.Fprintf(b.g.stderr, "%s %d entries…\n", p.Verb, p.Total)
 		} else if time.Since(b.last) >= plainEvery {
 			b.last = time.Now()
-			fmt.Fprintf(b.g.stderr, "indexing: %d/%d entries, %s\n", p.Entries, p.Total, humanBytes(p.Bytes))
+			fmt.Fprintf(b.g.stderr, "%s: %d/%d entries%s\n", p.Verb, p.Entries, p.Total, bytesNote(p.Bytes))
 		}
 		return nil
 	}
@@ -72,7 +79,7 @@ func (b *indexBar) update(raw json.RawMessage) error {
 	if b.bar == nil {
 		b.p = mpb.New(mpb.WithOutput(b.g.stderr), mpb.WithWidth(40), mpb.WithRefreshRate(100*time.Millisecond))
 		b.bar = b.p.AddBar(int64(max(p.Total, 1)),
-			mpb.PrependDecorators(decor.Name("indexing "), decor.CountersNoUnit("%d / %d entries")),
+			mpb.PrependDecorators(decor.Name(p.Verb+" "), decor.CountersNoUnit("%d / %d entries")),
 			mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Name(" "), decor.AverageSpeed(0, "%.0f entries/s")),
 		)
 	}
@@ -95,8 +102,17 @@ func (b *indexBar) finish(ok bool) {
 		return
 	}
 	if b.enabled && !b.tty && ok && b.state.Phase == "indexing" {
-		fmt.Fprintf(b.g.stderr, "indexing: %d/%d entries, %s\n", b.state.Entries, b.state.Total, humanBytes(b.state.Bytes))
+		fmt.Fprintf(b.g.stderr, "%s: %d/%d entries%s\n", b.state.Verb, b.state.Entries, b.state.Total, bytesNote(b.state.Bytes))
 	}
+}
+
+// bytesNote is ", SIZE" for a byte count, "" when there is none (a rescan
+// does not count bytes).
+func bytesNote(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return ", " + humanBytes(n)
 }
 
 // joinBar shows `sync-setup --action join` progress: records backfilled,

@@ -169,6 +169,8 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	if mln != nil {
 		srv.metricsAddr = mln.Addr().String()
 	}
+	// Finish the location scans the last daemon did not.
+	srv.resumeScans(sctx)
 	acceptDone := make(chan struct{})
 	go func() {
 		defer close(acceptDone)
@@ -255,9 +257,12 @@ type server struct {
 	metricsAddr string
 	schema      int
 	log         *slog.Logger
-	ctx         context.Context // cancelled at shutdown; parent of every request
+	ctx         context.Context // cancelled at shutdown; parent of every request and scan job
 
-	wg sync.WaitGroup
+	wg sync.WaitGroup // requests and scan jobs
+
+	jobsMu sync.Mutex
+	jobs   map[messages.UUID]*scanJob // running scans, by location
 }
 
 func (s *server) acceptLoop(ln stdnet.Listener) {

@@ -1,0 +1,159 @@
+package main
+
+// Scan jobs: an index (`location add --index`) or a rescan runs on the
+// daemon's context, not the request's, so a client that goes away (Ctrl-C,
+// a closed terminal) only stops watching; the job goes on until it ends or
+// the daemon stops. A job the daemon did not finish (stopped, killed) left
+// a checkpoint in the library (actors.IncompleteScans): the daemon resumes
+// it at start by rescanning the location to the end.
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/lsync/lsync/actors"
+	"github.com/lsync/lsync/messages"
+)
+
+// scanJob is one running index or rescan of a location.
+type scanJob struct {
+	loc    messages.UUID
+	kind   string
+	cancel context.CancelFunc
+	done   chan struct{} // closed when it ended; then res and err are set
+
+	res any
+	err error
+
+	prog chan struct{} // a 1-slot signal: new progress
+
+	mu   sync.Mutex
+	last any // the latest progress document
+	seq  int // how many there were
+}
+
+func (j *scanJob) report(p any) {
+	j.mu.Lock()
+	j.last, j.seq = p, j.seq+1
+	j.mu.Unlock()
+	select {
+	case j.prog <- struct{}{}:
+	default:
+	}
+}
+
+func (j *scanJob) latest() (any, int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.last, j.seq
+}
+
+// startScan runs fn as the scan job of loc, unless one runs already: then
+// that one is returned (started false), to be followed instead.
+func (s *server) startScan(loc messages.UUID, kind string, fn func(ctx context.Context, report func(any)) (any, error)) (j *scanJob, started bool) {
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
+	if j := s.jobs[loc]; j != nil {
+		return j, false
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	j = &scanJob{loc: loc, kind: kind, cancel: cancel, done: make(chan struct{}), prog: make(chan struct{}, 1)}
+	if s.jobs == nil {
+		s.jobs = map[messages.UUID]*scanJob{}
+	}
+	s.jobs[loc] = j
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		start := time.Now()
+		j.res, j.err = fn(ctx, j.report)
+		s.jobsMu.Lock()
+		delete(s.jobs, loc)
+		s.jobsMu.Unlock()
+		close(j.done)
+		if j.err != nil {
+			s.log.Warn("location scan did not finish", "location", loc, "kind", kind, "err", j.err, "seconds", time.Since(start).Seconds())
+			return
+		}
+		s.log.Info("location scan finished", "location", loc, "kind", kind, "seconds", time.Since(start).Seconds())
+	}()
+	return j, true
+}
+
+// runningScan is the job running on loc, or nil.
+func (s *server) runningScan(loc messages.UUID) *scanJob {
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
+	return s.jobs[loc]
+}
+
+// stopScan cancels the job running on loc, if any, and waits for it.
+func (s *server) stopScan(ctx context.Context, loc messages.UUID) error {
+	j := s.runningScan(loc)
+	if j == nil {
+		return nil
+	}
+	j.cancel()
+	select {
+	case <-j.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// follow streams a job's progress (when progress is not nil) until it
+// ends, and returns its result; if the client goes away first, the job
+// goes on.
+func (s *server) follow(ctx context.Context, j *scanJob, progress func(any)) (any, error) {
+	seq := 0
+	send := func() {
+		if p, n := j.latest(); n != seq && progress != nil {
+			seq = n
+			progress(p)
+		}
+	}
+	for {
+		select {
+		case <-j.done:
+			send()
+			return j.res, j.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-j.prog:
+			send()
+		}
+	}
+}
+
+// resumeScans starts a rescan of every location of an open library whose
+// index or rescan did not finish.
+func (s *server) resumeScans(ctx context.Context) {
+	libs, err := s.node.Libraries(ctx)
+	if err != nil {
+		s.log.Warn("resume location scans", "err", err)
+		return
+	}
+	for _, info := range libs {
+		if !info.Open {
+			continue
+		}
+		lib, err := s.node.Library(ctx, info.ID)
+		if err != nil {
+			continue
+		}
+		jobs, err := lib.IncompleteScans()
+		if err != nil {
+			s.log.Warn("resume location scans", "library", info.ID, "err", err)
+			continue
+		}
+		for loc, job := range jobs {
+			s.log.Info("resuming an unfinished location scan", "library", info.ID, "location", loc, "kind", job.Kind, "started", job.Started)
+			s.startScan(loc, actors.ScanRescan, func(ctx context.Context, report func(any)) (any, error) {
+				return lib.RescanLocation(ctx, loc, actors.RescanOptions{SkipHidden: job.SkipHidden, Progress: func(p actors.RescanProgress) { report(rescanToIndexProgress(p)) }})
+			})
+		}
+	}
+}
