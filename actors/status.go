@@ -19,11 +19,14 @@ type Status struct {
 	LogSize          int                `json:"log_size"`
 	LastLogged       string             `json:"last_logged,omitempty"`
 	Parked           map[string]int     `json:"parked"`
-	Failed           int                `json:"failed_records"`
-	Pending          int                `json:"pending_shared"`
-	Jobs             []string           `json:"jobs"`
-	Backfill         *BackfillStatus    `json:"backfill,omitempty"`
-	LastBackfill     *BackfillStatus    `json:"last_backfill,omitempty"` // the join that finished last, since the node started
+	// Held is the part of Parked held by remote deletes in case their
+	// parent comes back (persistence doc.go), not waiting for anything.
+	Held         map[string]int  `json:"held"`
+	Failed       int             `json:"failed_records"`
+	Pending      int             `json:"pending_shared"`
+	Jobs         []string        `json:"jobs"`
+	Backfill     *BackfillStatus `json:"backfill,omitempty"`
+	LastBackfill *BackfillStatus `json:"last_backfill,omitempty"` // the join that finished last, since the node started
 	// Error says why the library stopped syncing (phase stopped): a
 	// storage failure such as a full disk.
 	Error string `json:"error,omitempty"`
@@ -118,8 +121,15 @@ func (a *libraryActor) status() (*Status, error) {
 	if h := a.lib.LastLogged(); !h.IsZero() {
 		st.LastLogged = h.String()
 	}
-	if st.Parked, err = a.lib.ParkedCount(); err != nil {
+	ps, err := a.lib.ParkedStats()
+	if err != nil {
 		return nil, err
+	}
+	st.Parked, st.Held = map[string]int{}, ps.Held
+	for _, m := range []map[string]int{ps.Waiting, ps.Held} {
+		for model, n := range m {
+			st.Parked[model] += n
+		}
 	}
 	if st.Failed, err = a.lib.FailureCount(); err != nil {
 		return nil, err

@@ -527,6 +527,7 @@ func hLocationAdd(ctx context.Context, s *server, lib *actors.Library, a locatio
 	j, _ := s.startScan(loc, actors.ScanIndex, func(ctx context.Context, report func(any)) (any, error) {
 		start := time.Now()
 		opt := actors.IndexOptions{SkipHidden: a.SkipHidden, Batch: 500}
+		opt.Progress = func(p actors.IndexProgress) { report(indexProgress{Phase: "indexing", Entries: p.Entries}) }
 		if a.Progress {
 			// Count first (a second walk of the folder), so the bar has a total.
 			report(indexProgress{Phase: "counting"})

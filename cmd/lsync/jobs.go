@@ -9,12 +9,23 @@ package main
 
 import (
 	"context"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/lsync/lsync/actors"
 	"github.com/lsync/lsync/messages"
 )
+
+// scanPauseEnv is test-only: a pause after each batch of an index or rescan
+// job, so end-to-end tests can interrupt one mid-way on any machine.
+const scanPauseEnv = "LSYNC_TEST_SCAN_PAUSE"
+
+// scanPause is the pause scanPauseEnv asks for (0: none).
+func scanPause() time.Duration {
+	d, _ := time.ParseDuration(os.Getenv(scanPauseEnv))
+	return d
+}
 
 // scanJob is one running index or rescan of a location.
 type scanJob struct {
@@ -37,6 +48,9 @@ func (j *scanJob) report(p any) {
 	j.mu.Lock()
 	j.last, j.seq = p, j.seq+1
 	j.mu.Unlock()
+	if d := scanPause(); d > 0 {
+		time.Sleep(d)
+	}
 	select {
 	case j.prog <- struct{}{}:
 	default:

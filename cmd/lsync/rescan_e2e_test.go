@@ -1,0 +1,295 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lsync/lsync/actors"
+	"github.com/lsync/lsync/internal/testutil"
+)
+
+// entryPaths maps the entries of a query's output to their paths under
+// the location (from the parent chain).
+func entryPaths(t *testing.T, out string) map[string]map[string]any {
+	t.Helper()
+	byUUID := map[string]map[string]any{}
+	for _, r := range rows(t, out) {
+		byUUID[r["uuid"].(string)] = r
+	}
+	var pathOf func(r map[string]any, depth int) string
+	pathOf = func(r map[string]any, depth int) string {
+		p, _ := r["parent_uuid"].(string)
+		if p == "" || depth > 64 {
+			return r["name"].(string)
+		}
+		return pathOf(byUUID[p], depth+1) + "/" + r["name"].(string)
+	}
+	out2 := map[string]map[string]any{}
+	for _, r := range byUUID {
+		out2[pathOf(r, 0)] = r
+	}
+	return out2
+}
+
+func locations(d *daemon, lib string) []locationInfo {
+	var ls []locationInfo
+	d.mustJSON(&ls, "location", "list", lib)
+	return ls
+}
+
+// Index on A, change the folder (modify, delete, rename a file, move a
+// folder, create), rescan on A: both devices agree, renamed and moved
+// entries kept their uuids and album, deleted ones stay deleted after
+// both restart. Then removing the location sends one delete and leaves
+// nothing behind on either device.
+func TestE2ELocationRescan(t *testing.T) {
+	needBinary(t)
+	a, b := startDaemon(t, "A"), startDaemon(t, "B")
+	pair(t, a, b)
+	lib := share(t, "Photos", a, b)
+	root, n := makeTree(t, 3, 4)
+	var added locationResult
+	a.mustJSON(&added, "location", "add", lib, root, "--index")
+	if added.Indexed == nil || added.Indexed.Entries != n {
+		t.Fatalf("indexed %+v, want %d entries", added.Indexed, n)
+	}
+	snap := converge(t, lib, 60*time.Second, a, b)
+	before := entryPaths(t, snap["entry"])
+	uuidAt := func(p string) string { return before[p]["uuid"].(string) }
+	var album albumResult
+	a.mustJSON(&album, "album", "create", lib, "Best")
+	a.mustRun("album", "add", lib, "Best", uuidAt("album-01/img-001.jpg"))
+	a.mustRun("album", "add", lib, "Best", uuidAt("album-01"))
+
+	// Change the folder.
+	write := func(rel, data string) {
+		if err := os.WriteFile(filepath.Join(root, rel), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("album-00/img-000.jpg", "photo 0/0, edited\n")
+	must(t, os.Remove(filepath.Join(root, "album-00/img-001.jpg")))
+	must(t, os.Rename(filepath.Join(root, "album-00/img-002.jpg"), filepath.Join(root, "album-00/renamed.jpg")))
+	must(t, os.Rename(filepath.Join(root, "album-01"), filepath.Join(root, "album-02/album-01")))
+	write("new.txt", "new")
+	write("album-02/new.jpg", "new photo")
+
+	var res rescanResult
+	a.mustJSON(&res, "location", "rescan", lib, root)
+	// Created new.txt, new.jpg; moved renamed.jpg, album-01; updated
+	// img-000.jpg and the folders album-00, album-02 (their mtimes);
+	// deleted img-001.jpg; the rest (10) unchanged and not read.
+	got := res.RescanResult
+	got.SkippedPaths = nil
+	want := actors.RescanResult{Created: 2, Updated: 3, Moved: 2, Deleted: 1, Unchanged: 10, Hashed: 3}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("rescan: got %+v, want %+v", got, want)
+	}
+	snap = converge(t, lib, 60*time.Second, a, b)
+	after := entryPaths(t, snap["entry"])
+	if len(after) != n+1 {
+		t.Fatalf("%d entries after the rescan, want %d", len(after), n+1)
+	}
+	checks := map[string]string{ // new path → old path: same uuid
+		"album-00/renamed.jpg":          "album-00/img-002.jpg",
+		"album-02/album-01":             "album-01",
+		"album-02/album-01/img-001.jpg": "album-01/img-001.jpg",
+		"album-00/img-000.jpg":          "album-00/img-000.jpg",
+	}
+	for now, was := range checks {
+		if after[now] == nil || after[now]["uuid"] != before[was]["uuid"] {
+			t.Fatalf("%s (was %s): %v, want uuid %v", now, was, after[now], before[was]["uuid"])
+		}
+	}
+	deleted := uuidAt("album-00/img-001.jpg")
+	members := rows(t, snap["album_entry"])
+	if len(members) != 2 {
+		t.Fatalf("album members after the rescan: %v", members)
+	}
+	for _, m := range members {
+		if u := m["entry_uuid"]; u != uuidAt("album-01/img-001.jpg") && u != uuidAt("album-01") {
+			t.Fatalf("album member %v is not one of the moved entries", u)
+		}
+	}
+	// Both restart: the deleted entry stays deleted.
+	a.stop()
+	b.stop()
+	a.start(a.listen)
+	b.start(b.listen)
+	snap = converge(t, lib, 60*time.Second, a, b)
+	if strings.Contains(snap["entry"], deleted) || countRows(t, snap["entry"]) != n+1 {
+		t.Fatalf("after restarting: %d entries, deleted %s back: %v", countRows(t, snap["entry"]), deleted, strings.Contains(snap["entry"], deleted))
+	}
+	for _, d := range []*daemon{a, b} {
+		ls := locations(d, lib)
+		if len(ls) != 1 || ls[0].Entries != n+1 || ls[0].Incomplete || ls[0].Own != (d == a) {
+			t.Fatalf("%s: location list %+v", d.name, ls)
+		}
+	}
+
+	// Remove: one state delete travels, every entry goes on both.
+	deletesBefore := metricValue(scrape(t, a), "lsync_messages_total", `type="state_delete"`)
+	var rm locationRemoved
+	a.mustJSON(&rm, "location", "remove", lib, root)
+	if rm.UUID != added.UUID || rm.Entries != n+1 {
+		t.Fatalf("removed %+v", rm)
+	}
+	snap = converge(t, lib, 60*time.Second, a, b)
+	if countRows(t, snap["entry"]) != 0 || countRows(t, snap["location"]) != 0 {
+		t.Fatalf("after remove: %d entries, %d locations", countRows(t, snap["entry"]), countRows(t, snap["location"]))
+	}
+	if sent := metricValue(scrape(t, a), "lsync_messages_total", `type="state_delete"`) - deletesBefore; sent != 1 {
+		t.Fatalf("removing a location sent %v state deletes, want 1", sent)
+	}
+	for _, d := range []*daemon{a, b} {
+		var st actors.Status
+		d.mustJSON(&st, "sync", "status", lib)
+		// Nothing waits and nothing failed. B holds the removed entries'
+		// records (a remote cascade holds one per row until the tombstone
+		// retention ends, persistence doc.go): counted, not waiting.
+		waiting, held := 0, 0
+		for m, n := range st.Parked {
+			waiting += n - st.Held[m]
+			held += st.Held[m]
+		}
+		if waiting != 0 || st.Failed != 0 {
+			t.Fatalf("%s after remove: %d parked (%d of them held), %d failed records", d.name, waiting+held, held, st.Failed)
+		}
+		if d == a && held != 0 {
+			t.Fatalf("A holds %d records after its own delete", held)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An index keeps going when its client is interrupted; an index killed
+// with its daemon (SIGKILL) shows incomplete and is finished by the next
+// daemon, without doubling anything.
+func TestE2EIndexSurvivesClientAndDaemon(t *testing.T) {
+	needBinary(t)
+	a := startDaemon(t, "A", scanPauseEnv+"=150ms")
+	var lib libraryInfo
+	a.mustJSON(&lib, "library", "create", "Photos")
+	entries := func(path string) (locationInfo, bool) {
+		for _, l := range locations(a, lib.UUID) {
+			if l.Path == path {
+				return l, true
+			}
+		}
+		return locationInfo{}, false
+	}
+	startIndex := func(root string) *exec.Cmd {
+		cmd := exec.Command(lsyncBin, "--home", a.home, "location", "add", lib.UUID, root, "--index")
+		background(t, cmd)
+		if !testutil.Within(30*time.Second, func() bool {
+			l, ok := entries(root)
+			return ok && l.Entries > 0 && l.Incomplete
+		}) {
+			t.Fatalf("the index of %s did not start", root)
+		}
+		return cmd
+	}
+
+	// Ctrl-C on the client: it exits 130, the daemon finishes the index.
+	root1, n1 := makeTree(t, 4, 300)
+	cmd := startIndex(root1)
+	must(t, cmd.Process.Signal(syscall.SIGINT))
+	if err := cmd.Wait(); cmd.ProcessState.ExitCode() != exitSignal {
+		t.Fatalf("interrupted client: %v", err)
+	}
+	if !testutil.Within(60*time.Second, func() bool {
+		l, _ := entries(root1)
+		return !l.Incomplete && l.Entries == n1
+	}) {
+		l, _ := entries(root1)
+		t.Fatalf("after the client was interrupted: %+v, want %d entries, complete", l, n1)
+	}
+
+	// SIGKILL of the daemon mid-index: incomplete after the restart until
+	// the resumed scan ends; then every entry once.
+	root2, n2 := makeTree(t, 4, 300)
+	startIndex(root2)
+	a.kill9()
+	a.start("127.0.0.1:0")
+	if l, _ := entries(root2); !l.Incomplete || l.Entries >= n2 {
+		t.Fatalf("right after the restart: %+v, want incomplete", l)
+	}
+	if !testutil.Within(60*time.Second, func() bool {
+		l, _ := entries(root2)
+		return !l.Incomplete
+	}) {
+		t.Fatal("the killed index was not resumed")
+	}
+	if l, _ := entries(root2); l.Entries != n2 {
+		t.Fatalf("after the resume: %d entries, want %d", l.Entries, n2)
+	}
+	if !strings.Contains(a.logText(), "resuming an unfinished location scan") {
+		t.Fatal("the daemon did not log the resume")
+	}
+}
+
+// Bad input: one line on stderr, a non-zero exit.
+func TestE2ELocationBadInput(t *testing.T) {
+	needBinary(t)
+	a := startDaemon(t, "A")
+	var lib libraryInfo
+	a.mustJSON(&lib, "library", "create", "Photos")
+	root, _ := makeTree(t, 1, 2)
+	a.mustRun("location", "add", lib.UUID, root, "--index")
+	file := filepath.Join(root, "video.mp4")
+	cases := []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"location", "rescan", lib.UUID, "0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192"}, exitError, "no location"},
+		{[]string{"location", "rescan", lib.UUID, "nope"}, exitError, "no location named"},
+		{[]string{"location", "rescan", lib.UUID, os.TempDir()}, exitError, "not inside any location"},
+		{[]string{"location", "rescan", lib.UUID, file}, exitError, "not a folder"},
+		{[]string{"location", "rescan", lib.UUID, filepath.Join(root, "missing")}, exitError, "no such file"},
+		{[]string{"location", "rescan", "NoSuchLib", root}, exitError, "no library"},
+		{[]string{"location", "rescan", lib.UUID}, exitUsage, "usage"},
+		{[]string{"location", "add", lib.UUID, root}, exitError, "lsync location rescan"},
+		{[]string{"location", "remove", lib.UUID, "nope"}, exitError, "no location named"},
+		{[]string{"location", "remove", lib.UUID, filepath.Join(root, "album-00")}, exitError, "not a location"},
+		{[]string{"location", "list"}, exitUsage, "usage"},
+	}
+	if os.Geteuid() != 0 { // root reads every folder
+		locked := filepath.Join(root, "album-00")
+		must(t, os.Chmod(locked, 0))
+		t.Cleanup(func() { os.Chmod(locked, 0o755) })
+		cases = append(cases, struct {
+			args []string
+			code int
+			says string
+		}{[]string{"location", "rescan", lib.UUID, locked}, exitError, "permission denied"})
+	}
+	for _, c := range cases {
+		stdout, stderr, code := a.run(c.args...)
+		lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+		if code != c.code || len(lines) != 1 || !strings.HasPrefix(lines[0], "lsync: ") || !strings.Contains(lines[0], c.says) || stdout != "" {
+			t.Errorf("lsync %s: exit %d, stderr %q, stdout %q; want exit %d and one line saying %q", strings.Join(c.args, " "), code, stderr, stdout, c.code, c.says)
+		}
+	}
+	for _, sub := range []string{"rescan", "list", "remove", "add"} {
+		if out := a.mustRun("location", sub, "--help"); !strings.Contains(out, "Examples:") {
+			t.Errorf("location %s --help has no example", sub)
+		}
+	}
+	// Nothing was doubled or lost by the refused commands.
+	if ls := locations(a, lib.UUID); len(ls) != 1 || ls[0].Entries != 4 || ls[0].Incomplete {
+		t.Fatalf("location list %+v", ls)
+	}
+}
