@@ -49,13 +49,16 @@
 // fk_parked. If the parent is written here again at an HLC not newer than
 // the delete (the delete did not cover it on the owner), they come back;
 // if it is written after the delete (re-created under the same uuid), they
-// are discarded. This device's own deletes hold nothing. Held records are
-// dropped with their tombstones after RetentionPolicy.TombstoneMaxAge;
-// ParkedCount counts them with the records that wait (ParkedStats tells
-// them apart).
+// are discarded. This device's own deletes hold nothing. Once this device
+// holds every write of the owner up to the delete (its state watermark for
+// the owner reaches the delete's HLC, after a complete catch-up scan), no
+// such write can still come, and the records held for that delete are
+// discarded; the rest are dropped with their tombstones after
+// RetentionPolicy.TombstoneMaxAge. ParkedCount counts them with the
+// records that wait (ParkedStats tells them apart).
 //
-// Hazard: held records keep deleted metadata on receivers until they
-// expire; a remote delete of a large subtree holds one record per row.
+// Hazard: until the next catch-up scan of the owner, a remote delete of a
+// large subtree holds one record per row.
 //
 // Hazard: a cascade runs on the receiver's view. A row written after the
 // delete that reaches it through a reference to a deleted row is parked

@@ -738,3 +738,56 @@ func TestClosureDirectoriesOnlyAndKindChanges(t *testing.T) {
 		t.Fatalf("path %q", p)
 	}
 }
+
+// A remote delete of a location holds a copy of each entry its cascade
+// removed, in case the owner wrote one of them elsewhere before the delete
+// and that write is still on its way. Once this device holds every write
+// of the owner up to the delete (its state watermark), nothing can bring
+// them back: they are discarded, and a watermark below the delete keeps
+// them.
+func TestHeldSettledByWatermark(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	tr := buildTree(t, devA, 200, rng)
+	l := newLib(t, devR)
+	mustApply(t, l, devA, ModelLocation, tr.loc)
+	mustApply(t, l, devA, ModelEntry, tr.entries...)
+	del := hlcAt(1000, 0, devA)
+	if _, err := l.ApplyStateDelete(messages.StateDelete{Model: ModelLocation, Owner: devA, UUID: tr.loc.UUID, HLC: del}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rows(t, l, ModelEntry)); n != 0 {
+		t.Fatalf("%d entries left after the location's delete", n)
+	}
+	held := func() int {
+		st, err := l.ParkedStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Held[ModelEntry]
+	}
+	if n := held(); n != len(tr.entries) {
+		t.Fatalf("held %d, want %d (one per removed entry)", n, len(tr.entries))
+	}
+	// Another owner's watermark, or A's below the delete: still held.
+	if err := l.RaiseStateWatermark(devB, hlcAt(2000, 0, devB)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.RaiseStateWatermark(devA, hlcAt(999, 5, devA)); err != nil {
+		t.Fatal(err)
+	}
+	if n := held(); n != len(tr.entries) {
+		t.Fatalf("held %d after watermarks below the delete, want %d", n, len(tr.entries))
+	}
+	checkParkedCounters(t, l)
+	if err := l.RaiseStateWatermark(devA, del); err != nil {
+		t.Fatal(err)
+	}
+	if n := held(); n != 0 {
+		t.Fatalf("held %d after the watermark reached the delete, want 0", n)
+	}
+	if n := parkedTotal(t, l); n != 0 {
+		t.Fatalf("parked %d, want 0", n)
+	}
+	checkParkedCounters(t, l)
+	mustVerify(t, l)
+}

@@ -232,7 +232,30 @@ func (tx *txn) setSharedWatermark(origin messages.DeviceID, h messages.HLC) erro
 }
 
 func (tx *txn) raiseStateWatermark(owner messages.DeviceID, h messages.HLC) error {
-	return tx.raiseWatermark("state_watermark", &tx.stateWM, tx.l.pub.stateWM, owner, h)
+	if err := tx.raiseWatermark("state_watermark", &tx.stateWM, tx.l.pub.stateWM, owner, h); err != nil {
+		return err
+	}
+	return tx.settleHeld(owner, h)
+}
+
+// settleHeld discards the records held for owner's rows whose awaited row
+// was deleted at or below h. This device now holds every write of owner
+// up to h, so the write that would bring them back (the awaited row
+// written again at or below its delete) has been applied if it exists:
+// what is still held is gone on the owner too.
+func (tx *txn) settleHeld(owner messages.DeviceID, h messages.HLC) error {
+	if tx.l.held == 0 {
+		return nil
+	}
+	return tx.c.query(`DELETE FROM fk_parked WHERE held = 1
+		AND owner_id = (SELECT id FROM "device" WHERE uuid = ?)
+		AND EXISTS (SELECT 1 FROM tombstones t
+			WHERE t.model = fk_parked.wait_model AND t.uuid = fk_parked.wait_uuid AND t.hlc <= ?)
+		RETURNING 1`, []any{owner, cmpHLC(h)}, func(*sqlite3.Stmt) error {
+		tx.l.parked--
+		tx.l.held--
+		return nil
+	})
 }
 
 // watermark is dev's watermark as this transaction sees it: its own
