@@ -502,10 +502,11 @@ func newLocationCmd(g *globals) *cobra.Command {
 		Long:  `A location is a folder of this device; its files become the library's entries.`,
 		Example: `  lsync location add "Family photos" ~/Pictures --index
   lsync location rescan "Family photos" ~/Pictures
-  lsync location list "Family photos"`,
+  lsync location list "Family photos"
+  lsync location set "Family photos" ~/Pictures --watch=false`,
 		RunE: groupRunE,
 	}
-	var index, skipHidden bool
+	var index, skipHidden, noWatch bool
 	var name string
 	add := &cobra.Command{
 		Use:   "add LIB PATH [--index] [--name N]",
@@ -517,9 +518,17 @@ files), showing a progress bar on a terminal. Every partner receives them.
 Indexing runs in the daemon: Ctrl-C stops watching it, not the indexing, and
 an index the daemon did not finish is completed (by a rescan) when it
 starts again. A folder that is already a location is refused: rescan it
-instead (lsync location rescan).`,
+instead (lsync location rescan).
+
+While the daemon runs it follows the folder: changes on disk (new, changed,
+renamed, moved and deleted files) reach the library within seconds, and
+what changed while the daemon was stopped is picked up when it starts.
+Without --index, the folder is indexed that way, in the background. With
+--no-watch the daemon leaves the folder alone: run lsync location rescan
+to bring it up to date (or turn watching on with lsync location set).`,
 		Example: `  lsync location add "Family photos" ~/Pictures --index
-  lsync location add 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192 /srv/music --name Music --index --skip-hidden`,
+  lsync location add 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192 /srv/music --name Music --index --skip-hidden
+  lsync location add "Family photos" /mnt/archive --index --no-watch`,
 		Args: args(cobra.ExactArgs(2)),
 		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
 			path, err := filepath.Abs(a[1])
@@ -527,7 +536,7 @@ instead (lsync location rescan).`,
 				return err
 			}
 			pr := newIndexProgress(g, index)
-			res, err := g.call(cmd.Context(), opLocationAdd, locationAddArgs{Lib: a[0], Path: path, Name: name, Index: index, SkipHidden: skipHidden, Progress: index && !g.json}, pr.update)
+			res, err := g.call(cmd.Context(), opLocationAdd, locationAddArgs{Lib: a[0], Path: path, Name: name, Index: index, SkipHidden: skipHidden, NoWatch: noWatch, Progress: index && !g.json}, pr.update)
 			pr.finish(err == nil)
 			if err != nil {
 				if index && cmd.Context().Err() != nil {
@@ -549,13 +558,20 @@ instead (lsync location rescan).`,
 					}
 					fmt.Fprintln(w)
 				}
+				switch {
+				case r.Watched && r.Indexed == nil:
+					fmt.Fprintln(w, "Indexing it in the background, then following its changes (see: lsync location list)")
+				case r.Watched:
+					fmt.Fprintln(w, "Following its changes while the daemon runs")
+				}
 			})
 		}),
 	}
 	add.Flags().BoolVar(&index, "index", false, "walk the folder into entries")
-	add.Flags().BoolVar(&skipHidden, "skip-hidden", false, "with --index, skip files and folders whose name starts with a dot")
+	add.Flags().BoolVar(&skipHidden, "skip-hidden", false, "skip files and folders whose name starts with a dot (in this and every later scan)")
+	add.Flags().BoolVar(&noWatch, "no-watch", false, "do not follow the folder's changes while the daemon runs")
 	add.Flags().StringVar(&name, "name", "", "the location's name (default: the folder's name)")
-	cmd.AddCommand(add, newLocationRescanCmd(g), newLocationListCmd(g), newLocationRemoveCmd(g))
+	cmd.AddCommand(add, newLocationRescanCmd(g), newLocationListCmd(g), newLocationRemoveCmd(g), newLocationSetCmd(g))
 	return cmd
 }
 
@@ -658,7 +674,7 @@ resumes after a restart).`,
 					return
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "UUID\tNAME\tPATH\tDEVICE\tENTRIES\tSTATE")
+				fmt.Fprintln(tw, "UUID\tNAME\tPATH\tDEVICE\tENTRIES\tSTATE\tWATCHED")
 				for _, l := range locs {
 					dev := l.DeviceName
 					if dev == "" {
@@ -674,12 +690,64 @@ resumes after a restart).`,
 					case l.Incomplete:
 						state = "incomplete " + l.Scan
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", l.UUID, l.Name, l.Path, dev, l.Entries, state)
+					watched := "-"
+					if l.Own {
+						watched = "no"
+						if l.Watched {
+							watched = "yes"
+						}
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", l.UUID, l.Name, l.Path, dev, l.Entries, state, watched)
 				}
 				tw.Flush()
 			})
 		}),
 	}
+}
+
+func newLocationSetCmd(g *globals) *cobra.Command {
+	var watch, skipHidden bool
+	cmd := &cobra.Command{
+		Use:   "set LIB LOCATION [--watch=BOOL] [--skip-hidden=BOOL]",
+		Short: "Change how this device follows one of its locations",
+		Long: `Change this device's settings of one of its locations (they are not synced):
+
+  --watch        follow the folder's changes while the daemon runs (the
+                 default); turned back on, the folder is rescanned at once
+  --skip-hidden  skip files and folders whose name starts with a dot in
+                 every scan and when watching
+
+LOCATION is the location's uuid, its exact name, or its folder.`,
+		Example: `  lsync location set "Family photos" ~/Pictures --watch=false
+  lsync location set "Family photos" Pictures --watch --skip-hidden`,
+		Args: args(cobra.ExactArgs(2)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			loc, err := locationArg(a[0], a[1])
+			if err != nil {
+				return err
+			}
+			req := locationSetArgs{locationArgs: loc}
+			if cmd.Flags().Changed("watch") {
+				req.Watch = &watch
+			}
+			if cmd.Flags().Changed("skip-hidden") {
+				req.SkipHidden = &skipHidden
+			}
+			if req.Watch == nil && req.SkipHidden == nil {
+				return usageErrorf("nothing to set: give --watch=true|false or --skip-hidden=true|false")
+			}
+			var r locationSettings
+			if err := g.callInto(cmd.Context(), opLocationSet, req, &r); err != nil {
+				return err
+			}
+			return g.output(r, func(w io.Writer) {
+				fmt.Fprintf(w, "Location %q %s (%s): watch %v, skip hidden %v\n", r.Name, r.UUID, r.Path, r.Watch, r.SkipHidden)
+			})
+		}),
+	}
+	cmd.Flags().BoolVar(&watch, "watch", true, "follow the folder's changes while the daemon runs")
+	cmd.Flags().BoolVar(&skipHidden, "skip-hidden", false, "skip names starting with a dot")
+	return cmd
 }
 
 func newLocationRemoveCmd(g *globals) *cobra.Command {

@@ -20,7 +20,6 @@ import (
 	"github.com/lsync/lsync/actors"
 	"github.com/lsync/lsync/internal/fswatch"
 	"github.com/lsync/lsync/messages"
-	"github.com/lsync/lsync/persistence"
 )
 
 // followName is the file in the home holding which locations are not
@@ -49,8 +48,9 @@ type watched struct {
 	cancel context.CancelFunc
 }
 
-func newFollower(ctx context.Context, node *actors.Node, home string, log *slog.Logger) *follower {
-	return &follower{node: node, home: home, log: log, ctx: ctx, opt: fswatch.Options{Log: log},
+func newFollower(ctx context.Context, node *actors.Node, home string, log *slog.Logger,
+	rescan func(ctx context.Context, lib *actors.Library, loc messages.UUID, subtree string) error) *follower {
+	return &follower{node: node, home: home, log: log, ctx: ctx, opt: fswatch.Options{Log: log}, rescan: rescan,
 		running: map[messages.LibraryID]map[messages.UUID]*watched{}}
 }
 
@@ -95,7 +95,7 @@ func (f *follower) refresh(id messages.LibraryID) {
 		f.stopLibrary(id)
 		return
 	}
-	locs, err := ownLocations(f.ctx, lib, f.node.ID())
+	locs, err := ownLocations(f.ctx, lib)
 	if err != nil {
 		f.log.Warn("follow: list locations", "library", id, "err", err)
 		return
@@ -112,9 +112,10 @@ func (f *follower) refresh(id messages.LibraryID) {
 		f.running[id] = cur
 	}
 	want := map[messages.UUID]string{}
-	for u, p := range locs {
-		if settings.watching(id, u) {
-			want[u] = p
+	hidden := map[messages.UUID]bool{}
+	for _, l := range locs {
+		if set := settings.of(id, l.uuid); set.watching() {
+			want[l.uuid], hidden[l.uuid] = l.path, set.SkipHidden
 		}
 	}
 	for u, w := range cur {
@@ -125,22 +126,24 @@ func (f *follower) refresh(id messages.LibraryID) {
 	}
 	for u, p := range want {
 		if cur[u] == nil {
-			cur[u] = f.start(lib, u, p)
+			cur[u] = f.start(lib, u, p, hidden[u])
 		}
 	}
 }
 
 // start rescans loc whole (what changed while nobody watched), then
 // watches it.
-func (f *follower) start(lib *actors.Library, loc messages.UUID, path string) *watched {
+func (f *follower) start(lib *actors.Library, loc messages.UUID, path string, skipHidden bool) *watched {
 	ctx, cancel := context.WithCancel(f.ctx)
 	wd := &watched{path: path, cancel: cancel}
+	opt := f.opt
+	opt.SkipHidden = skipHidden
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
 		// Watch first, so nothing changed during the rescan is missed (a
 		// change it already saw is found unchanged by the next one).
-		w, err := fswatch.Watch(path, f.opt, func(dir string) {
+		w, err := fswatch.Watch(path, opt, func(dir string) {
 			if err := wd.rescan(ctx, f, lib, loc, dir); err != nil && ctx.Err() == nil {
 				f.log.Warn("follow: rescan", "library", lib.ID(), "location", loc, "folder", dir, "err", err)
 			}
@@ -186,6 +189,24 @@ func (w *watched) stop() {
 	}
 }
 
+// stopLocation stops watching loc of lib (it is being removed).
+func (f *follower) stopLocation(id messages.LibraryID, loc messages.UUID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if w := f.running[id][loc]; w != nil {
+		w.stop()
+		delete(f.running[id], loc)
+	}
+}
+
+// watching says whether loc of lib is watched now.
+func (f *follower) watching(id messages.LibraryID, loc messages.UUID) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := f.running[id][loc]
+	return w != nil && w.w != nil
+}
+
 func (f *follower) stopLibrary(id messages.LibraryID) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -218,35 +239,23 @@ func (f *follower) wait(d time.Duration) {
 	}
 }
 
-// ownLocations lists this device's locations of lib: uuid → path.
-func ownLocations(ctx context.Context, lib *actors.Library, self messages.DeviceID) (map[messages.UUID]string, error) {
-	rows, err := lib.Query(ctx, persistence.ModelLocation)
-	if err != nil {
-		return nil, err
-	}
-	out := map[messages.UUID]string{}
-	for _, r := range rows {
-		if owner, _ := r["device_uuid"].(string); owner != self.String() {
-			continue
-		}
-		u, err := parseUUIDArg("location", fmt.Sprint(r["uuid"]))
-		if err != nil {
-			continue
-		}
-		if p, _ := r["path"].(string); p != "" {
-			out[u] = p
-		}
-	}
-	return out, nil
+// locSettings are this device's settings of one of its locations.
+type locSettings struct {
+	NoWatch    bool `json:"no_watch,omitempty"`
+	SkipHidden bool `json:"skip_hidden,omitempty"`
 }
 
-// followSettings: library → location → watch (only false is stored).
-type followSettings map[string]map[string]bool
+func (l locSettings) watching() bool { return !l.NoWatch }
 
-func (s followSettings) watching(lib messages.LibraryID, loc messages.UUID) bool {
-	w, ok := s[lib.String()][loc.String()]
-	return !ok || w
+// followSettings: library → location → settings (defaults not stored).
+type followSettings map[string]map[string]locSettings
+
+func (s followSettings) of(lib messages.LibraryID, loc messages.UUID) locSettings {
+	return s[lib.String()][loc.String()]
 }
+
+// settingsMu serialises the read-modify-write of follow.json.
+var settingsMu sync.Mutex
 
 func loadFollow(home string) (followSettings, error) {
 	b, err := os.ReadFile(filepath.Join(home, followName))
@@ -263,22 +272,26 @@ func loadFollow(home string) (followSettings, error) {
 	return s, nil
 }
 
-// setWatch records whether loc of lib is watched.
-func setWatch(home string, lib messages.LibraryID, loc messages.UUID, watch bool) error {
+// saveLocSettings records the settings of loc of lib (nil: forget them,
+// for a removed location).
+func saveLocSettings(home string, lib messages.LibraryID, loc messages.UUID, set *locSettings) error {
+	settingsMu.Lock()
+	defer settingsMu.Unlock()
 	s, err := loadFollow(home)
 	if err != nil {
 		return err
 	}
-	if watch {
-		delete(s[lib.String()], loc.String())
-		if len(s[lib.String()]) == 0 {
-			delete(s, lib.String())
+	l, u := lib.String(), loc.String()
+	if set == nil || *set == (locSettings{}) {
+		delete(s[l], u)
+		if len(s[l]) == 0 {
+			delete(s, l)
 		}
 	} else {
-		if s[lib.String()] == nil {
-			s[lib.String()] = map[string]bool{}
+		if s[l] == nil {
+			s[l] = map[string]locSettings{}
 		}
-		s[lib.String()][loc.String()] = false
+		s[l][u] = *set
 	}
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {

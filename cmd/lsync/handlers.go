@@ -44,6 +44,7 @@ func init() {
 		opLocationScan:  libHandler(hLocationRescan),
 		opLocationList:  libHandler(hLocationList),
 		opLocationRm:    libHandler(hLocationRemove),
+		opLocationSet:   libHandler(hLocationSet),
 		opTagCreate:     libHandler(hTagCreate),
 		opTagApply:      libHandler(hTagApply),
 		opAlbumCreate:   libHandler(hAlbumCreate),
@@ -519,7 +520,13 @@ func hLocationAdd(ctx context.Context, s *server, lib *actors.Library, a locatio
 	if err != nil {
 		return nil, err
 	}
-	res := locationResult{UUID: loc.String(), Library: lib.ID().String(), Path: path, Name: name}
+	res := locationResult{UUID: loc.String(), Library: lib.ID().String(), Path: path, Name: name, Watched: !a.NoWatch}
+	if err := saveLocSettings(s.home, lib.ID(), loc, &locSettings{NoWatch: a.NoWatch, SkipHidden: a.SkipHidden}); err != nil {
+		s.log.Warn("location settings not saved", "location", loc, "err", err)
+	}
+	// Watched, it is indexed by the watcher's first rescan (after the index
+	// below, when there is one: the scan job of a location runs alone).
+	defer s.watch.refresh(lib.ID())
 	if !a.Index {
 		return res, nil
 	}
@@ -678,7 +685,8 @@ func hLocationRescan(ctx context.Context, s *server, lib *actors.Library, a loca
 	}
 	j, started := s.startScan(loc.uuid, actors.ScanRescan, func(ctx context.Context, report func(any)) (any, error) {
 		start := time.Now()
-		r, err := lib.RescanLocation(ctx, loc.uuid, actors.RescanOptions{SkipHidden: a.SkipHidden, Subtree: subtree,
+		set, _ := loadFollow(s.home)
+		r, err := lib.RescanLocation(ctx, loc.uuid, actors.RescanOptions{SkipHidden: a.SkipHidden || set.of(lib.ID(), loc.uuid).SkipHidden, Subtree: subtree,
 			Progress: func(p actors.RescanProgress) { report(rescanToIndexProgress(p)) }})
 		if err != nil {
 			return nil, err
@@ -730,6 +738,10 @@ func hLocationList(ctx context.Context, s *server, lib *actors.Library, _ libArg
 	if err != nil {
 		return nil, err
 	}
+	settings, err := loadFollow(s.home)
+	if err != nil {
+		return nil, err
+	}
 	self := lib.Store().Self().String()
 	out := []locationInfo{}
 	for _, r := range rows {
@@ -745,6 +757,10 @@ func hLocationList(ctx context.Context, s *server, lib *actors.Library, _ libArg
 		}
 		if j := s.runningScan(u); j != nil {
 			li.Incomplete, li.Scan, li.Running = true, j.kind, true
+		}
+		if li.Own {
+			li.Watched = s.watch.watching(lib.ID(), u)
+			li.SkipHidden = settings.of(lib.ID(), u).SkipHidden
 		}
 		out = append(out, li)
 	}
@@ -770,15 +786,46 @@ func hLocationRemove(ctx context.Context, s *server, lib *actors.Library, a loca
 	if err != nil {
 		return nil, err
 	}
-	// A scan of it stops first: it would write entries of a deleted location.
+	// Its watcher and a scan of it stop first: they would write entries of
+	// a deleted location.
+	s.watch.stopLocation(lib.ID(), loc.uuid)
+	defer s.watch.refresh(lib.ID())
 	if err := s.stopScan(ctx, loc.uuid); err != nil {
 		return nil, err
 	}
 	if err := lib.RemoveLocation(ctx, loc.uuid); err != nil {
 		return nil, err
 	}
+	if err := saveLocSettings(s.home, lib.ID(), loc.uuid, nil); err != nil {
+		s.log.Warn("location settings not removed", "location", loc.uuid, "err", err)
+	}
 	s.log.Info("location removed", "library", lib.ID(), "location", loc.uuid, "path", loc.path, "entries", counts[loc.uuid])
 	return locationRemoved{UUID: loc.uuid.String(), Name: loc.name, Path: loc.path, Entries: counts[loc.uuid]}, nil
+}
+
+// hLocationSet changes whether this device watches one of its locations,
+// and whether its scans skip hidden names.
+func hLocationSet(ctx context.Context, s *server, lib *actors.Library, a locationSetArgs, _ func(any)) (any, error) {
+	loc, _, err := resolveLocation(ctx, lib, a.locationArgs, false)
+	if err != nil {
+		return nil, err
+	}
+	all, err := loadFollow(s.home)
+	if err != nil {
+		return nil, err
+	}
+	set := all.of(lib.ID(), loc.uuid)
+	if a.Watch != nil {
+		set.NoWatch = !*a.Watch
+	}
+	if a.SkipHidden != nil {
+		set.SkipHidden = *a.SkipHidden
+	}
+	if err := saveLocSettings(s.home, lib.ID(), loc.uuid, &set); err != nil {
+		return nil, err
+	}
+	s.watch.refresh(lib.ID())
+	return locationSettings{UUID: loc.uuid.String(), Name: loc.name, Path: loc.path, Watch: set.watching(), SkipHidden: set.SkipHidden}, nil
 }
 
 // countEntries counts what IndexLocation will walk (same hidden rule).

@@ -171,3 +171,28 @@ func (s *server) resumeScans(ctx context.Context) {
 		}
 	}
 }
+
+// rescanNow rescans subtree of loc ("" the whole location) as the
+// location's scan job, for the follower: after a scan already running ends
+// (it may have walked past the change), then its own.
+func (s *server) rescanNow(ctx context.Context, lib *actors.Library, loc messages.UUID, subtree string) error {
+	for {
+		j, started := s.startScan(loc, actors.ScanRescan, func(ctx context.Context, _ func(any)) (any, error) {
+			set, _ := loadFollow(s.home)
+			r, err := lib.RescanLocation(ctx, loc, actors.RescanOptions{Subtree: subtree, SkipHidden: set.of(lib.ID(), loc).SkipHidden})
+			if err == nil && r.Created+r.Updated+r.Moved+r.Deleted > 0 {
+				s.log.Info("location changed on disk", "library", lib.ID(), "location", loc, "folder", subtree,
+					"created", r.Created, "updated", r.Updated, "moved", r.Moved, "deleted", r.Deleted, "skipped", r.Skipped)
+			}
+			return r, err
+		})
+		select {
+		case <-j.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if started {
+			return j.err
+		}
+	}
+}

@@ -26,6 +26,7 @@ const (
 	opLocationScan  = "location.rescan"
 	opLocationList  = "location.list"
 	opLocationRm    = "location.remove"
+	opLocationSet   = "location.set"
 	opTagCreate     = "tag.create"
 	opTagApply      = "tag.apply"
 	opAlbumCreate   = "album.create"
@@ -149,6 +150,7 @@ type locationAddArgs struct {
 	Name       string `json:"name"`
 	Index      bool   `json:"index"`
 	SkipHidden bool   `json:"skip_hidden"`
+	NoWatch    bool   `json:"no_watch,omitempty"`
 	Progress   bool   `json:"progress"` // the client shows progress: count first, for a total
 }
 
@@ -185,6 +187,24 @@ type locationInfo struct {
 	Incomplete bool   `json:"incomplete"`         // an index or rescan started and has not finished
 	Scan       string `json:"scan,omitempty"`     // its kind: index or rescan
 	Running    bool   `json:"scanning,omitempty"` // it is running now
+	Watched    bool   `json:"watched,omitempty"`  // this device follows its folder (own locations)
+	SkipHidden bool   `json:"skip_hidden,omitempty"`
+}
+
+// locationSetArgs change this device's settings of one of its locations.
+type locationSetArgs struct {
+	locationArgs
+	Watch      *bool `json:"watch,omitempty"`
+	SkipHidden *bool `json:"skip_hidden_set,omitempty"`
+}
+
+// locationSettings is what `location set` prints.
+type locationSettings struct {
+	UUID       string `json:"uuid"`
+	Name       string `json:"name"`
+	Path       string `json:"path"`
+	Watch      bool   `json:"watch"`
+	SkipHidden bool   `json:"skip_hidden"`
 }
 
 type locationRemoved struct {
@@ -220,6 +240,7 @@ type locationResult struct {
 	Library string        `json:"library"`
 	Path    string        `json:"path"`
 	Name    string        `json:"name"`
+	Watched bool          `json:"watched"`
 	Indexed *indexSummary `json:"indexed,omitempty"`
 }
 

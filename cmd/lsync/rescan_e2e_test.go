@@ -55,7 +55,7 @@ func TestE2ELocationRescan(t *testing.T) {
 	lib := share(t, "Photos", a, b)
 	root, n := makeTree(t, 3, 4)
 	var added locationResult
-	a.mustJSON(&added, "location", "add", lib, root, "--index")
+	a.mustJSON(&added, "location", "add", lib, root, "--index", "--no-watch")
 	if added.Indexed == nil || added.Indexed.Entries != n {
 		t.Fatalf("indexed %+v, want %d entries", added.Indexed, n)
 	}

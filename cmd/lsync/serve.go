@@ -169,8 +169,16 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	if mln != nil {
 		srv.metricsAddr = mln.Addr().String()
 	}
-	// Finish the location scans the last daemon did not.
+	// Finish the location scans the last daemon did not; then follow the
+	// disk: each location is rescanned (what changed while the daemon was
+	// down) and watched.
 	srv.resumeScans(sctx)
+	srv.watch = newFollower(sctx, node, g.home, log, srv.rescanNow)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		srv.watch.run()
+	}()
 	acceptDone := make(chan struct{})
 	go func() {
 		defer close(acceptDone)
@@ -186,6 +194,7 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	_ = cln.Close()
 	<-acceptDone
 	cancelHandlers()
+	<-watchDone
 	srv.wait(5 * time.Second)
 	if msrv != nil {
 		tctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -263,6 +272,8 @@ type server struct {
 
 	jobsMu sync.Mutex
 	jobs   map[messages.UUID]*scanJob // running scans, by location
+
+	watch *follower // the locations of this device, followed on disk
 }
 
 func (s *server) acceptLoop(ln stdnet.Listener) {
