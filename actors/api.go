@@ -150,17 +150,11 @@ type TagInput struct {
 	Name, Namespace, DisplayName, Color, Icon string
 }
 
-// CreateTag creates a tag. A name this library already has in the same
-// namespace is refused (persistence.ErrExists) on this device; two devices that create
-// the same name concurrently still get two tags (creation is a union).
+// CreateTag creates a tag. Two devices creating the same name get two tags
+// (creation is a union); CreateUniqueTag refuses a name this device knows.
 func (l *Library) CreateTag(ctx context.Context, t TagInput) (messages.UUID, error) {
 	if t.Name == "" {
 		return messages.UUID{}, errors.New("create tag: a name is required")
-	}
-	if same, err := l.TagsNamed(ctx, t.Name, t.Namespace); err != nil {
-		return messages.UUID{}, fmt.Errorf("create tag: %w", err)
-	} else if len(same) > 0 {
-		return messages.UUID{}, fmt.Errorf("create tag: tag %q%s %w (%s)", t.Name, nsLabel(t.Namespace), persistence.ErrExists, same[0])
 	}
 	u, err := l.Commit(ctx, persistence.ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{
 		"canonical_name": t.Name, "namespace": t.Namespace, "display_name": t.DisplayName, "color": t.Color,
@@ -170,6 +164,19 @@ func (l *Library) CreateTag(ctx context.Context, t TagInput) (messages.UUID, err
 		l.audited(ctx, AuditTagCreate, persistence.ModelTag, u, fmt.Sprintf("%q%s", t.Name, nsLabel(t.Namespace)))
 	}
 	return u, err
+}
+
+// CreateUniqueTag is CreateTag, refusing (persistence.ErrExists) a name
+// the namespace already has in this device's copy, as a user creating a
+// tag expects. Two devices that create the same name concurrently, before
+// they hear of each other's, still get two tags (creation is a union).
+func (l *Library) CreateUniqueTag(ctx context.Context, t TagInput) (messages.UUID, error) {
+	if same, err := l.TagsNamed(ctx, t.Name, t.Namespace); err != nil {
+		return messages.UUID{}, fmt.Errorf("create tag: %w", err)
+	} else if len(same) > 0 {
+		return messages.UUID{}, fmt.Errorf("create tag: tag %q%s %w (%s)", t.Name, nsLabel(t.Namespace), persistence.ErrExists, same[0])
+	}
+	return l.CreateTag(ctx, t)
 }
 
 func nsLabel(ns string) string {
