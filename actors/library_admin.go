@@ -66,6 +66,7 @@ const leaveTimeout = 5 * time.Second
 type LeaveReport struct {
 	Library messages.LibraryID `json:"library"`
 	Name    string             `json:"name"`
+	Device  messages.DeviceID  `json:"device"` // this device, the one that left
 	// Told are the partners that confirmed: they keep their copy and no
 	// longer sync it with this device.
 	Told []messages.DeviceID `json:"told"`
@@ -87,7 +88,7 @@ type PartnerNotTold struct {
 // from this home. A closed library is opened first, to learn its
 // partners; one that cannot be opened is removed without telling anyone.
 func (n *Node) DeleteLibrary(ctx context.Context, id messages.LibraryID) (LeaveReport, error) {
-	rep := LeaveReport{Library: id, Told: []messages.DeviceID{}, NotTold: []PartnerNotTold{}}
+	rep := LeaveReport{Library: id, Device: n.core.self, Told: []messages.DeviceID{}, NotTold: []PartnerNotTold{}}
 	dir := libraryDir(n.core.cfg.Home, id)
 	meta, err := readMeta(dir)
 	if err != nil {
