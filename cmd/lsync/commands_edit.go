@@ -83,8 +83,7 @@ on them. On a terminal the command asks first; elsewhere give --yes.`,
 // confirm asks question on a terminal; without one it is a usage error
 // (a script must say --yes).
 func confirm(in *os.File, out io.Writer, question string) (bool, error) {
-	fi, err := in.Stat()
-	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+	if !isInteractive(in) {
 		return false, usageErrorf("not a terminal: give --yes to delete without a confirmation")
 	}
 	fmt.Fprint(out, question)
