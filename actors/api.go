@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -19,7 +21,6 @@ type Library struct {
 	node  *nodeCore
 	pid   *actor.PID
 	id    messages.LibraryID
-	name  string
 	store *persistence.Library
 }
 
@@ -27,7 +28,7 @@ type Library struct {
 func (l *Library) ID() messages.LibraryID { return l.id }
 
 // Name is the library's name.
-func (l *Library) Name() string { return l.name }
+func (l *Library) Name() string { return l.store.Meta().Name }
 
 func ub(u messages.UUID) []byte {
 	if u.IsZero() {
@@ -92,8 +93,12 @@ func (l *Library) AddLocation(ctx context.Context, path, name string, volume mes
 	if path == "" {
 		return messages.UUID{}, errors.New("add location: a path is required")
 	}
-	return l.WriteState(ctx, persistence.ModelLocation, messages.UUID{}, map[string]any{
+	u, err := l.WriteState(ctx, persistence.ModelLocation, messages.UUID{}, map[string]any{
 		"path": path, "name": name, "volume_uuid": ub(volume), "created_at": nowMS()})
+	if err == nil {
+		l.audited(ctx, AuditLocationAdd, persistence.ModelLocation, u, fmt.Sprintf("%q at %s", name, path))
+	}
+	return u, err
 }
 
 // Entry kinds.
@@ -145,27 +150,110 @@ type TagInput struct {
 	Name, Namespace, DisplayName, Color, Icon string
 }
 
-// CreateTag creates a tag. Two devices creating the same name get two tags.
+// CreateTag creates a tag. Two devices creating the same name get two tags
+// (creation is a union); CreateUniqueTag refuses a name this device knows.
 func (l *Library) CreateTag(ctx context.Context, t TagInput) (messages.UUID, error) {
 	if t.Name == "" {
 		return messages.UUID{}, errors.New("create tag: a name is required")
 	}
-	return l.Commit(ctx, persistence.ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{
+	u, err := l.Commit(ctx, persistence.ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{
 		"canonical_name": t.Name, "namespace": t.Namespace, "display_name": t.DisplayName, "color": t.Color,
 		"icon": t.Icon, "tag_type": "standard", "privacy_level": "normal", "created_at": nowMS(),
 		"created_by_device": ub(messages.UUID(l.node.self))})
+	if err == nil {
+		l.audited(ctx, AuditTagCreate, persistence.ModelTag, u, fmt.Sprintf("%q%s", t.Name, nsLabel(t.Namespace)))
+	}
+	return u, err
+}
+
+// CreateUniqueTag is CreateTag, refusing (persistence.ErrExists) a name
+// the namespace already has in this device's copy, as a user creating a
+// tag expects. Two devices that create the same name concurrently, before
+// they hear of each other's, still get two tags (creation is a union).
+func (l *Library) CreateUniqueTag(ctx context.Context, t TagInput) (messages.UUID, error) {
+	if same, err := l.TagsNamed(ctx, t.Name, t.Namespace); err != nil {
+		return messages.UUID{}, fmt.Errorf("create tag: %w", err)
+	} else if len(same) > 0 {
+		return messages.UUID{}, fmt.Errorf("create tag: tag %q%s %w (%s)", t.Name, nsLabel(t.Namespace), persistence.ErrExists, same[0])
+	}
+	return l.CreateTag(ctx, t)
+}
+
+func nsLabel(ns string) string {
+	if ns == "" {
+		return ""
+	}
+	return fmt.Sprintf(" in namespace %q", ns)
+}
+
+// TagsNamed returns the tags whose canonical name and namespace are name
+// and ns, sorted by uuid (more than one: created concurrently on two
+// devices).
+func (l *Library) TagsNamed(ctx context.Context, name, ns string) ([]messages.UUID, error) {
+	rows, err := l.Query(ctx, persistence.ModelTag)
+	if err != nil {
+		return nil, err
+	}
+	var out []messages.UUID
+	for _, r := range rows {
+		n, _ := r["canonical_name"].(string)
+		rns, _ := r["namespace"].(string)
+		if n != name || rns != ns {
+			continue
+		}
+		var u messages.UUID
+		if s, _ := r["uuid"].(string); u.UnmarshalText([]byte(s)) == nil {
+			out = append(out, u)
+		}
+	}
+	return out, nil
 }
 
 // UpdateTag changes some fields of a tag (last writer wins, per field).
 func (l *Library) UpdateTag(ctx context.Context, tag messages.UUID, fields map[string]any) error {
-	_, err := l.Commit(ctx, persistence.ModelTag, tag, messages.OpUpdate, fields)
-	return err
+	if _, err := l.Commit(ctx, persistence.ModelTag, tag, messages.OpUpdate, fields); err != nil {
+		return err
+	}
+	l.audited(ctx, AuditTagUpdate, persistence.ModelTag, tag, fieldsLabel(fields))
+	return nil
+}
+
+// RenameTag changes a tag's canonical name (last writer wins). A name
+// another tag of the namespace has is refused (persistence.ErrExists).
+func (l *Library) RenameTag(ctx context.Context, tag messages.UUID, name string) error {
+	if name == "" {
+		return errors.New("rename tag: a name is required")
+	}
+	row, err := l.store.Get(persistence.ModelTag, tag)
+	if err != nil {
+		return fmt.Errorf("rename tag: %w", err)
+	}
+	old, _ := row["canonical_name"].(string)
+	ns, _ := row["namespace"].(string)
+	same, err := l.TagsNamed(ctx, name, ns)
+	if err != nil {
+		return fmt.Errorf("rename tag: %w", err)
+	}
+	for _, u := range same {
+		if u != tag {
+			return fmt.Errorf("rename tag: tag %q%s %w (%s)", name, nsLabel(ns), persistence.ErrExists, u)
+		}
+	}
+	if _, err := l.Commit(ctx, persistence.ModelTag, tag, messages.OpUpdate, map[string]any{"canonical_name": name}); err != nil {
+		return err
+	}
+	l.audited(ctx, AuditTagRename, persistence.ModelTag, tag, fmt.Sprintf("%q to %q", old, name))
+	return nil
 }
 
 // DeleteTag deletes a tag (a tombstone travels, never the tag's data).
 func (l *Library) DeleteTag(ctx context.Context, tag messages.UUID) error {
-	_, err := l.Commit(ctx, persistence.ModelTag, tag, messages.OpDelete, nil)
-	return err
+	label := l.tagLabel(tag)
+	if _, err := l.Commit(ctx, persistence.ModelTag, tag, messages.OpDelete, nil); err != nil {
+		return err
+	}
+	l.audited(ctx, AuditTagDelete, persistence.ModelTag, tag, label)
+	return nil
 }
 
 // RelateTags makes child a child of parent. An edge that would close a
@@ -202,14 +290,48 @@ func (l *Library) CreateAlbum(ctx context.Context, name, description string) (me
 	if name == "" {
 		return messages.UUID{}, errors.New("create album: a name is required")
 	}
-	return l.Commit(ctx, persistence.ModelAlbum, messages.UUID{}, messages.OpInsert, map[string]any{
+	u, err := l.Commit(ctx, persistence.ModelAlbum, messages.UUID{}, messages.OpInsert, map[string]any{
 		"name": name, "description": description, "created_at": nowMS(), "created_by_device": ub(messages.UUID(l.node.self))})
+	if err == nil {
+		l.audited(ctx, AuditAlbumCreate, persistence.ModelAlbum, u, fmt.Sprintf("%q", name))
+	}
+	return u, err
+}
+
+// RenameAlbum changes an album's name (last writer wins).
+func (l *Library) RenameAlbum(ctx context.Context, album messages.UUID, name string) error {
+	if name == "" {
+		return errors.New("rename album: a name is required")
+	}
+	row, err := l.store.Get(persistence.ModelAlbum, album)
+	if err != nil {
+		return fmt.Errorf("rename album: %w", err)
+	}
+	old, _ := row["name"].(string)
+	if _, err := l.Commit(ctx, persistence.ModelAlbum, album, messages.OpUpdate, map[string]any{"name": name}); err != nil {
+		return err
+	}
+	l.audited(ctx, AuditAlbumRename, persistence.ModelAlbum, album, fmt.Sprintf("%q to %q", old, name))
+	return nil
+}
+
+// DeleteAlbum deletes an album (a tombstone travels).
+func (l *Library) DeleteAlbum(ctx context.Context, album messages.UUID) error {
+	label := l.albumLabel(album)
+	if _, err := l.Commit(ctx, persistence.ModelAlbum, album, messages.OpDelete, nil); err != nil {
+		return err
+	}
+	l.audited(ctx, AuditAlbumDelete, persistence.ModelAlbum, album, label)
+	return nil
 }
 
 // AddToAlbum adds an entry (of any device) to an album.
 func (l *Library) AddToAlbum(ctx context.Context, album, entry messages.UUID) error {
 	_, err := l.Commit(ctx, persistence.ModelAlbumEntry, messages.UUID{}, messages.OpInsert, map[string]any{
 		"album_uuid": ub(album), "entry_uuid": ub(entry), "added_at": nowMS(), "added_by_device": ub(messages.UUID(l.node.self))})
+	if err == nil {
+		l.audited(ctx, AuditAlbumAdd, persistence.ModelEntry, entry, "to album "+l.albumLabel(album))
+	}
 	return err
 }
 
@@ -219,8 +341,11 @@ func (l *Library) RemoveFromAlbum(ctx context.Context, album, entry messages.UUI
 	if err != nil {
 		return err
 	}
-	_, err = l.Commit(ctx, persistence.ModelAlbumEntry, u, messages.OpDelete, nil)
-	return err
+	if _, err = l.Commit(ctx, persistence.ModelAlbumEntry, u, messages.OpDelete, nil); err != nil {
+		return err
+	}
+	l.audited(ctx, AuditAlbumRemove, persistence.ModelEntry, entry, "from album "+l.albumLabel(album))
+	return nil
 }
 
 // contentOf returns the content identity of an entry.
@@ -268,18 +393,78 @@ func (l *Library) ApplyTag(ctx context.Context, tag, entry messages.UUID) error 
 	_, err = l.Commit(ctx, persistence.ModelUserMetadataTag, messages.UUID{}, messages.OpInsert, map[string]any{
 		"user_metadata_uuid": ub(meta), "tag_uuid": ub(tag), "source": "user", "confidence": 1.0,
 		"created_at": nowMS(), "device_uuid": ub(messages.UUID(l.node.self))})
+	if err == nil {
+		l.audited(ctx, AuditTagApply, persistence.ModelEntry, entry, "tag "+l.tagLabel(tag))
+	}
 	return err
 }
 
+// RemoveTag untags an entry, the inverse of ApplyTag: the tag leaves the
+// entry's content (every copy of the same bytes), last writer wins per
+// (content, tag). ErrNotFound if the content does not carry the tag.
+func (l *Library) RemoveTag(ctx context.Context, tag, entry messages.UUID) error {
+	content, err := l.contentOf(entry)
+	if err != nil {
+		return fmt.Errorf("remove tag: %w", err)
+	}
+	meta, err := l.pairUUID(persistence.ModelUserMetadata, map[string]any{"content_uuid": ub(content)})
+	if err != nil {
+		return fmt.Errorf("remove tag: %w", err)
+	}
+	u, err := l.pairUUID(persistence.ModelUserMetadataTag, map[string]any{"user_metadata_uuid": ub(meta), "tag_uuid": ub(tag)})
+	if err != nil {
+		return fmt.Errorf("remove tag: %w", err)
+	}
+	if _, err := l.store.Get(persistence.ModelUserMetadataTag, u); err != nil {
+		return fmt.Errorf("remove tag: entry %s is not tagged %s: %w", entry, l.tagLabel(tag), err)
+	}
+	if _, err := l.Commit(ctx, persistence.ModelUserMetadataTag, u, messages.OpDelete, nil); err != nil {
+		return err
+	}
+	l.audited(ctx, AuditTagRemove, persistence.ModelEntry, entry, "tag "+l.tagLabel(tag))
+	return nil
+}
+
 // SetContentMeta sets shared metadata (favorite, hidden, note, rating) of a
-// content identity; last writer wins per field.
+// content identity; last writer wins per field. A nil value unsets the
+// field (null), which wins or loses like any other write.
 func (l *Library) SetContentMeta(ctx context.Context, content messages.UUID, fields map[string]any) error {
 	meta, err := l.ensureContentMeta(ctx, content)
 	if err != nil {
 		return err
 	}
-	_, err = l.Commit(ctx, persistence.ModelUserMetadata, meta, messages.OpUpdate, fields)
-	return err
+	if _, err = l.Commit(ctx, persistence.ModelUserMetadata, meta, messages.OpUpdate, fields); err != nil {
+		return err
+	}
+	l.audited(ctx, metaAction(fields), persistence.ModelContentIdentity, content, fieldsLabel(fields))
+	return nil
+}
+
+// metaAction is meta.unset when every field is unset, else meta.set.
+func metaAction(fields map[string]any) string {
+	for _, v := range fields {
+		if v != nil {
+			return AuditMetaSet
+		}
+	}
+	return AuditMetaUnset
+}
+
+// fieldsLabel lists fields as sorted key=value pairs (unset: key=null).
+func fieldsLabel(fields map[string]any) string {
+	parts := make([]string, 0, len(fields))
+	for k, v := range fields {
+		switch v := v.(type) {
+		case nil:
+			parts = append(parts, k+"=null")
+		case string:
+			parts = append(parts, fmt.Sprintf("%s=%q", k, v))
+		default:
+			parts = append(parts, fmt.Sprintf("%s=%v", k, v))
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
 }
 
 // SetEntryMeta sets entry-scoped metadata; only the entry's owner may.
@@ -299,8 +484,11 @@ func (l *Library) SetEntryMeta(ctx context.Context, entry messages.UUID, fields 
 	for k, v := range fields {
 		f[k] = v
 	}
-	_, err = l.WriteState(ctx, persistence.ModelEntryMetadata, u, f)
-	return err
+	if _, err = l.WriteState(ctx, persistence.ModelEntryMetadata, u, f); err != nil {
+		return err
+	}
+	l.audited(ctx, metaAction(fields), persistence.ModelEntry, entry, fieldsLabel(fields))
+	return nil
 }
 
 // ---- reads ----

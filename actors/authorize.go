@@ -50,7 +50,8 @@ func (t *authTable) setPartners(lib messages.LibraryID, partners map[messages.De
 func (t *authTable) authorize(peer messages.DeviceID, lib messages.LibraryID, typ messages.Type) error {
 	if lib.IsZero() {
 		switch typ {
-		case messages.TypePing, messages.TypePong, messages.TypeLibraryListRequest, messages.TypeSyncSetupRequest:
+		case messages.TypePing, messages.TypePong, messages.TypeLibraryListRequest, messages.TypeSyncSetupRequest,
+			messages.TypeSyncLeaveRequest:
 			return nil
 		}
 		return &net.Refusal{Reason: messages.ReasonUnexpected, Msg: fmt.Sprintf("%s is not a node-level message", typ)}

@@ -63,6 +63,8 @@ func releaseDeadLetter(evt any) {
 		m.credit.release()
 	case *setupPartner:
 		m.credit.release()
+	case *leavePartner:
+		m.credit.release()
 	case *applyIn:
 		releaseItems(m.items)
 	case *applyBatch:

@@ -21,6 +21,7 @@ const (
 	EventRecordFailed     EventType = "record_failed"     // a poison record went to failed_records
 	EventPaired           EventType = "paired"            // a device was paired
 	EventBackfillProgress EventType = "backfill_progress" // pages done during a join
+	EventPartnerLeft      EventType = "partner_left"      // a partner deleted its copy and stopped syncing with us
 )
 
 // Event is one notification for host apps.

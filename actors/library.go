@@ -125,6 +125,8 @@ func (a *libraryActor) receivePeers(ctx actor.Context) bool {
 		a.onInbound(ctx, m)
 	case *setupPartner:
 		a.onSetupPartner(ctx, m)
+	case *leavePartner:
+		a.onLeavePartner(ctx, m)
 	case *applied:
 		a.onApplied(ctx, m)
 	case *ackFlush:

@@ -222,6 +222,28 @@ func (a *libraryActor) onSetupPartner(ctx actor.Context, m *setupPartner) {
 		Device: a.n.self, DeviceName: a.n.name}, m.credit)
 }
 
+// onLeavePartner answers a partner that leaves the library (it deleted its
+// copy): it stops being a partner here, as `sync-remove` would make it,
+// and this device keeps its copy. Only a partner may leave; anyone else
+// is told it is not one.
+func (a *libraryActor) onLeavePartner(ctx actor.Context, m *leavePartner) {
+	if !a.partners[m.from] {
+		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeNotFound,
+			Message: fmt.Sprintf("device %s is not a sync partner of library %s on %s", m.from, a.id, a.n.self)}, m.credit)
+		return
+	}
+	if err := a.removePartner(ctx, m.from); err != nil {
+		if persistence.IsStorageFailure(err) {
+			a.onStoreFailed(ctx, err)
+		}
+		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeInternal, Message: err.Error()}, m.credit)
+		return
+	}
+	a.n.log.Info("a partner left the library", "library", a.id, "peer", m.from)
+	a.n.events.emit(Event{Type: EventPartnerLeft, Library: a.id, Peer: m.from})
+	answerPeer(a.n, m.from, m.reply, &messages.SyncLeaveResponse{Library: a.id, Device: a.n.self}, m.credit)
+}
+
 // bufferDuringJoin holds a live change until the join ends (never applied
 // to incomplete state). The buffer is bounded in messages and bytes;
 // beyond, changes are dropped, which is safe: the final catch-up pass

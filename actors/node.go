@@ -202,13 +202,15 @@ func readMeta(dir string) (persistence.Meta, error) {
 	return m, json.Unmarshal(b, &m)
 }
 
-// CreateLibrary creates and opens a new library.
+// CreateLibrary creates and opens a new library. A name another library of
+// this home has, open or closed, is refused (persistence.ErrExists): every
+// command naming a library by name would be ambiguous from then on.
 func (n *Node) CreateLibrary(ctx context.Context, name string) (*Library, error) {
 	if name == "" {
 		return nil, errors.New("create library: a name is required")
 	}
 	meta := persistence.Meta{ID: messages.LibraryID(persistence.NewUUID()), Name: name, CreatedAt: time.Now().UTC(), CreatedBy: n.core.self}
-	return ask[*Library](ctx, n.core, n.pid, &createLibrary{meta: meta})
+	return ask[*Library](ctx, n.core, n.pid, &createLibrary{meta: meta, uniqueName: true})
 }
 
 // OpenLibrary opens a library folder in the node's home.

@@ -206,7 +206,7 @@ func (na *nodeActor) spawnLibrary(ctx actor.Context, lib *persistence.Library) *
 		pid = ctx.SpawnPrefix(props, "library-"+meta.ID.String()+"-")
 	}
 	sup.self = pid
-	h := &Library{node: na.n, pid: pid, id: meta.ID, name: meta.Name, store: lib}
+	h := &Library{node: na.n, pid: pid, id: meta.ID, store: lib}
 	na.libs[meta.ID], na.handles[meta.ID], na.stores[meta.ID] = pid, h, lib
 	na.publishRoutes(ctx)
 	na.n.events.emit(Event{Type: EventLibraryOpened, Library: meta.ID, Detail: meta.Name})
@@ -217,8 +217,16 @@ func (na *nodeActor) spawnLibrary(ctx actor.Context, lib *persistence.Library) *
 func (na *nodeActor) receiveAPI(ctx actor.Context) bool {
 	switch m := ctx.Message().(type) {
 	case *createLibrary:
+		if m.uniqueName {
+			if err := na.nameFree(m.meta.Name, messages.LibraryID{}); err != nil {
+				respond(ctx, nil, fmt.Errorf("create library: %w", err))
+				return true
+			}
+		}
 		h, err := na.createLibrary(ctx, m.meta)
 		respond(ctx, h, err)
+	case *renameLibrary:
+		respond(ctx, nil, na.renameLibrary(m.id, m.name))
 	case *openLibrary:
 		h, err := na.openLibrary(ctx, m.id)
 		respond(ctx, h, err)
@@ -330,7 +338,7 @@ func (na *nodeActor) libraries() []LibraryInfo {
 	for _, id := range libraryDirs(na.n.cfg.Home) {
 		info := LibraryInfo{ID: id}
 		if h, ok := na.handles[id]; ok {
-			info.Name, info.Open, info.Error = h.name, true, na.openErrs[id]
+			info.Name, info.Open, info.Error = h.Name(), true, na.openErrs[id]
 		} else if meta, err := readMeta(libraryDir(na.n.cfg.Home, id)); err == nil {
 			info.Name, info.Error = meta.Name, na.openErrs[id]
 		}
@@ -366,7 +374,7 @@ func (na *nodeActor) onRequest(ctx actor.Context, m *inboundMsg) {
 	case *messages.LibraryListRequest:
 		resp := &messages.LibraryListResponse{}
 		for id, h := range na.handles {
-			resp.Libraries = append(resp.Libraries, messages.LibraryInfo{ID: id, Name: h.name})
+			resp.Libraries = append(resp.Libraries, messages.LibraryInfo{ID: id, Name: h.Name()})
 		}
 		slices.SortFunc(resp.Libraries, func(a, b messages.LibraryInfo) int {
 			return compareIDs(messages.DeviceID(a.ID), messages.DeviceID(b.ID))
@@ -384,5 +392,17 @@ func (na *nodeActor) onRequest(ctx actor.Context, m *inboundMsg) {
 			return
 		}
 		ctx.Send(pid, &setupPartner{from: m.from, req: req, reply: m.reply, credit: m.credit})
+	case *messages.SyncLeaveRequest:
+		if req.Device != m.from {
+			na.n.reject(messages.ReasonForgedSetup, "from", m.from, "claimed", req.Device)
+			answerPeer(na.n, m.from, m.reply, &messages.Error{Code: messages.CodeUnauthorized, Message: "sync-leave must come from the device that leaves"}, m.credit)
+			return
+		}
+		pid, ok := na.libs[req.Library]
+		if !ok {
+			answerPeer(na.n, m.from, m.reply, &messages.Error{Code: messages.CodeNotFound, Message: fmt.Sprintf("library %s is not open on %s", req.Library, na.n.self)}, m.credit)
+			return
+		}
+		ctx.Send(pid, &leavePartner{from: m.from, reply: m.reply, credit: m.credit})
 	}
 }

@@ -290,7 +290,7 @@ func (p *peerActor) route(ctx actor.Context, m *inboundMsg) {
 		switch msg := m.msg.(type) {
 		case *messages.Ping:
 			answerPeer(p.n, p.dev, m.reply, &messages.Pong{Nonce: msg.Nonce, SentAt: msg.SentAt}, m.credit)
-		case *messages.LibraryListRequest, *messages.SyncSetupRequest:
+		case *messages.LibraryListRequest, *messages.SyncSetupRequest, *messages.SyncLeaveRequest:
 			ctx.Send(p.node, m)
 		default:
 			p.n.reject(messages.ReasonUnexpected, "from", p.dev, "type", m.msg.MessageType())

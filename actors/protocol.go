@@ -141,9 +141,23 @@ type setupPartner struct {
 	credit *credit
 }
 
+// leavePartner: the node hands a library a partner's SyncLeaveRequest.
+type leavePartner struct {
+	from   messages.DeviceID
+	reply  func(messages.Message) error
+	credit *credit
+}
+
 // ---- node requests (embedding API) ----
 
-type createLibrary struct{ meta persistence.Meta }   // → *Library
+type createLibrary struct { // → *Library
+	meta       persistence.Meta
+	uniqueName bool // refuse a name another library of this home has
+}
+type renameLibrary struct { // → nil
+	id   messages.LibraryID
+	name string
+}
 type openLibrary struct{ id messages.LibraryID }     // → *Library
 type closeLibrary struct{ id messages.LibraryID }    // → nil, once the library actor stopped
 type getLibrary struct{ id messages.LibraryID }      // → *Library

@@ -47,6 +47,8 @@ func sampleMessages() []Message {
 		&SyncSetupRequest{Library: lib, Device: DeviceID(devB), DeviceName: "b", Action: "join"},
 		&SyncSetupResponse{Library: lib, LibraryName: "Jamie", Device: DeviceID(devA), DeviceName: "a"},
 		&StateOwnersRequest{},
+		&SyncLeaveRequest{Library: lib, Device: DeviceID(devB)},
+		&SyncLeaveResponse{Library: lib, Device: DeviceID(devA)},
 		&WatermarkReport{State: []OriginWatermark{{Origin: DeviceID(devA), HLC: h1}}, Shared: []OriginWatermark{{Origin: DeviceID(devB), HLC: h2}}},
 		&StateOwnersResponse{Owners: []OriginWatermark{{Origin: DeviceID(devA), HLC: h1}}, Rows: 1_331_450},
 	}

@@ -48,6 +48,8 @@ const (
 	TypeStateOwnersRequest   Type = 25
 	TypeStateOwnersResponse  Type = 26
 	TypeWatermarkReport      Type = 27
+	TypeSyncLeaveRequest     Type = 28
+	TypeSyncLeaveResponse    Type = 29
 )
 
 // typeTable is the one list the codec derives everything per type from:
@@ -82,6 +84,8 @@ var typeTable = [...]typeInfo{
 	TypeStateOwnersRequest:   row[StateOwnersRequest]("state_owners_request", 0),
 	TypeStateOwnersResponse:  row[StateOwnersResponse]("state_owners_response", 0),
 	TypeWatermarkReport:      row[WatermarkReport]("watermark_report", 0),
+	TypeSyncLeaveRequest:     row[SyncLeaveRequest]("sync_leave_request", 0),
+	TypeSyncLeaveResponse:    row[SyncLeaveResponse]("sync_leave_response", 0),
 }
 
 // typeInfo is one row of typeTable.
@@ -534,6 +538,24 @@ type SyncSetupResponse struct {
 	DeviceName  string
 }
 
+// SyncLeaveRequest tells a sync partner that the sender leaves Library (it
+// deleted its copy): the receiver stops syncing the library with the
+// sender and keeps its own copy. Like a sync-setup it must come from the
+// device it names.
+type SyncLeaveRequest struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Library  LibraryID
+	Device   DeviceID
+}
+
+// SyncLeaveResponse confirms that the sender no longer syncs Library with
+// the requester.
+type SyncLeaveResponse struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Library  LibraryID
+	Device   DeviceID
+}
+
 func (*Hello) MessageType() Type                { return TypeHello }
 func (*Error) MessageType() Type                { return TypeError }
 func (*Ping) MessageType() Type                 { return TypePing }
@@ -561,3 +583,5 @@ func (*SyncSetupResponse) MessageType() Type    { return TypeSyncSetupResponse }
 func (*StateOwnersRequest) MessageType() Type   { return TypeStateOwnersRequest }
 func (*StateOwnersResponse) MessageType() Type  { return TypeStateOwnersResponse }
 func (*WatermarkReport) MessageType() Type      { return TypeWatermarkReport }
+func (*SyncLeaveRequest) MessageType() Type     { return TypeSyncLeaveRequest }
+func (*SyncLeaveResponse) MessageType() Type    { return TypeSyncLeaveResponse }

@@ -234,3 +234,10 @@ func (m *SyncSetupRequest) Validate() error {
 	}
 	return nil
 }
+
+func (m *SyncLeaveRequest) Validate() error {
+	if m.Library.IsZero() || m.Device.IsZero() {
+		return errors.New("sync leave needs library and device")
+	}
+	return nil
+}

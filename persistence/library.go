@@ -429,7 +429,11 @@ func (l *Library) Close() error {
 }
 
 // Meta is the library's library.json as opened.
-func (l *Library) Meta() Meta { return l.meta }
+func (l *Library) Meta() Meta {
+	l.pub.RLock()
+	defer l.pub.RUnlock()
+	return l.meta
+}
 
 // Dir is the library folder.
 func (l *Library) Dir() string { return l.dir }

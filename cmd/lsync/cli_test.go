@@ -47,6 +47,8 @@ func TestContractCommandsExist(t *testing.T) {
 		"network pair generate", "network pair join", "network discover-libraries", "network sync-setup",
 		"location add", "tag create", "tag apply", "album create", "album add", "album remove",
 		"meta set", "query", "sync status", "demo",
+		"tag list", "tag rename", "tag delete", "tag remove", "album list", "album rename", "album delete",
+		"meta unset", "library rename", "library delete", "log",
 	} {
 		c, rest, err := root.Find(strings.Fields(path))
 		if err != nil || len(rest) != 0 || c.CommandPath() != "lsync "+path {
@@ -70,7 +72,13 @@ func TestUsageErrors(t *testing.T) {
 		{"--no-such-flag"},
 		{"library", "create"},
 		{"library", "create", "a", "b"},
-		{"tag", "apply", "lib", "tag", "not-a-uuid"},
+		{"tag", "remove", "lib", "tag"},
+		{"meta", "unset", "lib", "favorite"},
+		{"meta", "unset", "lib", "--content", "0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192", "colour"},
+		{"meta", "unset", "lib", "--content", "not-a-uuid", "note"},
+		{"log", "lib", "--limit", "-1"},
+		{"library", "delete", "lib"}, // no terminal to confirm on, no --yes
+		{"library", "rename", "lib"},
 		{"meta", "set", "lib", "favorite=true"},
 		{"meta", "set", "lib", "--content", "0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192", "favorite=maybe"},
 		{"meta", "set", "lib", "--content", "0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192", "colour=red"},

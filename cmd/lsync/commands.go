@@ -109,7 +109,7 @@ daemon listens on, and the metrics address if it serves one.`,
 func newLibraryCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "library",
-		Short: "Create, list, open and close libraries",
+		Short: "Create, list, open, close, rename and delete libraries",
 		Long: `A library is a metadata database replicated across devices. Commands that
 take LIB accept a library's uuid or its exact name.`,
 		Example: `  lsync library create "Family photos"
@@ -234,7 +234,7 @@ retried records are applied by the ordinary, HLC-ordered rules.`,
 				printRetry(w, rep.Retry)
 			})
 		}),
-	})
+	}, newLibraryRenameCmd(g), newLibraryDeleteCmd(g))
 	return cmd
 }
 
@@ -794,7 +794,7 @@ func humanBytes(n int64) string {
 func newTagCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tag",
-		Short: "Create and apply tags",
+		Short: "Create, list, apply, remove, rename and delete tags",
 		Long: `Tags are shared by every device of a library. Two devices that create a tag
 of the same name get two tags (creation is a union); edits are last writer
 wins per field.`,
@@ -823,23 +823,25 @@ wins per field.`,
 		Use:   "apply LIB TAG ENTRY",
 		Short: "Tag an entry",
 		Long: `Tag an entry (of any device). TAG is a tag uuid or its exact name (when only
-one tag has it); ENTRY is an entry uuid (see: lsync query LIB entry). The
-tag attaches to the entry's content, so it shows on every copy of the same
-bytes on every device.`,
-		Example: `  lsync tag apply "Family photos" Vacation 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192`,
-		Args:    args(cobra.ExactArgs(3)),
+one tag has it). The tag attaches to the entry's content, so it shows on
+every copy of the same bytes on every device. ` + entryHelp,
+		Example: `  lsync tag apply "Family photos" Vacation 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192
+  lsync tag apply "Family photos" Vacation ~/Pictures/2024/beach.jpg`,
+		Args: args(cobra.ExactArgs(3)),
 		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
-			if err := checkUUID("ENTRY", a[2]); err != nil {
+			entry, err := entryArg(a[2])
+			if err != nil {
 				return err
 			}
 			var r tagApplyResult
-			if err := g.callInto(cmd.Context(), opTagApply, tagApplyArgs{Lib: a[0], Tag: a[1], Entry: a[2]}, &r); err != nil {
+			if err := g.callInto(cmd.Context(), opTagApply, tagApplyArgs{Lib: a[0], Tag: a[1], Entry: entry}, &r); err != nil {
 				return err
 			}
 			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Tagged entry %s with %s\n", r.Entry, r.Tag) })
 		}),
 	}
 	cmd.AddCommand(create, apply)
+	cmd.AddCommand(newTagMoreCmds(g)...)
 	return cmd
 }
 
@@ -853,7 +855,7 @@ func checkUUID(what, s string) error {
 func newAlbumCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "album",
-		Short: "Create albums and add or remove entries",
+		Short: "Create, list, rename and delete albums; add or remove entries",
 		Long: `Albums are shared by every device of a library and may hold entries of any
 device. Adding and removing are last writer wins per (album, entry).`,
 		Example: `  lsync album create "Family photos" "Summer 2024"
@@ -881,11 +883,12 @@ device. Adding and removing are last writer wins per (album, entry).`,
 			Use: use, Short: short, Long: long, Example: example,
 			Args: args(cobra.ExactArgs(3)),
 			RunE: g.runE(func(cmd *cobra.Command, a []string) error {
-				if err := checkUUID("ENTRY", a[2]); err != nil {
+				entry, err := entryArg(a[2])
+				if err != nil {
 					return err
 				}
 				var r albumEntryResult
-				if err := g.callInto(cmd.Context(), op, albumEntryArgs{Lib: a[0], Album: a[1], Entry: a[2]}, &r); err != nil {
+				if err := g.callInto(cmd.Context(), op, albumEntryArgs{Lib: a[0], Album: a[1], Entry: entry}, &r); err != nil {
 					return err
 				}
 				return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "%s entry %s, album %s\n", verb, r.Entry, r.Album) })
@@ -894,11 +897,12 @@ device. Adding and removing are last writer wins per (album, entry).`,
 	}
 	cmd.AddCommand(create,
 		entryCmd("add LIB ALBUM ENTRY", "Add an entry to an album",
-			`Add an entry (of any device) to an album. ALBUM is an album uuid or its exact name; ENTRY is an entry uuid.`,
+			`Add an entry (of any device) to an album. ALBUM is an album uuid or its exact name. `+entryHelp,
 			`  lsync album add "Family photos" "Summer 2024" 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192`, opAlbumAdd, "Added"),
 		entryCmd("remove LIB ALBUM ENTRY", "Remove an entry from an album",
-			`Remove an entry from an album. ALBUM is an album uuid or its exact name; ENTRY is an entry uuid.`,
+			`Remove an entry from an album. ALBUM is an album uuid or its exact name. `+entryHelp,
 			`  lsync album remove "Family photos" "Summer 2024" 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192`, opAlbumRemove, "Removed"))
+	cmd.AddCommand(newAlbumMoreCmds(g)...)
 	return cmd
 }
 
@@ -907,22 +911,22 @@ device. Adding and removing are last writer wins per (album, entry).`,
 func newMetaCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "meta",
-		Short:   "Set user metadata (favourite, hidden, note, rating)",
+		Short:   "Set or unset user metadata (favourite, hidden, note, rating)",
 		Long:    `User metadata of an entry (this device's own entries) or of a content identity (shared by every copy of the same bytes).`,
 		Example: `  lsync meta set "Family photos" --content CONTENT_UUID favorite=true`,
 		RunE:    groupRunE,
 	}
 	var entry, content string
 	set := &cobra.Command{
-		Use:   "set LIB (--entry UUID | --content UUID) key=value ...",
+		Use:   "set LIB (--entry ENTRY | --content UUID) key=value ...",
 		Short: "Set metadata fields",
 		Long: `Set user metadata fields. Keys: favorite (bool), hidden (bool), note (text),
 rating (integer, content only).
 
   --content UUID  metadata of a content identity: shared, every device may set
                   it, last writer wins per field
-  --entry UUID    metadata of one entry: only the device that owns the entry
-                  may set it`,
+  --entry ENTRY   metadata of one entry: only the device that owns the entry
+                  may set it; an entry uuid or a path under a location`,
 		Example: `  lsync meta set "Family photos" --content 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192 favorite=true rating=5
   lsync meta set "Family photos" --entry 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708193 note="first day" hidden=false`,
 		Args: args(cobra.MinimumNArgs(2)),
@@ -930,11 +934,13 @@ rating (integer, content only).
 			if (entry == "") == (content == "") {
 				return usageErrorf("give exactly one of --entry UUID and --content UUID")
 			}
-			target := entry
-			if target == "" {
-				target = content
+			if content != "" {
+				if err := checkUUID("--content", content); err != nil {
+					return err
+				}
 			}
-			if err := checkUUID("target", target); err != nil {
+			e, err := entryArg(entry)
+			if err != nil {
 				return err
 			}
 			fields, err := parseMeta(a[1:])
@@ -942,7 +948,7 @@ rating (integer, content only).
 				return err
 			}
 			var r metaSetResult
-			if err := g.callInto(cmd.Context(), opMetaSet, metaSetArgs{Lib: a[0], Entry: entry, Content: content, Fields: fields}, &r); err != nil {
+			if err := g.callInto(cmd.Context(), opMetaSet, metaSetArgs{Lib: a[0], Entry: e, Content: content, Fields: fields}, &r); err != nil {
 				return err
 			}
 			return g.output(r, func(w io.Writer) {
@@ -955,9 +961,9 @@ rating (integer, content only).
 			})
 		}),
 	}
-	set.Flags().StringVar(&entry, "entry", "", "an entry uuid (entry-scoped metadata)")
+	set.Flags().StringVar(&entry, "entry", "", "an entry uuid or path (entry-scoped metadata)")
 	set.Flags().StringVar(&content, "content", "", "a content identity uuid (shared metadata)")
-	cmd.AddCommand(set)
+	cmd.AddCommand(set, newMetaUnsetCmd(g))
 	return cmd
 }
 

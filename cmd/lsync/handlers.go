@@ -58,7 +58,18 @@ func init() {
 		opLibraryRepair: onLibrary(func(ctx context.Context, l *actors.Library) (any, error) {
 			return l.Repair(ctx)
 		}),
-		opWatch: hWatch,
+		opWatch:         hWatch,
+		opLibraryRename: hLibraryRename,
+		opLibraryDelete: hLibraryDelete,
+		opTagList:       libHandler(hTagList),
+		opTagRename:     libHandler(hTagRename),
+		opTagDelete:     libHandler(hTagDelete),
+		opTagRemove:     libHandler(hTagRemove),
+		opAlbumList:     libHandler(hAlbumList),
+		opAlbumRename:   libHandler(hAlbumRename),
+		opAlbumDelete:   libHandler(hAlbumDelete),
+		opMetaUnset:     hMetaUnset,
+		opLog:           libHandler(hLog),
 	}
 }
 
@@ -857,7 +868,7 @@ func countEntries(ctx context.Context, root string, skipHidden bool) int {
 }
 
 func hTagCreate(ctx context.Context, s *server, lib *actors.Library, a tagCreateArgs, _ func(any)) (any, error) {
-	u, err := lib.CreateTag(ctx, actors.TagInput{Name: a.Name, Namespace: a.Namespace, Color: a.Color})
+	u, err := lib.CreateUniqueTag(ctx, actors.TagInput{Name: a.Name, Namespace: a.Namespace, Color: a.Color})
 	if err != nil {
 		return nil, err
 	}
@@ -869,7 +880,7 @@ func hTagApply(ctx context.Context, s *server, lib *actors.Library, a tagApplyAr
 	if err != nil {
 		return nil, err
 	}
-	entry, err := rowUUID(ctx, lib, persistence.ModelEntry, "", a.Entry)
+	entry, err := s.resolveEntry(ctx, lib, a.Entry, false)
 	if err != nil {
 		return nil, err
 	}
@@ -893,13 +904,8 @@ func hAlbumEntry(add bool) handler {
 		if err != nil {
 			return nil, err
 		}
-		var entry messages.UUID
-		if add {
-			entry, err = rowUUID(ctx, lib, persistence.ModelEntry, "", a.Entry)
-		} else {
-			// The entry may be gone already; removing its membership is still fine.
-			entry, err = parseUUIDArg("entry", a.Entry)
-		}
+		// Removing a gone entry's membership is still fine.
+		entry, err := s.resolveEntry(ctx, lib, a.Entry, !add)
 		if err != nil {
 			return nil, err
 		}
@@ -935,7 +941,7 @@ func hMetaSet(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) 
 		if a.Fields.Rating != nil {
 			return nil, usageErrorf("rating is content metadata: use --content")
 		}
-		entry, err := rowUUID(ctx, lib, persistence.ModelEntry, "", a.Entry)
+		entry, err := s.resolveEntry(ctx, lib, a.Entry, false)
 		if err != nil {
 			return nil, err
 		}

@@ -40,6 +40,17 @@ const (
 	opLibraryRepair = "library.repair"
 	opSyncRemove    = "network.sync_remove"
 	opWatch         = "watch"
+	opLibraryRename = "library.rename"
+	opLibraryDelete = "library.delete"
+	opTagList       = "tag.list"
+	opTagRename     = "tag.rename"
+	opTagDelete     = "tag.delete"
+	opTagRemove     = "tag.remove"
+	opAlbumList     = "album.list"
+	opAlbumRename   = "album.rename"
+	opAlbumDelete   = "album.delete"
+	opMetaUnset     = "meta.unset"
+	opLog           = "log"
 )
 
 type deviceInfo struct {
@@ -66,6 +77,9 @@ func (a albumCreateArgs) libName() string { return a.Lib }
 func (a albumEntryArgs) libName() string  { return a.Lib }
 func (a queryArgs) libName() string       { return a.Lib }
 func (a syncRemoveArgs) libName() string  { return a.Lib }
+func (a renameArgs) libName() string      { return a.Lib }
+func (a rowArgs) libName() string         { return a.Lib }
+func (a logArgs) libName() string         { return a.Lib }
 
 type libArgs struct {
 	Lib string `json:"lib"`
@@ -345,6 +359,86 @@ type eventDoc struct {
 	Count   int       `json:"count,omitempty"`
 	Phase   string    `json:"phase,omitempty"`
 	Detail  string    `json:"detail,omitempty"`
+}
+
+// rowArgs names one row (a tag, an album) of a library.
+type rowArgs struct {
+	Lib string `json:"lib"`
+	Row string `json:"row"` // uuid or exact name
+}
+
+// renameArgs renames a library (Row empty) or one of its rows.
+type renameArgs struct {
+	Lib  string `json:"lib"`
+	Row  string `json:"row,omitempty"`
+	Name string `json:"name"`
+}
+
+type libraryRenameResult struct {
+	UUID    string `json:"uuid"`
+	Name    string `json:"name"`
+	OldName string `json:"old_name"`
+}
+
+type tagInfo struct {
+	UUID            string `json:"uuid"`
+	Name            string `json:"name"`
+	Namespace       string `json:"namespace"`
+	Color           string `json:"color,omitempty"`
+	CreatedByDevice string `json:"created_by_device"`
+	Contents        int    `json:"contents"` // content identities tagged
+	Entries         int    `json:"entries"`  // entries (of any device) with a tagged content
+}
+
+type albumInfo struct {
+	UUID        string `json:"uuid"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Entries     int    `json:"entries"`
+}
+
+// renameResult is a renamed tag or album.
+type renameResult struct {
+	UUID    string `json:"uuid"`
+	Name    string `json:"name"`
+	OldName string `json:"old_name"`
+}
+
+// deletedResult is a deleted tag or album.
+type deletedResult struct {
+	UUID string `json:"uuid"`
+	Name string `json:"name"`
+}
+
+type metaUnsetArgs struct {
+	Lib     string   `json:"lib"`
+	Entry   string   `json:"entry,omitempty"`
+	Content string   `json:"content,omitempty"`
+	Fields  []string `json:"fields"`
+}
+
+type metaUnsetResult struct {
+	Scope  string   `json:"scope"` // entry or content
+	UUID   string   `json:"uuid"`
+	Fields []string `json:"unset"`
+}
+
+type logArgs struct {
+	Lib   string `json:"lib"`
+	Entry string `json:"entry,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+}
+
+// auditEntry is one audit_log row as `lsync log` prints it.
+type auditEntry struct {
+	UUID        string    `json:"uuid"`
+	Time        time.Time `json:"time"`
+	Device      string    `json:"device"`
+	DeviceName  string    `json:"device_name,omitempty"`
+	Action      string    `json:"action"`
+	TargetModel string    `json:"target_model,omitempty"`
+	Target      string    `json:"target,omitempty"`
+	Detail      string    `json:"detail,omitempty"`
 }
 
 func decodeArgs[T any](raw json.RawMessage) (T, error) {

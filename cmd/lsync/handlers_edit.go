@@ -1,0 +1,326 @@
+package main
+
+// Handlers of the commands that list, rename, delete, untag and unset,
+// and of the library's history (`lsync log`).
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/lsync/lsync/actors"
+	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
+)
+
+// ---- libraries ----
+
+func hLibraryRename(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[renameArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	if a.Name == "" {
+		return nil, usageErrorf("a new library name is required")
+	}
+	info, err := s.findLibrary(ctx, a.Lib)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.node.RenameLibrary(ctx, info.ID, a.Name); err != nil {
+		return nil, err
+	}
+	return libraryRenameResult{UUID: info.ID.String(), Name: a.Name, OldName: info.Name}, nil
+}
+
+func hLibraryDelete(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[libArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.findLibrary(ctx, a.Lib)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := s.node.DeleteLibrary(ctx, info.ID)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("library deleted on this device", "library", info.ID, "name", info.Name, "told", len(rep.Told), "not_told", len(rep.NotTold))
+	return rep, nil
+}
+
+// ---- tags ----
+
+func hTagList(ctx context.Context, s *server, lib *actors.Library, _ libArgs, _ func(any)) (any, error) {
+	tags, err := lib.Query(ctx, persistence.ModelTag)
+	if err != nil {
+		return nil, err
+	}
+	// Tag → contents (through user_metadata), content → entries.
+	metas, err := lib.Query(ctx, persistence.ModelUserMetadata)
+	if err != nil {
+		return nil, err
+	}
+	contentOf := map[string]string{}
+	for _, m := range metas {
+		contentOf[str(m, "uuid")] = str(m, "content_uuid")
+	}
+	links, err := lib.Query(ctx, persistence.ModelUserMetadataTag)
+	if err != nil {
+		return nil, err
+	}
+	contents := map[string][]string{}
+	for _, l := range links {
+		t := str(l, "tag_uuid")
+		contents[t] = append(contents[t], contentOf[str(l, "user_metadata_uuid")])
+	}
+	entries, err := lib.Query(ctx, persistence.ModelEntry)
+	if err != nil {
+		return nil, err
+	}
+	perContent := map[string]int{}
+	for _, e := range entries {
+		if c := str(e, "content_uuid"); c != "" {
+			perContent[c]++
+		}
+	}
+	out := []tagInfo{}
+	for _, t := range tags {
+		ti := tagInfo{UUID: str(t, "uuid"), Name: str(t, "canonical_name"), Namespace: str(t, "namespace"),
+			Color: str(t, "color"), CreatedByDevice: str(t, "created_by_device"), Contents: len(contents[str(t, "uuid")])}
+		for _, c := range contents[ti.UUID] {
+			ti.Entries += perContent[c]
+		}
+		out = append(out, ti)
+	}
+	slices.SortFunc(out, func(a, b tagInfo) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.UUID, b.UUID))
+	})
+	return out, nil
+}
+
+func str(r persistence.Row, k string) string {
+	v, _ := r[k].(string)
+	return v
+}
+
+func hTagRename(ctx context.Context, s *server, lib *actors.Library, a renameArgs, _ func(any)) (any, error) {
+	if a.Name == "" {
+		return nil, usageErrorf("a new tag name is required")
+	}
+	tag, err := rowUUID(ctx, lib, persistence.ModelTag, "canonical_name", a.Row)
+	if err != nil {
+		return nil, err
+	}
+	old, _ := rowName(ctx, lib, persistence.ModelTag, "canonical_name", tag)
+	if err := lib.RenameTag(ctx, tag, a.Name); err != nil {
+		return nil, err
+	}
+	return renameResult{UUID: tag.String(), Name: a.Name, OldName: old}, nil
+}
+
+func hTagDelete(ctx context.Context, s *server, lib *actors.Library, a rowArgs, _ func(any)) (any, error) {
+	tag, err := rowUUID(ctx, lib, persistence.ModelTag, "canonical_name", a.Row)
+	if err != nil {
+		return nil, err
+	}
+	name, _ := rowName(ctx, lib, persistence.ModelTag, "canonical_name", tag)
+	if err := lib.DeleteTag(ctx, tag); err != nil {
+		return nil, err
+	}
+	return deletedResult{UUID: tag.String(), Name: name}, nil
+}
+
+func hTagRemove(ctx context.Context, s *server, lib *actors.Library, a tagApplyArgs, _ func(any)) (any, error) {
+	tag, err := rowUUID(ctx, lib, persistence.ModelTag, "canonical_name", a.Tag)
+	if err != nil {
+		return nil, err
+	}
+	entry, err := s.resolveEntry(ctx, lib, a.Entry, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := lib.RemoveTag(ctx, tag, entry); err != nil {
+		return nil, err
+	}
+	return tagApplyResult{Tag: tag.String(), Entry: entry.String()}, nil
+}
+
+// rowName is the name field of a row ("" if it is gone).
+func rowName(ctx context.Context, lib *actors.Library, model, field string, u messages.UUID) (string, error) {
+	r, err := lib.Get(ctx, model, u)
+	if err != nil {
+		return "", err
+	}
+	return str(r, field), nil
+}
+
+// ---- albums ----
+
+func hAlbumList(ctx context.Context, s *server, lib *actors.Library, _ libArgs, _ func(any)) (any, error) {
+	albums, err := lib.Query(ctx, persistence.ModelAlbum)
+	if err != nil {
+		return nil, err
+	}
+	members, err := lib.Query(ctx, persistence.ModelAlbumEntry)
+	if err != nil {
+		return nil, err
+	}
+	count := map[string]int{}
+	for _, m := range members {
+		count[str(m, "album_uuid")]++
+	}
+	out := []albumInfo{}
+	for _, a := range albums {
+		out = append(out, albumInfo{UUID: str(a, "uuid"), Name: str(a, "name"), Description: str(a, "description"), Entries: count[str(a, "uuid")]})
+	}
+	slices.SortFunc(out, func(a, b albumInfo) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.UUID, b.UUID)) })
+	return out, nil
+}
+
+func hAlbumRename(ctx context.Context, s *server, lib *actors.Library, a renameArgs, _ func(any)) (any, error) {
+	if a.Name == "" {
+		return nil, usageErrorf("a new album name is required")
+	}
+	album, err := rowUUID(ctx, lib, persistence.ModelAlbum, "name", a.Row)
+	if err != nil {
+		return nil, err
+	}
+	old, _ := rowName(ctx, lib, persistence.ModelAlbum, "name", album)
+	if err := lib.RenameAlbum(ctx, album, a.Name); err != nil {
+		return nil, err
+	}
+	return renameResult{UUID: album.String(), Name: a.Name, OldName: old}, nil
+}
+
+func hAlbumDelete(ctx context.Context, s *server, lib *actors.Library, a rowArgs, _ func(any)) (any, error) {
+	album, err := rowUUID(ctx, lib, persistence.ModelAlbum, "name", a.Row)
+	if err != nil {
+		return nil, err
+	}
+	name, _ := rowName(ctx, lib, persistence.ModelAlbum, "name", album)
+	if err := lib.DeleteAlbum(ctx, album); err != nil {
+		return nil, err
+	}
+	return deletedResult{UUID: album.String(), Name: name}, nil
+}
+
+// ---- metadata ----
+
+// unsettable are the fields `meta unset` knows, and whether an entry has
+// them (rating is content metadata only).
+var unsettable = map[string]bool{"favorite": true, "hidden": true, "note": true, "rating": false}
+
+func hMetaUnset(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {
+	a, err := decodeArgs[metaUnsetArgs](raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(a.Fields) == 0 {
+		return nil, usageErrorf("nothing to unset: give field names (favorite, hidden, note, rating)")
+	}
+	if (a.Entry == "") == (a.Content == "") {
+		return nil, usageErrorf("give exactly one of --entry and --content")
+	}
+	fields := map[string]any{}
+	for _, f := range a.Fields {
+		onEntry, ok := unsettable[f]
+		if !ok {
+			return nil, usageErrorf("unknown field %q: want favorite, hidden, note or rating", f)
+		}
+		if a.Entry != "" && !onEntry {
+			return nil, usageErrorf("%s is content metadata: use --content", f)
+		}
+		fields[f] = nil
+	}
+	lib, err := s.library(ctx, a.Lib)
+	if err != nil {
+		return nil, err
+	}
+	names := slices.Sorted(func(yield func(string) bool) {
+		for k := range fields {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	if a.Entry != "" {
+		entry, err := s.resolveEntry(ctx, lib, a.Entry, false)
+		if err != nil {
+			return nil, err
+		}
+		if err := lib.SetEntryMeta(ctx, entry, fields); err != nil {
+			return nil, err
+		}
+		return metaUnsetResult{Scope: "entry", UUID: entry.String(), Fields: names}, nil
+	}
+	content, err := rowUUID(ctx, lib, persistence.ModelContentIdentity, "", a.Content)
+	if err != nil {
+		return nil, err
+	}
+	if err := lib.SetContentMeta(ctx, content, fields); err != nil {
+		return nil, err
+	}
+	return metaUnsetResult{Scope: "content", UUID: content.String(), Fields: names}, nil
+}
+
+// ---- history ----
+
+func hLog(ctx context.Context, s *server, lib *actors.Library, a logArgs, _ func(any)) (any, error) {
+	if a.Limit < 0 {
+		return nil, usageErrorf("--limit %d: want 0 (everything) or more", a.Limit)
+	}
+	// With --entry: the entry's own rows and its content's (tags and
+	// shared metadata attach to the content).
+	targets := map[string]bool{}
+	if a.Entry != "" {
+		entry, err := s.resolveEntry(ctx, lib, a.Entry, true)
+		if err != nil {
+			return nil, err
+		}
+		targets[entry.String()] = true
+		if r, err := lib.Get(ctx, persistence.ModelEntry, entry); err == nil && str(r, "content_uuid") != "" {
+			targets[str(r, "content_uuid")] = true
+		} else if err != nil && !errors.Is(err, persistence.ErrNotFound) {
+			return nil, err
+		}
+	}
+	rows, err := lib.Query(ctx, persistence.ModelAuditLog)
+	if err != nil {
+		return nil, err
+	}
+	devices, err := lib.Query(ctx, persistence.ModelDevice)
+	if err != nil {
+		return nil, err
+	}
+	names := map[string]string{}
+	for _, d := range devices {
+		names[str(d, "uuid")] = str(d, "name")
+	}
+	out := []auditEntry{}
+	for _, r := range rows {
+		target := str(r, "target_uuid")
+		if len(targets) > 0 && !targets[target] {
+			continue
+		}
+		at, _ := r["created_at"].(int64)
+		if f, ok := r["created_at"].(float64); ok {
+			at = int64(f)
+		}
+		out = append(out, auditEntry{UUID: str(r, "uuid"), Time: time.UnixMilli(at).UTC(), Device: str(r, "device_uuid"),
+			DeviceName: names[str(r, "device_uuid")], Action: str(r, "action"), TargetModel: str(r, "target_model"),
+			Target: target, Detail: str(r, "detail")})
+	}
+	// Newest first; rows of one millisecond in a fixed order.
+	slices.SortFunc(out, func(a, b auditEntry) int {
+		return cmp.Or(b.Time.Compare(a.Time), cmp.Compare(b.UUID, a.UUID))
+	})
+	if a.Limit > 0 && len(out) > a.Limit {
+		out = out[:a.Limit]
+	}
+	return out, nil
+}
