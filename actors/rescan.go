@@ -136,6 +136,11 @@ func (l *Library) RescanLocation(ctx context.Context, location messages.UUID, op
 	if err != nil {
 		return r.res, fmt.Errorf("rescan %s: %w", scope, err)
 	}
+	if res := r.res; res.Created+res.Updated+res.Moved+res.Deleted > 0 {
+		l.audited(ctx, AuditLocationRescan, persistence.ModelLocation, location,
+			fmt.Sprintf("%s: created %d, updated %d, moved %d, deleted %d, skipped %d",
+				scope, res.Created, res.Updated, res.Moved, res.Deleted, res.Skipped))
+	}
 	return r.res, nil
 }
 

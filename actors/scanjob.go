@@ -69,12 +69,14 @@ func (l *Library) IncompleteScans() (map[messages.UUID]ScanJob, error) {
 // Its scan checkpoint and the inodes of its entries are forgotten. A scan
 // of the location must not be running.
 func (l *Library) RemoveLocation(ctx context.Context, location messages.UUID) error {
-	if _, err := l.ownLocationPath(location); err != nil {
+	path, err := l.ownLocationPath(location)
+	if err != nil {
 		return fmt.Errorf("remove location: %w", err)
 	}
 	if err := l.DeleteState(ctx, persistence.ModelLocation, location); err != nil {
 		return fmt.Errorf("remove location: %w", err)
 	}
+	l.audited(ctx, AuditLocationRemove, persistence.ModelLocation, location, path)
 	if err := l.store.DeleteCheckpoint(scanJobKey(location)); err != nil {
 		return fmt.Errorf("remove location: %w", err)
 	}

@@ -585,28 +585,29 @@ func TestE2EPairShareIndexConverge(t *testing.T) {
 		t.Fatalf("indexed %+v, want %d entries", loc.Indexed, entries)
 	}
 
-	// B and C create the same tag at the same moment.
-	var wg sync.WaitGroup
-	tagIDs := make([]string, 2)
-	for i, d := range []*daemon{b, c} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			stdout, stderr, code := d.run("--json", "tag", "create", lib, "Vacation")
-			if code != 0 {
-				t.Errorf("%s: tag create: %d %s", d.name, code, stderr)
-				return
-			}
-			var r tagResult
-			_ = json.Unmarshal([]byte(stdout), &r)
-			tagIDs[i] = r.UUID
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	// B and C create the same tag without seeing each other's (tag create
+	// refuses a name the library already has: only devices apart can both
+	// create it). A is stopped so nothing relays B's tag to C.
 	snap := converge(t, lib, 60*time.Second, a, b, c)
+	tagIDs := make([]string, 2)
+	a.stop()
+	c.stop()
+	create := func(i int, d *daemon) {
+		stdout, stderr, code := d.run("--json", "tag", "create", lib, "Vacation")
+		if code != 0 {
+			t.Fatalf("%s: tag create: %d %s", d.name, code, stderr)
+		}
+		var r tagResult
+		_ = json.Unmarshal([]byte(stdout), &r)
+		tagIDs[i] = r.UUID
+	}
+	create(0, b)
+	b.stop()
+	c.start(c.listen)
+	create(1, c)
+	a.start(a.listen)
+	b.start(b.listen)
+	snap = converge(t, lib, 60*time.Second, a, b, c)
 	if n := countRows(t, snap[persistence.ModelEntry]); n != entries {
 		t.Fatalf("%d entries synced, want %d", n, entries)
 	}

@@ -14,24 +14,18 @@ import (
 	"github.com/lsync/lsync/persistence"
 )
 
-// locPath is a location of this device: its uuid and folder.
-type locPath struct {
-	UUID messages.UUID
-	Path string
-}
-
 // errNotUnderLocation: a path below none of this device's locations.
 var errNotUnderLocation = errors.New("is not under any location of this device in the library")
 
 // locate finds the location whose folder holds path (the deepest one, when
 // locations nest) and returns it with the names from the folder down to
 // path. path must be absolute; the location's own folder is not an entry.
-func locate(locs []locPath, path string) (locPath, []string, error) {
+func locate(locs []ownLoc, path string) (ownLoc, []string, error) {
 	path = filepath.Clean(path)
 	best, bestLen := -1, -1
 	var names []string
 	for i, l := range locs {
-		root := filepath.Clean(l.Path)
+		root := filepath.Clean(l.path)
 		rel, err := filepath.Rel(root, path)
 		if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 			continue
@@ -46,33 +40,12 @@ func locate(locs []locPath, path string) (locPath, []string, error) {
 		}
 	}
 	if best < 0 {
-		return locPath{}, nil, fmt.Errorf("path %s %w", path, errNotUnderLocation)
+		return ownLoc{}, nil, fmt.Errorf("path %s %w", path, errNotUnderLocation)
 	}
 	if len(names) == 0 {
-		return locs[best], nil, fmt.Errorf("path %s is the folder of location %s, not an entry of it", path, locs[best].UUID)
+		return locs[best], nil, fmt.Errorf("path %s is the folder of location %s, not an entry of it", path, locs[best].uuid)
 	}
 	return locs[best], names, nil
-}
-
-// ownLocations lists the locations of this device in lib.
-func ownLocations(ctx context.Context, lib *actors.Library, self messages.DeviceID) ([]locPath, error) {
-	rows, err := lib.Query(ctx, persistence.ModelLocation)
-	if err != nil {
-		return nil, err
-	}
-	var out []locPath
-	for _, r := range rows {
-		if owner, _ := r["device_uuid"].(string); owner != self.String() {
-			continue
-		}
-		var u messages.UUID
-		s, _ := r["uuid"].(string)
-		p, _ := r["path"].(string)
-		if u.UnmarshalText([]byte(s)) == nil && p != "" {
-			out = append(out, locPath{UUID: u, Path: p})
-		}
-	}
-	return out, nil
 }
 
 // resolveEntry is the one resolution of every command's ENTRY: an entry
@@ -93,7 +66,7 @@ func (s *server) resolveEntry(ctx context.Context, lib *actors.Library, arg stri
 	if !filepath.IsAbs(arg) {
 		return messages.UUID{}, usageErrorf("entry %q: want an entry uuid or an absolute path", arg)
 	}
-	locs, err := ownLocations(ctx, lib, s.node.ID())
+	locs, err := ownLocations(ctx, lib)
 	if err != nil {
 		return messages.UUID{}, err
 	}
@@ -101,7 +74,7 @@ func (s *server) resolveEntry(ctx context.Context, lib *actors.Library, arg stri
 	if err != nil {
 		return messages.UUID{}, err
 	}
-	u, err := lib.Store().EntryAt(loc.UUID, names)
+	u, err := lib.Store().EntryAt(loc.uuid, names)
 	if err != nil {
 		if errors.Is(err, persistence.ErrNotFound) {
 			return messages.UUID{}, fmt.Errorf("path %s has no entry in library %q (not indexed yet?): %w", arg, lib.Name(), err)

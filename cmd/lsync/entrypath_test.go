@@ -11,13 +11,13 @@ import (
 )
 
 func TestLocate(t *testing.T) {
-	photos := locPath{UUID: messages.UUID(testutil.DevID(1)), Path: "/home/j/Pictures"}
-	nested := locPath{UUID: messages.UUID(testutil.DevID(2)), Path: "/home/j/Pictures/2024/"}
-	music := locPath{UUID: messages.UUID(testutil.DevID(3)), Path: "/srv/music"}
-	locs := []locPath{photos, nested, music}
+	photos := ownLoc{uuid: messages.UUID(testutil.DevID(1)), path: "/home/j/Pictures"}
+	nested := ownLoc{uuid: messages.UUID(testutil.DevID(2)), path: "/home/j/Pictures/2024/"}
+	music := ownLoc{uuid: messages.UUID(testutil.DevID(3)), path: "/srv/music"}
+	locs := []ownLoc{photos, nested, music}
 	for _, c := range []struct {
 		path  string
-		loc   locPath
+		loc   ownLoc
 		names []string
 		err   string
 	}{
