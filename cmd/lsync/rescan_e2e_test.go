@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -297,5 +298,69 @@ func TestE2ELocationBadInput(t *testing.T) {
 	// Nothing was doubled or lost by the refused commands.
 	if ls := locations(a, lib.UUID); len(ls) != 1 || ls[0].Entries != 4 || ls[0].Incomplete {
 		t.Fatalf("location list %+v", ls)
+	}
+}
+
+// A location of 100,000 entries removed on its owner: every entry goes on
+// both devices, with one delete on the wire, and nothing is left parked,
+// held or failed on either once the partner has caught up. (Skipped with
+// -short, as every end-to-end test.)
+func TestE2ERemoveLargeLocation(t *testing.T) {
+	needBinary(t)
+	const dirs, files = 200, 499 // 200 folders + 99,800 files = 100,000 entries
+	root := filepath.Join(newHome(t), "big")
+	for i := range dirs {
+		dir := filepath.Join(root, fmt.Sprintf("d%03d", i))
+		must(t, os.MkdirAll(dir, 0o755))
+		for j := range files {
+			f, err := os.Create(filepath.Join(dir, fmt.Sprintf("f%03d", j)))
+			must(t, err)
+			must(t, f.Close())
+		}
+	}
+	a, b := startDaemon(t, "A"), startDaemon(t, "B")
+	pair(t, a, b)
+	lib := share(t, "Big", a, b)
+	var added locationResult
+	a.mustJSON(&added, "location", "add", lib, root, "--index", "--no-watch")
+	if added.Indexed == nil || added.Indexed.Entries != dirs*(files+1) {
+		t.Fatalf("indexed %+v, want %d entries", added.Indexed, dirs*(files+1))
+	}
+	entriesOn := func(d *daemon) int {
+		ls := locations(d, lib)
+		if len(ls) == 0 {
+			return 0
+		}
+		return ls[0].Entries
+	}
+	testutil.Eventually(t, 120*time.Second, "B to hold the 100,000 entries", func() bool { return entriesOn(b) == dirs*(files+1) })
+
+	deletesBefore := metricValue(scrape(t, a), "lsync_messages_total", `type="state_delete"`)
+	a.mustRun("location", "remove", lib, root)
+	testutil.Eventually(t, 60*time.Second, "the entries to go on both", func() bool {
+		return len(locations(a, lib)) == 0 && len(locations(b, lib)) == 0
+	})
+	if n := metricValue(scrape(t, a), "lsync_messages_total", `type="state_delete"`) - deletesBefore; n != 1 {
+		t.Fatalf("removing the location sent %v state deletes, want 1", n)
+	}
+	// B's cascade held a copy of each entry until it holds every write of
+	// A up to the delete: its catch-up at reconnect settles that.
+	b.stop()
+	b.start(b.listen)
+	for _, d := range []*daemon{a, b} {
+		testutil.Eventually(t, 60*time.Second, d.name+" to hold nothing parked or failed", func() bool {
+			var st actors.Status
+			d.mustJSON(&st, "sync", "status", lib)
+			parked := 0
+			for _, n := range st.Parked {
+				parked += n
+			}
+			return parked == 0 && st.Failed == 0
+		})
+	}
+	for _, d := range []*daemon{a, b} {
+		if out, err := query(d, lib, "entry"); err != nil || countRows(t, out) != 0 {
+			t.Fatalf("%s: entries left after the remove: %v", d.name, err)
+		}
 	}
 }
