@@ -685,6 +685,8 @@ resumes after a restart).`,
 					}
 					state := "ok"
 					switch {
+					case l.Missing:
+						state = "folder missing"
 					case l.Running:
 						state = l.Scan + " running"
 					case l.Incomplete:

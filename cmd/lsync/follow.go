@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lsync/lsync/actors"
@@ -42,7 +43,8 @@ type follower struct {
 }
 
 type watched struct {
-	mu     sync.Mutex // one rescan of the location at a time
+	mu     sync.Mutex  // one rescan of the location at a time
+	gone   atomic.Bool // its folder is gone: not watched until it is back
 	path   string
 	w      *fswatch.Watcher // nil while the first rescan runs or when watching failed
 	cancel context.CancelFunc
@@ -170,6 +172,12 @@ func (f *follower) start(lib *actors.Library, loc messages.UUID, path string, sk
 func (w *watched) rescan(ctx context.Context, f *follower, lib *actors.Library, loc messages.UUID, subtree string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if _, err := os.Stat(w.path); errors.Is(err, fs.ErrNotExist) {
+		// The folder itself is gone (moved, deleted, an unmounted disk):
+		// its entries stay, and it is watched again once it is back.
+		f.folderGone(lib.ID(), loc, w)
+		return nil
+	}
 	for subtree != "" && subtree != w.path {
 		if _, err := os.Lstat(subtree); err == nil {
 			break
@@ -180,6 +188,55 @@ func (w *watched) rescan(ctx context.Context, f *follower, lib *actors.Library, 
 		subtree = ""
 	}
 	return f.rescan(ctx, lib, loc, subtree)
+}
+
+// folderGonePoll is how often a location whose folder is gone is looked for.
+var folderGonePoll = 5 * time.Second
+
+// folderGone stops watching a location whose folder is gone, and starts
+// it again (a whole rescan, then watching) once the folder is back. It may
+// be called from the watcher's own callback, so the watcher is closed from
+// another goroutine.
+func (f *follower) folderGone(id messages.LibraryID, loc messages.UUID, wd *watched) {
+	if !wd.gone.CompareAndSwap(false, true) {
+		return
+	}
+	f.log.Warn("follow: the location's folder is gone; its entries are kept, and it is watched again when it is back",
+		"library", id, "location", loc, "path", wd.path)
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		// Not under the callback: Close waits for the callback to return,
+		// and whoever holds f.mu may be waiting in Close.
+		f.mu.Lock()
+		w := wd.w
+		wd.w = nil
+		f.mu.Unlock()
+		if w != nil {
+			w.Close()
+		}
+		t := time.NewTicker(folderGonePoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-f.ctx.Done():
+				return
+			case <-t.C:
+			}
+			if fi, err := os.Stat(wd.path); err != nil || !fi.IsDir() {
+				continue
+			}
+			f.mu.Lock()
+			if f.running[id][loc] == wd {
+				wd.cancel()
+				delete(f.running[id], loc)
+			}
+			f.mu.Unlock()
+			f.log.Info("follow: the location's folder is back", "library", id, "location", loc, "path", wd.path)
+			f.refresh(id)
+			return
+		}
+	}()
 }
 
 func (w *watched) stop() {

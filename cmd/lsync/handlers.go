@@ -770,6 +770,9 @@ func hLocationList(ctx context.Context, s *server, lib *actors.Library, _ libArg
 			li.Incomplete, li.Scan, li.Running = true, j.kind, true
 		}
 		if li.Own {
+			if fi, err := os.Stat(li.Path); err != nil || !fi.IsDir() {
+				li.Missing = true
+			}
 			li.Watched = s.watch.watching(lib.ID(), u)
 			li.SkipHidden = settings.of(lib.ID(), u).SkipHidden
 		}

@@ -198,10 +198,11 @@ type locationInfo struct {
 	DeviceName string `json:"device_name,omitempty"`
 	Own        bool   `json:"own"` // a location of this device
 	Entries    int    `json:"entries"`
-	Incomplete bool   `json:"incomplete"`         // an index or rescan started and has not finished
-	Scan       string `json:"scan,omitempty"`     // its kind: index or rescan
-	Running    bool   `json:"scanning,omitempty"` // it is running now
-	Watched    bool   `json:"watched,omitempty"`  // this device follows its folder (own locations)
+	Incomplete bool   `json:"incomplete"`               // an index or rescan started and has not finished
+	Scan       string `json:"scan,omitempty"`           // its kind: index or rescan
+	Running    bool   `json:"scanning,omitempty"`       // it is running now
+	Watched    bool   `json:"watched,omitempty"`        // this device follows its folder (own locations)
+	Missing    bool   `json:"folder_missing,omitempty"` // its folder is not there (own locations): entries kept
 	SkipHidden bool   `json:"skip_hidden,omitempty"`
 }
 

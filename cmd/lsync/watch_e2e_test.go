@@ -103,6 +103,24 @@ func TestE2EWatchFollowsTheDisk(t *testing.T) {
 	a.start(a.listen)
 	onB("changes made while the daemon was stopped", map[string]string{"while-down.txt": ""}, "album-00/img-000.jpg")
 
+	// The folder goes away (an unmounted disk, a move): its entries stay;
+	// back, it is rescanned and watched again.
+	had := locations(b, lib)[0].Entries
+	away := root + "-away"
+	must(t, os.Rename(root, away))
+	testutil.Eventually(t, 10*time.Second, "A to see the folder missing", func() bool {
+		ls := locations(a, lib)
+		return len(ls) == 1 && ls[0].Missing && !ls[0].Watched
+	})
+	if ls := locations(b, lib); len(ls) != 1 || ls[0].Entries != had {
+		t.Fatalf("B's locations after the folder went away: %+v", ls)
+	}
+	must(t, os.WriteFile(filepath.Join(away, "while-away.txt"), []byte("x"), 0o644))
+	must(t, os.Rename(away, root))
+	onB("a file added while the folder was away", map[string]string{"while-away.txt": ""})
+	write("back.txt", "watched again")
+	onB("a file added once the folder is watched again", map[string]string{"back.txt": ""})
+
 	// --no-watch: nothing happens until watching is turned on.
 	other := t.TempDir()
 	write2 := func(p string) {
