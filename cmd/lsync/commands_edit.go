@@ -121,7 +121,11 @@ that created it concurrently; name them by uuid.`,
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "UUID\tNAME\tNAMESPACE\tCREATED BY\tCONTENTS\tENTRIES")
 				for _, t := range ts {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", t.UUID, t.Name, dash(t.Namespace), dash(t.CreatedByDevice), t.Contents, t.Entries)
+					by := dash(t.CreatedByDevice)
+					if t.CreatedByName != "" {
+						by = fmt.Sprintf("%s (%.8s)", t.CreatedByName, t.CreatedByDevice)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", t.UUID, t.Name, dash(t.Namespace), by, t.Contents, t.Entries)
 				}
 				tw.Flush()
 			})

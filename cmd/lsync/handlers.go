@@ -605,6 +605,19 @@ func ownLocations(ctx context.Context, lib *actors.Library) ([]ownLoc, error) {
 	return out, nil
 }
 
+// deviceNames maps the library's devices' uuids to their names.
+func deviceNames(ctx context.Context, lib *actors.Library) (map[string]string, error) {
+	devs, err := lib.Query(ctx, persistence.ModelDevice)
+	if err != nil {
+		return nil, err
+	}
+	names := map[string]string{}
+	for _, d := range devs {
+		names[rowString(d, "uuid")] = rowString(d, "name")
+	}
+	return names, nil
+}
+
 func rowString(r persistence.Row, k string) string {
 	s, _ := r[k].(string)
 	return s
@@ -733,13 +746,9 @@ func hLocationList(ctx context.Context, s *server, lib *actors.Library, _ libArg
 	if err != nil {
 		return nil, err
 	}
-	devs, err := lib.Query(ctx, persistence.ModelDevice)
+	devName, err := deviceNames(ctx, lib)
 	if err != nil {
 		return nil, err
-	}
-	devName := map[string]string{}
-	for _, d := range devs {
-		devName[rowString(d, "uuid")] = rowString(d, "name")
 	}
 	counts, err := lib.Store().EntryCountsByLocation()
 	if err != nil {

@@ -88,10 +88,15 @@ func hTagList(ctx context.Context, s *server, lib *actors.Library, _ libArgs, _ 
 			perContent[c]++
 		}
 	}
+	devName, err := deviceNames(ctx, lib)
+	if err != nil {
+		return nil, err
+	}
 	out := []tagInfo{}
 	for _, t := range tags {
+		by := str(t, "created_by_device")
 		ti := tagInfo{UUID: str(t, "uuid"), Name: str(t, "canonical_name"), Namespace: str(t, "namespace"),
-			Color: str(t, "color"), CreatedByDevice: str(t, "created_by_device"), Contents: len(contents[str(t, "uuid")])}
+			Color: str(t, "color"), CreatedByDevice: by, CreatedByName: devName[by], Contents: len(contents[str(t, "uuid")])}
 		for _, c := range contents[ti.UUID] {
 			ti.Entries += perContent[c]
 		}

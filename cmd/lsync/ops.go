@@ -387,6 +387,7 @@ type tagInfo struct {
 	Namespace       string `json:"namespace"`
 	Color           string `json:"color,omitempty"`
 	CreatedByDevice string `json:"created_by_device"`
+	CreatedByName   string `json:"created_by_name,omitempty"`
 	Contents        int    `json:"contents"` // content identities tagged
 	Entries         int    `json:"entries"`  // entries (of any device) with a tagged content
 }
