@@ -518,9 +518,17 @@ func hLocationAdd(ctx context.Context, s *server, lib *actors.Library, a locatio
 		return nil, err
 	}
 	for _, l := range locs {
-		if l.path == path {
+		switch {
+		case l.path == path:
 			return nil, fmt.Errorf("%s is already location %q (%s) of this device: to bring its entries up to date run: lsync location rescan %s %s",
 				path, l.name, l.uuid, lib.ID(), l.uuid)
+		case underOrAt(l.path, path):
+			// Nested locations would hold the same files twice.
+			return nil, fmt.Errorf("%s is inside location %q (%s) of this device, whose entries hold it already: to bring it up to date run: lsync location rescan %s %s",
+				path, l.name, l.path, lib.ID(), path)
+		case underOrAt(path, l.path):
+			return nil, fmt.Errorf("%s holds location %q (%s) of this device: remove that one first (lsync location remove %s %s), or add another folder",
+				path, l.name, l.path, lib.ID(), l.uuid)
 		}
 	}
 	name := a.Name
@@ -603,6 +611,11 @@ func ownLocations(ctx context.Context, lib *actors.Library) ([]ownLoc, error) {
 		out = append(out, ownLoc{uuid: u, name: rowString(r, "name"), path: filepath.Clean(rowString(r, "path"))})
 	}
 	return out, nil
+}
+
+// underOrAt says whether p is dir or lies under it (both clean).
+func underOrAt(dir, p string) bool {
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
 }
 
 // deviceNames maps the library's devices' uuids to their names.

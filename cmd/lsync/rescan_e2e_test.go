@@ -269,6 +269,8 @@ func TestE2ELocationBadInput(t *testing.T) {
 		{[]string{"location", "rescan", "NoSuchLib", root}, exitError, "no library"},
 		{[]string{"location", "rescan", lib.UUID}, exitUsage, "usage"},
 		{[]string{"location", "add", lib.UUID, root}, exitError, "lsync location rescan"},
+		{[]string{"location", "add", lib.UUID, filepath.Join(root, "album-00")}, exitError, "is inside location"},
+		{[]string{"location", "add", lib.UUID, filepath.Dir(root)}, exitError, "remove that one first"},
 		{[]string{"location", "remove", lib.UUID, "nope"}, exitError, "no location named"},
 		{[]string{"location", "remove", lib.UUID, filepath.Join(root, "album-00")}, exitError, "not a location"},
 		{[]string{"location", "list"}, exitUsage, "usage"},
