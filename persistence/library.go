@@ -54,7 +54,7 @@ type Library struct {
 
 	// mu serialises writers; it guards w and the fields up to pub. Helpers
 	// that need it end in Locked or run inside writeTx.
-	mu     sync.Mutex
+	mu     writerLock
 	w      *conn
 	closed bool
 	selfID int64
@@ -176,6 +176,7 @@ func Open(dir string, opts Options) (*Library, error) {
 		opts:     opts,
 		wall:     opts.Wall,
 		readers:  make(chan *conn, maxReaders),
+		mu:       make(writerLock, 1),
 		owners:   map[messages.DeviceID]int64{},
 		ownerDev: map[int64]messages.DeviceID{},
 		tombs:    map[string]int{},
@@ -514,6 +515,17 @@ func (l *Library) putReader(c *conn) {
 // ---- the writer ----
 
 // lockWriter takes mu, failing on a closed library.
+// writerLock is the writer's mutex, made of a channel rather than a
+// sync.Mutex: a goroutine waiting on a channel is durably blocked in a
+// synctest bubble, and one waiting on a sync.Mutex is not. SQLite's busy
+// retry sleeps (time.Sleep) while holding the writer; in a bubble that
+// sleep ends only when every other goroutine of the bubble is durably
+// blocked, so a writer waiting on a sync.Mutex hung the simulation.
+type writerLock chan struct{}
+
+func (m writerLock) Lock()   { m <- struct{}{} }
+func (m writerLock) Unlock() { <-m }
+
 func (l *Library) lockWriter() error {
 	l.mu.Lock()
 	if l.closed {
