@@ -46,6 +46,10 @@ func TestMain(m *testing.M) {
 		return
 	}
 	dir, err := os.MkdirTemp("", "lsync-e2e-bin-")
+	if err == nil {
+		// Open to all: a daemon may run as another user (unprivileged).
+		err = os.Chmod(dir, 0o755)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -59,7 +63,11 @@ func TestMain(m *testing.M) {
 		os.Setenv("GORACE", "atexit_sleep_ms=0")
 	}
 	build := exec.Command("go", append(buildArgs, ".")...)
-	if out, err := build.CombinedOutput(); err != nil {
+	out, err := build.CombinedOutput()
+	if err == nil {
+		err = os.Chmod(lsyncBin, 0o755)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "build lsync: %v\n%s", err, out)
 		os.RemoveAll(dir)
 		os.Exit(1)
@@ -87,6 +95,10 @@ type daemon struct {
 	env     []string
 	args    []string // extra serve flags
 	logPath string
+	// cred, if set, is the user `lsync init` and `lsync serve` run as, who
+	// owns the home (see unprivileged); the CLI's other commands run as
+	// the test does (root may use any user's control socket).
+	cred *syscall.Credential
 
 	id      string
 	listen  string // host:port peers dial
@@ -111,12 +123,40 @@ func newHome(t *testing.T) string {
 // initDaemon creates a device identity in a fresh home, without serving.
 func initDaemon(t *testing.T, name string, env ...string) *daemon {
 	t.Helper()
-	d := &daemon{t: t, name: name, home: newHome(t), env: env}
+	return initDaemonAs(t, name, nil, env...)
+}
+
+// unprivileged is the user a test runs a daemon as when the daemon must
+// not be root (root reads every folder): uid and gid 65534 when the test
+// runs as root, else nil (the test's own user, unprivileged already).
+func unprivileged() *syscall.Credential {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	return &syscall.Credential{Uid: testutil.NobodyUID, Gid: testutil.NobodyGID}
+}
+
+// initDaemonAs is initDaemon with init (and later serve) run as cred, in a
+// home cred's user owns; nil is the test's own user.
+func initDaemonAs(t *testing.T, name string, cred *syscall.Credential, env ...string) *daemon {
+	t.Helper()
+	d := &daemon{t: t, name: name, home: newHome(t), env: env, cred: cred}
 	d.logPath = filepath.Join(d.home, "serve.log")
+	if cred != nil {
+		if err := os.Chown(d.home, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var out struct {
 		ID string `json:"id"`
 	}
-	d.mustJSON(&out, "init", "--name", name)
+	stdout, stderr, code := runBinAs(d.home, d.env, cred, "--json", "init", "--name", name)
+	if code != 0 {
+		t.Fatalf("%s: lsync init: exit %d: %s", name, code, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("%s: lsync init: bad JSON %q: %v", name, stdout, err)
+	}
 	d.id = out.ID
 	t.Cleanup(func() {
 		d.stop()
@@ -157,8 +197,9 @@ func (d *daemon) start(listen string) {
 	cmd := exec.Command(lsyncBin, append([]string{"--home", d.home, "serve", "--listen", listen, "--metrics", "127.0.0.1:0", "--log-level", "debug"}, d.args...)...)
 	cmd.Env = append(os.Environ(), d.env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// A daemon dies with the test process, even one killed by -timeout.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A daemon dies with the test process, even one killed by -timeout
+	// (Go sets the signal after changing the user, which would clear it).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: d.cred}
 	if err := cmd.Start(); err != nil {
 		d.t.Fatal(err)
 	}
@@ -260,10 +301,18 @@ func (d *daemon) run(args ...string) (stdout, stderr string, code int) {
 }
 
 func runBin(home string, env []string, args ...string) (stdout, stderr string, code int) {
+	return runBinAs(home, env, nil, args...)
+}
+
+// runBinAs is runBin as the user cred (nil: the test's own).
+func runBinAs(home string, env []string, cred *syscall.Credential, args ...string) (stdout, stderr string, code int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, lsyncBin, append([]string{"--home", home}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

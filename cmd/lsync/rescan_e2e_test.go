@@ -275,16 +275,6 @@ func TestE2ELocationBadInput(t *testing.T) {
 		{[]string{"location", "remove", lib.UUID, filepath.Join(root, "album-00")}, exitError, "not a location"},
 		{[]string{"location", "list"}, exitUsage, "usage"},
 	}
-	if os.Geteuid() != 0 { // root reads every folder
-		locked := filepath.Join(root, "album-00")
-		must(t, os.Chmod(locked, 0))
-		t.Cleanup(func() { os.Chmod(locked, 0o755) })
-		cases = append(cases, struct {
-			args []string
-			code int
-			says string
-		}{[]string{"location", "rescan", lib.UUID, locked}, exitError, "permission denied"})
-	}
 	for _, c := range cases {
 		stdout, stderr, code := a.run(c.args...)
 		lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
@@ -364,5 +354,63 @@ func TestE2ERemoveLargeLocation(t *testing.T) {
 		if out, err := query(d, lib, "entry"); err != nil || countRows(t, out) != 0 {
 			t.Fatalf("%s: entries left after the remove: %v", d.name, err)
 		}
+	}
+}
+
+// A folder the daemon cannot read (mode 000): rescanning it is refused in
+// one line saying so; a rescan of the whole location goes on, names the
+// folder and keeps its entries. Root reads every folder, so under root (as
+// in CI) the daemon runs as uid 65534.
+func TestE2ELocationUnreadableFolder(t *testing.T) {
+	needBinary(t)
+	a := initDaemonAs(t, "A", unprivileged())
+	a.start("127.0.0.1:0")
+	if cred := a.cred; cred != nil {
+		// The daemon took its lock as that user.
+		fi, err := os.Stat(filepath.Join(a.home, lockName))
+		must(t, err)
+		if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != cred.Uid {
+			t.Fatalf("the daemon's lock belongs to uid %d, want %d", uid, cred.Uid)
+		}
+	}
+	var lib libraryInfo
+	a.mustJSON(&lib, "library", "create", "Photos")
+	root, n := makeTree(t, 2, 2)
+	must(t, os.Chmod(filepath.Dir(root), 0o755)) // for the daemon's user
+	a.mustRun("location", "add", lib.UUID, root, "--index", "--no-watch")
+	before := entryPaths(t, a.mustRun("--json", "query", lib.UUID, "entry"))
+	if len(before) != n {
+		t.Fatalf("indexed %d entries, want %d", len(before), n)
+	}
+	locked := filepath.Join(root, "album-00")
+	must(t, os.Chmod(locked, 0))
+	t.Cleanup(func() { os.Chmod(locked, 0o755) })
+
+	stdout, stderr, code := a.run("location", "rescan", lib.UUID, locked)
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	if code != exitError || len(lines) != 1 || !strings.HasPrefix(lines[0], "lsync: ") || !strings.Contains(lines[0], "permission denied") || stdout != "" {
+		t.Fatalf("rescan of the unreadable folder: exit %d, stderr %q, stdout %q; want exit %d and one line saying %q",
+			code, stderr, stdout, exitError, "permission denied")
+	}
+
+	var res rescanResult
+	a.mustJSON(&res, "location", "rescan", lib.UUID, root)
+	if res.Skipped != 1 || !reflect.DeepEqual(res.SkippedPaths, []string{locked}) || res.Deleted != 0 {
+		t.Fatalf("rescan of the location: %+v, want %s skipped and nothing deleted", res.RescanResult, locked)
+	}
+	if out := a.mustRun("location", "rescan", lib.UUID, root); !strings.Contains(out, "skipped "+locked+"\n") {
+		t.Fatalf("the rescan does not name the unreadable folder:\n%s", out)
+	}
+	after := entryPaths(t, a.mustRun("--json", "query", lib.UUID, "entry"))
+	for p, e := range before {
+		if after[p] == nil || after[p]["uuid"] != e["uuid"] {
+			t.Errorf("%s: %v after the rescans, was %v", p, after[p], e)
+		}
+	}
+	if len(after) != n {
+		t.Errorf("%d entries after the rescans, want %d", len(after), n)
+	}
+	if ls := locations(a, lib.UUID); len(ls) != 1 || ls[0].Entries != n || ls[0].Incomplete {
+		t.Fatalf("location list %+v", ls)
 	}
 }
