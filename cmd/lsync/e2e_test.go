@@ -200,6 +200,9 @@ func (d *daemon) start(listen string) {
 	// A daemon dies with the test process, even one killed by -timeout
 	// (Go sets the signal after changing the user, which would clear it).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: d.cred}
+	if d.cred != nil {
+		cmd.Dir = d.home // the checkout may lie under a folder closed to others
+	}
 	if err := cmd.Start(); err != nil {
 		d.t.Fatal(err)
 	}
@@ -312,6 +315,7 @@ func runBinAs(home string, env []string, cred *syscall.Credential, args ...strin
 	cmd.Env = append(os.Environ(), env...)
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		cmd.Dir = home
 	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

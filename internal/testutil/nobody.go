@@ -95,6 +95,7 @@ func RerunAsNobody(t *testing.T) bool {
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), "HOME="+home, "TMPDIR="+home)
+	cmd.Dir = home // the checkout may lie under a folder closed to others
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// No Groups: the child drops root's supplementary groups.
 		Credential: &syscall.Credential{Uid: NobodyUID, Gid: NobodyGID},
