@@ -213,6 +213,31 @@ func runDemo(ctx context.Context, g *globals, path string, keep bool) (err error
 	fav := d.favorite(ctx, a, content)
 	d.say("converged: favourite is %v on A, B and C (last writer wins, by HLC)", fav)
 
+	// 8b. The library follows the disk: a rename keeps the entry (its tag
+	// and album with it), a delete goes everywhere.
+	if err := os.Rename(filepath.Join(bDir, "holiday.jpg"), filepath.Join(bDir, "holiday-2024.jpg")); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(bDir, "2024", "notes.txt")); err != nil {
+		return err
+	}
+	res, err := b.lib.RescanLocation(ctx, locB, actors.RescanOptions{SkipHidden: true})
+	if err != nil {
+		return fmt.Errorf("rescan: %w", err)
+	}
+	renamed, err := d.entryNamed(ctx, b, locB, "holiday-2024.jpg")
+	if err != nil {
+		return err
+	}
+	d.say("B renamed holiday.jpg and deleted 2024/notes.txt on disk; its rescan: moved %d, deleted %d, unchanged %d; "+
+		"holiday-2024.jpg is still entry %s (same uuid: its tag and album follow)", res.Moved, res.Deleted, res.Unchanged, short(renamed))
+	if renamed != holiday {
+		return fmt.Errorf("the renamed entry is %s, want %s", renamed, holiday)
+	}
+	if err := d.waitConverged(ctx, d.devs, "A, B and C to converge after the rescan"); err != nil {
+		return err
+	}
+
 	// 9. A fourth device pairs with everyone, joins and catches up.
 	dd, err := d.startDev(ctx, "D", "tablet")
 	if err != nil {
