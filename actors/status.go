@@ -21,11 +21,14 @@ type Status struct {
 	Parked           map[string]int     `json:"parked"`
 	// Held is the part of Parked held by remote deletes in case their
 	// parent comes back (persistence doc.go), not waiting for anything.
-	Held         map[string]int  `json:"held"`
-	Failed       int             `json:"failed_records"`
-	Pending      int             `json:"pending_shared"`
-	Jobs         []string        `json:"jobs"`
-	Backfill     *BackfillStatus `json:"backfill,omitempty"`
+	Held     map[string]int  `json:"held"`
+	Failed   int             `json:"failed_records"`
+	Pending  int             `json:"pending_shared"`
+	Jobs     []string        `json:"jobs"`
+	Backfill *BackfillStatus `json:"backfill,omitempty"`
+	// Scans are this device's index and rescan jobs that started and have
+	// not finished (running, or interrupted: the daemon resumes them).
+	Scans        []ScanJob       `json:"unfinished_scans,omitempty"`
 	LastBackfill *BackfillStatus `json:"last_backfill,omitempty"` // the join that finished last, since the node started
 	// Error says why the library stopped syncing (phase stopped): a
 	// storage failure such as a full disk.
@@ -68,7 +71,19 @@ type BackfillStatus struct {
 
 // Status reports the library's sync state.
 func (l *Library) Status(ctx context.Context) (*Status, error) {
-	return ask[*Status](ctx, l.node, l.pid, &getStatus{})
+	st, err := ask[*Status](ctx, l.node, l.pid, &getStatus{})
+	if err != nil {
+		return nil, err
+	}
+	scans, err := l.IncompleteScans()
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range scans {
+		st.Scans = append(st.Scans, j)
+	}
+	slices.SortFunc(st.Scans, func(a, b ScanJob) int { return a.Started.Compare(b.Started) })
+	return st, nil
 }
 
 func (a *libraryActor) status() (*Status, error) {

@@ -1177,6 +1177,10 @@ func printStatus(w io.Writer, st *actors.Status) {
 	if len(st.Jobs) > 0 {
 		fmt.Fprintf(tw, "jobs\t%s\n", strings.Join(st.Jobs, ", "))
 	}
+	for _, j := range st.Scans {
+		fmt.Fprintf(tw, "unfinished scan\t%s of location %s, since %s (see: lsync location list)\n",
+			j.Kind, j.Location, j.Started.UTC().Format(time.RFC3339))
+	}
 	if b := st.Backfill; b != nil {
 		fmt.Fprintf(tw, "backfill\t%s from %s: %d pages, %d records, %s, %.0f rec/s, ETA %.0fs, attempts %d\n",
 			b.Phase, b.Source, b.Pages, b.Records, humanBytes(b.Bytes), b.RecordsPerSec, b.ETASeconds, b.Attempts)

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -230,8 +231,16 @@ func TestE2EIndexSurvivesClientAndDaemon(t *testing.T) {
 	startIndex(root2)
 	a.kill9()
 	a.start("127.0.0.1:0")
-	if l, _ := entries(root2); !l.Incomplete || l.Entries >= n2 {
-		t.Fatalf("right after the restart: %+v, want incomplete", l)
+	l2, _ := entries(root2)
+	if !l2.Incomplete || l2.Entries >= n2 {
+		t.Fatalf("right after the restart: %+v, want incomplete", l2)
+	}
+	// (Resumed by a rescan, which may have taken the index's place; the
+	// watcher's first rescan of the other location may be running too.)
+	var st actors.Status
+	a.mustJSON(&st, "sync", "status", lib.UUID)
+	if !slices.ContainsFunc(st.Scans, func(j actors.ScanJob) bool { return j.Location.String() == l2.UUID }) {
+		t.Fatalf("sync status right after the restart: unfinished scans %+v, want location %s among them", st.Scans, l2.UUID)
 	}
 	if !testutil.Within(60*time.Second, func() bool {
 		l, _ := entries(root2)
@@ -242,6 +251,12 @@ func TestE2EIndexSurvivesClientAndDaemon(t *testing.T) {
 	if l, _ := entries(root2); l.Entries != n2 {
 		t.Fatalf("after the resume: %d entries, want %d", l.Entries, n2)
 	}
+	// (The watcher's first rescan of the location may follow the resumed one.)
+	testutil.Eventually(t, 60*time.Second, "sync status to show no unfinished scan", func() bool {
+		var st actors.Status // afresh: an empty list is left out of the JSON
+		a.mustJSON(&st, "sync", "status", lib.UUID)
+		return len(st.Scans) == 0
+	})
 	if !strings.Contains(a.logText(), "resuming an unfinished location scan") {
 		t.Fatal("the daemon did not log the resume")
 	}
