@@ -185,6 +185,11 @@ func (a *libraryActor) onAntiEntropyDone(m *aeDone) {
 	a.ae = nil
 	a.n.metrics.aeRepairs.WithLabelValues("fetched").Add(float64(m.fetched))
 	a.n.metrics.aeRepairs.WithLabelValues("deleted").Add(float64(m.deleted))
+	result := "ok"
+	if m.err != nil {
+		result = "failed"
+	}
+	a.n.metrics.aeRuns.WithLabelValues(result).Inc()
 	if m.err != nil {
 		a.n.log.Warn("anti-entropy failed", "library", a.id, "peer", m.peer, "err", m.err)
 	} else if m.fetched+m.deleted > 0 {

@@ -36,6 +36,7 @@ type Metrics struct {
 	retries        *prometheus.CounterVec // outcome: recovered, failed, unreadable
 	logRecoveries  prometheus.Counter
 	aeRepairs      *prometheus.CounterVec // kind: fetched, deleted
+	aeRuns         *prometheus.CounterVec // result: ok, failed
 }
 
 func newMetrics() *Metrics {
@@ -100,7 +101,10 @@ func newMetrics() *Metrics {
 	m.aeRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lsync_antientropy_repairs_total", Help: "Rows repaired by anti-entropy reconciliation, by kind (fetched, deleted).",
 	}, []string{"kind"})
-	m.Registry.MustRegister(m.payload, m.aeRepairs, m.pagesServed, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.aeRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lsync_antientropy_runs_total", Help: "Anti-entropy reconciliations with a partner that ended, by result (ok, failed).",
+	}, []string{"result"})
+	m.Registry.MustRegister(m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

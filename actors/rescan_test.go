@@ -287,3 +287,58 @@ func TestRescanUnreadableFolder(t *testing.T) {
 		}
 	})
 }
+
+// What a rescan deleted stays deleted: after the partner was away for
+// the deletes, the tombstones were pruned (retention 1 ms here), and
+// anti-entropy ran in both directions, nothing comes back; and what a
+// rescan moved is where it moved to, on both.
+func TestRescanDeletesSurviveAntiEntropy(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		root := t.TempDir()
+		tree(t, root, map[string]string{"a.txt": "a", "b.txt": "b", "dir/c.txt": "c", "dir/sub/d.txt": "d", "e.txt": "e"})
+		c := aeCluster(t, 45)
+		ctx := ctxT(t)
+		lib := c.libs[0]
+		loc, err := lib.AddLocation(ctx, root, "root", messages.UUID{})
+		must(t, err)
+		_, err = lib.IndexLocation(ctx, loc, root, IndexOptions{})
+		must(t, err)
+		c.converge(true, 30*time.Second)
+		before := entriesByName(t, c, 1)
+
+		// B is away while A's folder changes and A rescans.
+		c.stopNode(1)
+		must(t, os.Remove(filepath.Join(root, "a.txt")))
+		must(t, os.RemoveAll(filepath.Join(root, "dir")))
+		must(t, os.Rename(filepath.Join(root, "e.txt"), filepath.Join(root, "moved.txt")))
+		res, err := lib.RescanLocation(ctx, loc, RescanOptions{})
+		must(t, err)
+		if res.Deleted != 5 || res.Moved != 1 {
+			t.Fatalf("rescan %+v, want 5 deleted (a.txt; dir, sub and their 2 files) and 1 moved", res)
+		}
+		advance(time.Second) // A's tombstones age past their retention
+		c.start(1)
+		c.converge(true, 30*time.Second)
+		runs := func(i int) float64 {
+			return c.nodes[i].Metrics().Value("lsync_antientropy_runs_total", map[string]string{"result": "ok"})
+		}
+		runsA, runsB := runs(0), runs(1)
+		advance(2 * time.Second) // anti-entropy runs (every 200 ms here), both ways
+		if runs(0) < runsA+2 || runs(1) < runsB+2 {
+			t.Fatalf("anti-entropy runs: A %v→%v, B %v→%v; want 2 more each", runsA, runs(0), runsB, runs(1))
+		}
+		c.converge(true, 30*time.Second)
+		after := entriesByName(t, c, 1)
+		for _, gone := range []string{"a.txt", "dir", "c.txt", "sub", "d.txt", "e.txt"} {
+			if after[gone] != nil {
+				t.Errorf("%s is back on B after anti-entropy", gone)
+			}
+		}
+		if m := after["moved.txt"]; m == nil || m["uuid"] != before["e.txt"]["uuid"] {
+			t.Errorf("moved.txt on B: %v, want the uuid of e.txt %v", m, before["e.txt"]["uuid"])
+		}
+		if got := entriesByName(t, c, 0); len(got) != len(after) {
+			t.Errorf("A has %d entries, B %d", len(got), len(after))
+		}
+	})
+}
