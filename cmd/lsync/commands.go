@@ -847,6 +847,20 @@ every copy of the same bytes on every device. ` + entryHelp,
 	return cmd
 }
 
+// metaTarget checks the --entry / --content pair of meta set and unset
+// (exactly one) and returns the entry argument as sent to the daemon.
+func metaTarget(entry, content string) (string, error) {
+	if (entry == "") == (content == "") {
+		return "", usageErrorf("give exactly one of --entry ENTRY and --content UUID")
+	}
+	if content != "" {
+		if err := checkUUID("--content", content); err != nil {
+			return "", err
+		}
+	}
+	return entryArg(entry)
+}
+
 func checkUUID(what, s string) error {
 	_, err := parseUUIDArg(what, s)
 	return err
@@ -933,15 +947,7 @@ rating (integer, content only).
   lsync meta set "Family photos" --entry 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708193 note="first day" hidden=false`,
 		Args: args(cobra.MinimumNArgs(2)),
 		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
-			if (entry == "") == (content == "") {
-				return usageErrorf("give exactly one of --entry UUID and --content UUID")
-			}
-			if content != "" {
-				if err := checkUUID("--content", content); err != nil {
-					return err
-				}
-			}
-			e, err := entryArg(entry)
+			e, err := metaTarget(entry, content)
 			if err != nil {
 				return err
 			}

@@ -259,15 +259,7 @@ other: last writer wins per field. ` + entryHelp,
   lsync meta unset "Family photos" --entry ~/Pictures/beach.jpg favorite`,
 		Args: args(cobra.MinimumNArgs(2)),
 		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
-			if (entry == "") == (content == "") {
-				return usageErrorf("give exactly one of --entry ENTRY and --content UUID")
-			}
-			if content != "" {
-				if err := checkUUID("--content", content); err != nil {
-					return err
-				}
-			}
-			e, err := entryArg(entry)
+			e, err := metaTarget(entry, content)
 			if err != nil {
 				return err
 			}

@@ -46,7 +46,7 @@ func init() {
 		opLocationRm:    libHandler(hLocationRemove),
 		opLocationSet:   libHandler(hLocationSet),
 		opTagCreate:     libHandler(hTagCreate),
-		opTagApply:      libHandler(hTagApply),
+		opTagApply:      hTagEntry(true),
 		opAlbumCreate:   libHandler(hAlbumCreate),
 		opAlbumAdd:      hAlbumEntry(true),
 		opAlbumRemove:   hAlbumEntry(false),
@@ -64,7 +64,7 @@ func init() {
 		opTagList:       libHandler(hTagList),
 		opTagRename:     libHandler(hTagRename),
 		opTagDelete:     libHandler(hTagDelete),
-		opTagRemove:     libHandler(hTagRemove),
+		opTagRemove:     hTagEntry(false),
 		opAlbumList:     libHandler(hAlbumList),
 		opAlbumRename:   libHandler(hAlbumRename),
 		opAlbumDelete:   libHandler(hAlbumDelete),
@@ -900,19 +900,27 @@ func hTagCreate(ctx context.Context, s *server, lib *actors.Library, a tagCreate
 	return tagResult{UUID: u.String(), Name: a.Name, Namespace: a.Namespace}, nil
 }
 
-func hTagApply(ctx context.Context, s *server, lib *actors.Library, a tagApplyArgs, _ func(any)) (any, error) {
-	tag, err := rowUUID(ctx, lib, persistence.ModelTag, "canonical_name", a.Tag)
-	if err != nil {
-		return nil, err
-	}
-	entry, err := s.resolveEntry(ctx, lib, a.Entry, false)
-	if err != nil {
-		return nil, err
-	}
-	if err := lib.ApplyTag(ctx, tag, entry); err != nil {
-		return nil, err
-	}
-	return tagApplyResult{Tag: tag.String(), Entry: entry.String()}, nil
+// hTagEntry tags an entry (apply) or untags it.
+func hTagEntry(apply bool) handler {
+	return libHandler(func(ctx context.Context, s *server, lib *actors.Library, a tagApplyArgs, _ func(any)) (any, error) {
+		tag, err := rowUUID(ctx, lib, persistence.ModelTag, "canonical_name", a.Tag)
+		if err != nil {
+			return nil, err
+		}
+		entry, err := s.resolveEntry(ctx, lib, a.Entry, false)
+		if err != nil {
+			return nil, err
+		}
+		if apply {
+			err = lib.ApplyTag(ctx, tag, entry)
+		} else {
+			err = lib.RemoveTag(ctx, tag, entry)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return tagApplyResult{Tag: tag.String(), Entry: entry.String()}, nil
+	})
 }
 
 func hAlbumCreate(ctx context.Context, s *server, lib *actors.Library, a albumCreateArgs, _ func(any)) (any, error) {

@@ -140,21 +140,6 @@ func hTagDelete(ctx context.Context, s *server, lib *actors.Library, a rowArgs, 
 	return deletedResult{UUID: tag.String(), Name: name}, nil
 }
 
-func hTagRemove(ctx context.Context, s *server, lib *actors.Library, a tagApplyArgs, _ func(any)) (any, error) {
-	tag, err := rowUUID(ctx, lib, persistence.ModelTag, "canonical_name", a.Tag)
-	if err != nil {
-		return nil, err
-	}
-	entry, err := s.resolveEntry(ctx, lib, a.Entry, false)
-	if err != nil {
-		return nil, err
-	}
-	if err := lib.RemoveTag(ctx, tag, entry); err != nil {
-		return nil, err
-	}
-	return tagApplyResult{Tag: tag.String(), Entry: entry.String()}, nil
-}
-
 // rowName is the name field of a row ("" if it is gone).
 func rowName(ctx context.Context, lib *actors.Library, model, field string, u messages.UUID) (string, error) {
 	r, err := lib.Get(ctx, model, u)
