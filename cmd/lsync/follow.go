@@ -34,6 +34,9 @@ type follower struct {
 	log    *slog.Logger
 	opt    fswatch.Options
 	rescan func(ctx context.Context, lib *actors.Library, loc messages.UUID, subtree string) error
+	// opened, if set, runs when a library opens, before its locations are
+	// followed (the daemon resumes its unfinished scans).
+	opened func(ctx context.Context, id messages.LibraryID)
 
 	ctx context.Context // the daemon's: rescans stop with it
 	mu  sync.Mutex
@@ -80,6 +83,9 @@ func (f *follower) run() {
 			}
 			switch e.Type {
 			case actors.EventLibraryOpened:
+				if f.opened != nil {
+					f.opened(f.ctx, e.Library)
+				}
 				f.refresh(e.Library)
 			case actors.EventLibraryClosed:
 				f.stopLibrary(e.Library)

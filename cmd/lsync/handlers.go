@@ -284,6 +284,7 @@ func hLibraryClose(ctx context.Context, s *server, raw json.RawMessage, _ func(a
 		return nil, err
 	}
 	if info.Open {
+		s.watch.stopLibrary(info.ID) // before the store closes under a rescan
 		if err := s.node.CloseLibrary(ctx, info.ID); err != nil && !errors.Is(err, actors.ErrNotOpen) {
 			return nil, err
 		}

@@ -45,6 +45,7 @@ func hLibraryDelete(ctx context.Context, s *server, raw json.RawMessage, _ func(
 	if err != nil {
 		return nil, err
 	}
+	s.watch.stopLibrary(info.ID) // before the store closes under a rescan
 	rep, err := s.node.DeleteLibrary(ctx, info.ID)
 	if err != nil {
 		return nil, err

@@ -151,24 +151,32 @@ func (s *server) resumeScans(ctx context.Context) {
 		return
 	}
 	for _, info := range libs {
-		if !info.Open {
+		if info.Open {
+			s.resumeScansOf(ctx, info.ID)
+		}
+	}
+}
+
+// resumeScansOf starts a rescan of every location of library id whose
+// index or rescan did not finish (at start, and when it is opened).
+func (s *server) resumeScansOf(ctx context.Context, id messages.LibraryID) {
+	lib, err := s.node.Library(ctx, id)
+	if err != nil {
+		return
+	}
+	jobs, err := lib.IncompleteScans()
+	if err != nil {
+		s.log.Warn("resume location scans", "library", id, "err", err)
+		return
+	}
+	for loc, job := range jobs {
+		if s.runningScan(loc) != nil {
 			continue
 		}
-		lib, err := s.node.Library(ctx, info.ID)
-		if err != nil {
-			continue
-		}
-		jobs, err := lib.IncompleteScans()
-		if err != nil {
-			s.log.Warn("resume location scans", "library", info.ID, "err", err)
-			continue
-		}
-		for loc, job := range jobs {
-			s.log.Info("resuming an unfinished location scan", "library", info.ID, "location", loc, "kind", job.Kind, "started", job.Started)
-			s.startScan(loc, actors.ScanRescan, func(ctx context.Context, report func(any)) (any, error) {
-				return lib.RescanLocation(ctx, loc, actors.RescanOptions{SkipHidden: job.SkipHidden, Progress: func(p actors.RescanProgress) { report(rescanToIndexProgress(p)) }})
-			})
-		}
+		s.log.Info("resuming an unfinished location scan", "library", id, "location", loc, "kind", job.Kind, "started", job.Started)
+		s.startScan(loc, actors.ScanRescan, func(ctx context.Context, report func(any)) (any, error) {
+			return lib.RescanLocation(ctx, loc, actors.RescanOptions{SkipHidden: job.SkipHidden, Progress: func(p actors.RescanProgress) { report(rescanToIndexProgress(p)) }})
+		})
 	}
 }
 

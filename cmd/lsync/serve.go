@@ -174,6 +174,7 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	// down) and watched.
 	srv.resumeScans(sctx)
 	srv.watch = newFollower(sctx, node, g.home, log, srv.rescanNow)
+	srv.watch.opened = srv.resumeScansOf
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
