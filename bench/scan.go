@@ -81,6 +81,9 @@ type scanResult struct {
 	MsgsOut        map[string]float64 `json:"owner_msgs_out,omitempty"` // by type, same span
 	OpSecs         float64            `json:"op_secs,omitempty"`        // the rescan or RemoveLocation call on the owner
 	ConvergeSecs   float64            `json:"converge_secs,omitempty"`  // from its start until the partner had the owner's rows
+	// PrintsAgree: the entry fingerprints (RangeSummary, deletes included)
+	// of the two nodes agreed at convergence; if not, only the rows did.
+	PrintsAgree bool `json:"entry_fingerprints_agree,omitempty"`
 	// remove-location
 	HeldAtConverge int     `json:"held_at_converge,omitempty"`
 	HeldSecs       float64 `json:"held_zero_secs,omitempty"` // from the remove until nothing is held
@@ -359,6 +362,7 @@ func converge(ctx context.Context, o *options, owner, partner *scanProc, op scan
 		return aw, err
 	}
 	res.OpSecs = op.Secs
+	res.PrintsAgree = aw.State != nil && aw.State.Print == want.Print
 	res.ConvergeSecs = float64(aw.End-op.Start) / 1e9
 	res.WireBytes = after.Traffic.BytesOut - pbefore.BytesOut
 	res.MsgsOut = map[string]float64{}
