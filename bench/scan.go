@@ -86,7 +86,8 @@ type scanResult struct {
 	PrintsAgree bool `json:"entry_fingerprints_agree,omitempty"`
 	// remove-location
 	HeldAtConverge int     `json:"held_at_converge,omitempty"`
-	HeldSecs       float64 `json:"held_zero_secs,omitempty"` // from the remove until nothing is held
+	HeldSecs       float64 `json:"held_zero_secs,omitempty"`                  // from the remove until nothing is held
+	BytesUntilHeld float64 `json:"owner_bytes_out_until_held_zero,omitempty"` // the catch-ups that release them included
 	CatchUpSecs    float64 `json:"catch_up_interval_secs,omitempty"`
 
 	OwnerRSSMB   float64 `json:"owner_rss_mb,omitempty"`
@@ -357,10 +358,13 @@ func converge(ctx context.Context, o *options, owner, partner *scanProc, op scan
 	if err != nil {
 		return aw, err
 	}
-	after, err := owner.state(ctx, false)
+	// What the owner had sent when the partner converged (its traffic is
+	// sampled every 50 ms): not the catch-ups that follow.
+	ta, err := owner.cmd(ctx, scanCmd{Op: "traffic-at", At: aw.End})
 	if err != nil {
 		return aw, err
 	}
+	after := ta.State
 	res.OpSecs = op.Secs
 	res.PrintsAgree = aw.State != nil && aw.State.Print == want.Print
 	res.ConvergeSecs = float64(aw.End-op.Start) / 1e9
@@ -506,6 +510,11 @@ func runRemoveLocation(ctx context.Context, o *options, dir string, logf func(st
 		return res, err
 	}
 	res.HeldSecs = float64(h.End-r.Start) / 1e9
+	th, err := owner.cmd(ctx, scanCmd{Op: "traffic-at", At: h.End})
+	if err != nil {
+		return res, err
+	}
+	res.BytesUntilHeld = th.State.Traffic.BytesOut - r.Before.BytesOut
 	os_, err := owner.state(ctx, false)
 	if err != nil {
 		return res, err
@@ -561,8 +570,8 @@ func (rep *report) writeScans(w io.Writer) {
 				r.Name+":", r.OpSecs, x.Created, x.Updated, x.Moved, x.Deleted, x.Unchanged, x.Hashed)
 		}
 		if r.Name == scanRemove {
-			fmt.Fprintf(w, "%-17s RemoveLocation %.2f s; %d records held at convergence; catch-up every %.0f s\n",
-				r.Name+":", r.OpSecs, r.HeldAtConverge, r.CatchUpSecs)
+			fmt.Fprintf(w, "%-17s RemoveLocation %.2f s; %d records held at convergence; catch-up every %.0f s; %.0f B sent until held 0\n",
+				r.Name+":", r.OpSecs, r.HeldAtConverge, r.CatchUpSecs, r.BytesUntilHeld)
 		}
 		if len(r.MsgsOut) > 0 {
 			var parts []string

@@ -9,6 +9,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/lsync/lsync/actors"
@@ -67,7 +69,7 @@ type scanReady struct {
 
 // scanCmd is one command of the harness.
 type scanCmd struct {
-	Op string `json:"op"` // walk, rescan, remove, state, await, await-held
+	Op string `json:"op"` // walk, rescan, remove, state, await, await-held, traffic-at
 	// walk: the folder
 	Tree string `json:"tree,omitempty"`
 	// await: the owner's state to reach
@@ -75,6 +77,8 @@ type scanCmd struct {
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// state: also digest the rows (reads them all)
 	Digest bool `json:"digest,omitempty"`
+	// traffic-at: the traffic sampled first at or after this instant (unix ns)
+	At int64 `json:"at,omitempty"`
 }
 
 // scanDone answers a command.
@@ -148,6 +152,8 @@ func runScanNode(ctx context.Context, args []string, stdin io.Reader, stdout io.
 	if err := emit(stdout, "READY", ready); err != nil {
 		return err
 	}
+	sampler := startTrafficSampler(n)
+	defer sampler.end()
 	entryOwner := n.ID()
 	if o.role == "partner" {
 		entryOwner, _, _ = parseIDs("--owner", o.owner, o.library)
@@ -167,7 +173,16 @@ func runScanNode(ctx context.Context, args []string, stdin io.Reader, stdout io.
 			}
 			o.cpuProfile = ""
 		}
-		d := runScanCmd(ctx, n, lib, ready.Location, entryOwner, c)
+		var d scanDone
+		if c.Op == "traffic-at" {
+			t, at, err := sampler.after(ctx, c.At)
+			d = scanDone{Start: at, End: at, State: &scanState{Traffic: t}}
+			if err != nil {
+				d.Error = err.Error()
+			}
+		} else {
+			d = runScanCmd(ctx, n, lib, ready.Location, entryOwner, c)
+		}
 		if err := emit(stdout, "DONE", d); err != nil {
 			return err
 		}
@@ -261,17 +276,16 @@ func runScanCmd(ctx context.Context, n *actors.Node, lib *actors.Library, loc me
 	return d
 }
 
+// trafficOf reads the node's traffic so far (one Gather).
 func trafficOf(n *actors.Node) scanTraffic {
-	m := n.Metrics()
-	t := scanTraffic{MsgsOut: map[string]float64{}, MsgsIn: map[string]float64{},
-		BytesOut: m.Value("lsync_bytes_total", map[string]string{"direction": "out"}),
-		BytesIn:  m.Value("lsync_bytes_total", map[string]string{"direction": "in"})}
-	fams, err := m.Registry.Gather()
+	t := scanTraffic{MsgsOut: map[string]float64{}, MsgsIn: map[string]float64{}}
+	fams, err := n.Metrics().Registry.Gather()
 	if err != nil {
 		return t
 	}
 	for _, f := range fams {
-		if f.GetName() != "lsync_messages_total" {
+		name := f.GetName()
+		if name != "lsync_messages_total" && name != "lsync_bytes_total" {
 			continue
 		}
 		for _, s := range f.GetMetric() {
@@ -284,14 +298,76 @@ func trafficOf(n *actors.Node) scanTraffic {
 					typ = l.GetValue()
 				}
 			}
-			if dir == "out" {
-				t.MsgsOut[typ] += s.GetCounter().GetValue()
-			} else {
-				t.MsgsIn[typ] += s.GetCounter().GetValue()
+			v := s.GetCounter().GetValue()
+			switch {
+			case name == "lsync_bytes_total" && dir == "out":
+				t.BytesOut += v
+			case name == "lsync_bytes_total":
+				t.BytesIn += v
+			case dir == "out":
+				t.MsgsOut[typ] += v
+			default:
+				t.MsgsIn[typ] += v
 			}
 		}
 	}
 	return t
+}
+
+// trafficSampler records the node's traffic every 50 ms, so that what it
+// had sent at an instant another process names (the partner converged)
+// can be read afterwards.
+type trafficSampler struct {
+	mu      sync.Mutex
+	at      []int64 // unix ns
+	samples []scanTraffic
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func startTrafficSampler(n *actors.Node) *trafficSampler {
+	ts := &trafficSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(ts.done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			t := trafficOf(n)
+			ts.mu.Lock()
+			ts.at, ts.samples = append(ts.at, time.Now().UnixNano()), append(ts.samples, t)
+			ts.mu.Unlock()
+			select {
+			case <-tick.C:
+			case <-ts.stop:
+				return
+			}
+		}
+	}()
+	return ts
+}
+
+func (ts *trafficSampler) end() {
+	close(ts.stop)
+	<-ts.done
+}
+
+// after returns the first sample taken at or after at (waiting for it).
+func (ts *trafficSampler) after(ctx context.Context, at int64) (scanTraffic, int64, error) {
+	for {
+		ts.mu.Lock()
+		i, _ := slices.BinarySearch(ts.at, at)
+		if i < len(ts.at) {
+			t, a := ts.samples[i], ts.at[i]
+			ts.mu.Unlock()
+			return t, a, nil
+		}
+		ts.mu.Unlock()
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return scanTraffic{}, 0, ctx.Err()
+		}
+	}
 }
 
 // stateOf reads the node's counts and health, and with digest a hash of
