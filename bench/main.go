@@ -19,10 +19,20 @@
 // many arrived, what the flood got through and what the victim refused
 // (flood.go).
 //
+// The scan scenarios (issue 10), also run only when named, measure
+// rescans and a location's removal on a real file tree in the work dir:
+// rescan-unchanged (one node: RescanLocation of an unchanged 200K-file
+// tree against a plain walk of it), rescan-changes (two nodes: the wire
+// bytes per changed file of a rescan after 1% of the files changed) and
+// remove-location (two nodes: the wire bytes of removing a 100K-entry
+// location, and how long until the partner holds nothing for it); see
+// scan.go.
+//
 //	go run ./bench                      # every join scenario on 1M entries
 //	go run ./bench --entries 100000 --scenarios batched-10k --json
 //	go run ./bench --cpuprofile /tmp/prof   # CPU profiles of both processes
 //	go run ./bench --scenarios flood        # 30 s of flood against a victim
+//	go run ./bench --scenarios rescan-unchanged,rescan-changes,remove-location
 //
 // Hazard: the machine may be shared; absolute times move with its load,
 // ratios measured in one run (× raw insert, × file copy) much less.
