@@ -184,7 +184,7 @@ func TestScanEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rep, table := runJSON(ctx, t, "--scenarios", "rescan-unchanged,rescan-changes,remove-location", "--work", t.TempDir(),
-		"--scan-files", "300", "--changes-files", "400", "--remove-files", "300", "--scan-repeat", "2", "--scan-catchup", "500ms")
+		"--scan-files", "300", "--changes-files", "400", "--remove-files", "300", "--scan-repeat", "2")
 	if len(rep.Scans) != 3 || len(rep.Scenarios) != 0 || rep.Raw != nil {
 		t.Fatalf("scans alone: %+v, scenarios %+v", rep.Scans, rep.Scenarios)
 	}
@@ -205,7 +205,7 @@ func TestScanEndToEnd(t *testing.T) {
 		t.Fatalf("rescan-changes: %+v", c)
 	}
 	r := byName[scanRemove]
-	if r.WireBytes <= 0 || r.ConvergeSecs <= 0 || r.HeldSecs < r.ConvergeSecs || r.MsgsOut["state_delete"] != 1 {
+	if r.WireBytes <= 0 || r.ConvergeSecs <= 0 || r.HeldSecs <= 0 || r.CatchUpBytes <= 0 || r.MsgsOut["state_delete"] != 1 {
 		t.Fatalf("remove-location: %+v", r)
 	}
 	for _, want := range []string{"scan scenario", "rescan ", "÷ 4 changed files", "held 0 after", "verified remove-location:", "targets:"} {

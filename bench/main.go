@@ -165,7 +165,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.changesFiles, "changes-files", 200_000, "rescan-changes: files in the tree (generated afresh: 1% of it changes)")
 	fs.IntVar(&o.removeFiles, "remove-files", 99_000, "remove-location: files in the tree (99,000 files: 100,000 entries; cached)")
 	fs.IntVar(&o.scanRepeat, "scan-repeat", 3, "rescan-unchanged: walks and rescans measured (the medians count)")
-	fs.DurationVar(&o.scanCatchUp, "scan-catchup", 2*time.Second, "rescan-changes, remove-location: both nodes' catch-up interval")
+	fs.DurationVar(&o.scanCatchUp, "scan-catchup", 30*time.Second, "rescan-changes: both nodes' catch-up interval (remove-location has none: it restarts the partner for one)")
 	fs.DurationVar(&o.scanAwait, "scan-await", 10*time.Minute, "rescan-changes, remove-location: give up waiting for the partner after this long")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

@@ -32,6 +32,7 @@ type scanNodeOpts struct {
 	tree       string // owner: the folder to index
 	owner      string // partner: the owner's device id
 	library    string // partner
+	reopen     bool   // partner: the library is here already (a restart)
 	catchUp    time.Duration
 	timeout    time.Duration
 	cpuProfile string
@@ -46,6 +47,7 @@ func scanNodeFlags(args []string) (*scanNodeOpts, error) {
 	fs.StringVar(&o.owner, "owner", "", "device id of the owner (partner)")
 	fs.StringVar(&o.library, "library", "", "library id (partner)")
 	fs.DurationVar(&o.catchUp, "catchup", 0, "SyncConfig.CatchUpInterval (0: the default)")
+	fs.BoolVar(&o.reopen, "reopen", false, "partner: open the library joined before instead of joining (a restart: reconnecting starts a catch-up)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up on setting up after this long")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process's measured commands to `file`")
 	if err := fs.Parse(args); err != nil {
@@ -142,7 +144,7 @@ func runScanNode(ctx context.Context, args []string, stdin io.Reader, stdout io.
 	if o.role == "owner" {
 		lib, ready, err = setUpOwner(sctx, n, o.tree)
 	} else {
-		lib, err = setUpPartner(sctx, n, o.owner, o.library)
+		lib, err = setUpPartner(sctx, n, o.owner, o.library, o.reopen)
 	}
 	if err != nil {
 		return err
@@ -214,11 +216,22 @@ func setUpOwner(ctx context.Context, n *actors.Node, tree string) (*actors.Libra
 	return lib, r, nil
 }
 
-// setUpPartner joins the owner's library (the paged backfill) until ready.
-func setUpPartner(ctx context.Context, n *actors.Node, owner, library string) (*actors.Library, error) {
+// setUpPartner joins the owner's library (the paged backfill) until
+// ready, or with reopen opens the library it joined before.
+func setUpPartner(ctx context.Context, n *actors.Node, owner, library string, reopen bool) (*actors.Library, error) {
 	dev, libID, err := parseIDs("--owner", owner, library)
 	if err != nil {
 		return nil, err
+	}
+	if reopen {
+		lib, err := n.Library(ctx, libID)
+		if err != nil {
+			lib, err = n.OpenLibrary(ctx, libID)
+		}
+		if err == nil {
+			err = n.WaitConnected(ctx, dev)
+		}
+		return lib, err
 	}
 	if err := n.WaitConnected(ctx, dev); err != nil {
 		return nil, err
