@@ -317,7 +317,7 @@ func pair(ctx context.Context, o *options, dir, tree, scenario string, catchUpEv
 	if err := op.Add(net.PeerInfo{ID: pid.DeviceID, Name: "bench-partner", Fingerprint: pid.Fingerprint(), PairedAt: time.Now()}); err != nil {
 		return nil, nil, err
 	}
-	catchUp := []string{"--catchup", catchUpEvery.String()}
+	catchUp := []string{"--catchup", catchUpEvery.String(), "--sample-traffic"}
 	logf("scenario %s: owner indexing %s", scenario, tree)
 	owner, err = startScanNode(ctx, dir, "owner", append([]string{"--home", ownerHome, "--tree", tree}, catchUp...), o)
 	if err != nil {
@@ -523,7 +523,7 @@ func runRemoveLocation(ctx context.Context, o *options, dir string, logf func(st
 		return res, err
 	}
 	partner, err = startScanNode(ctx, dir, "partner", []string{"--home", filepath.Join(dir, "partner", "home"), "--reopen",
-		"--owner", owner.ready.Device.String(), "--library", owner.ready.Library.String(), "--catchup", noCatchUp.String()}, o)
+		"--owner", owner.ready.Device.String(), "--library", owner.ready.Library.String(), "--catchup", noCatchUp.String(), "--sample-traffic"}, o)
 	if err != nil {
 		return res, err
 	}

@@ -33,6 +33,7 @@ type scanNodeOpts struct {
 	owner      string // partner: the owner's device id
 	library    string // partner
 	reopen     bool   // partner: the library is here already (a restart)
+	sample     bool   // sample the traffic every 50 ms (for traffic-at)
 	catchUp    time.Duration
 	timeout    time.Duration
 	cpuProfile string
@@ -47,6 +48,7 @@ func scanNodeFlags(args []string) (*scanNodeOpts, error) {
 	fs.StringVar(&o.owner, "owner", "", "device id of the owner (partner)")
 	fs.StringVar(&o.library, "library", "", "library id (partner)")
 	fs.DurationVar(&o.catchUp, "catchup", 0, "SyncConfig.CatchUpInterval (0: the default)")
+	fs.BoolVar(&o.sample, "sample-traffic", false, "sample the node's traffic every 50 ms, for traffic-at (off where only times are measured: a sample gathers every metric)")
 	fs.BoolVar(&o.reopen, "reopen", false, "partner: open the library joined before instead of joining (a restart: reconnecting starts a catch-up)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up on setting up after this long")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process's measured commands to `file`")
@@ -154,8 +156,11 @@ func runScanNode(ctx context.Context, args []string, stdin io.Reader, stdout io.
 	if err := emit(stdout, "READY", ready); err != nil {
 		return err
 	}
-	sampler := startTrafficSampler(n)
-	defer sampler.end()
+	var sampler *trafficSampler
+	if o.sample {
+		sampler = startTrafficSampler(n)
+		defer sampler.end()
+	}
 	entryOwner := n.ID()
 	if o.role == "partner" {
 		entryOwner, _, _ = parseIDs("--owner", o.owner, o.library)
@@ -176,7 +181,9 @@ func runScanNode(ctx context.Context, args []string, stdin io.Reader, stdout io.
 			o.cpuProfile = ""
 		}
 		var d scanDone
-		if c.Op == "traffic-at" {
+		if c.Op == "traffic-at" && sampler == nil {
+			d = scanDone{Error: "traffic-at: started without --sample-traffic"}
+		} else if c.Op == "traffic-at" {
 			t, at, err := sampler.after(ctx, c.At)
 			d = scanDone{Start: at, End: at, State: &scanState{Traffic: t}}
 			if err != nil {
