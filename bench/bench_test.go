@@ -171,3 +171,46 @@ func runJSON(ctx context.Context, t *testing.T, args ...string) (report, string)
 	}
 	return rep, stderr.String()
 }
+
+// TestScanEndToEnd runs the three scan scenarios on trees of a few hundred
+// files: one node indexing and rescanning the unchanged tree, then two
+// nodes over QUIC on 127.0.0.1 for a rescan of changes and a location's
+// removal, each verified (the run fails on a failed verification; a missed
+// target at this size is only reported).
+func TestScanEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, table := runJSON(ctx, t, "--scenarios", "rescan-unchanged,rescan-changes,remove-location", "--work", t.TempDir(),
+		"--scan-files", "300", "--changes-files", "400", "--remove-files", "300", "--scan-repeat", "2")
+	if len(rep.Scans) != 3 || len(rep.Scenarios) != 0 || rep.Raw != nil {
+		t.Fatalf("scans alone: %+v, scenarios %+v", rep.Scans, rep.Scenarios)
+	}
+	byName := map[string]scanResult{}
+	for _, s := range rep.Scans {
+		if s.Status != "ok" || s.Verified == "" || s.Target == "" || s.Got == "" || s.IndexSecs <= 0 {
+			t.Fatalf("%s: %+v", s.Name, s)
+		}
+		byName[s.Name] = s
+	}
+	u := byName[scanUnchanged]
+	if u.Entries != 304 || len(u.WalkSecs) != 2 || len(u.RescanSecs) != 2 || u.XWalk <= 0 || u.Rescan.Unchanged != 304 || u.Rescan.Hashed != 0 {
+		t.Fatalf("rescan-unchanged: %+v", u)
+	}
+	c := byName[scanChanges]
+	if c.Changes == nil || c.Changes.files() != 4 || c.Rescan.Created != 1 || c.Rescan.Deleted != 1 || c.Rescan.Moved != 1 ||
+		c.WireBytes <= 0 || c.BytesPerChange != c.WireBytes/4 || c.MsgsOut["state_delete"] != 1 || c.PartnerBytesIn <= 0 {
+		t.Fatalf("rescan-changes: %+v", c)
+	}
+	r := byName[scanRemove]
+	if r.WireBytes <= 0 || r.ConvergeSecs <= 0 || r.HeldSecs <= 0 || r.CatchUpBytes <= 0 || r.MsgsOut["state_delete"] != 1 {
+		t.Fatalf("remove-location: %+v", r)
+	}
+	for _, want := range []string{"scan scenario", "rescan ", "÷ 4 changed files", "held 0 after", "verified remove-location:", "targets:"} {
+		if !strings.Contains(table, want) {
+			t.Fatalf("table lacks %q:\n%s", want, table)
+		}
+	}
+}

@@ -356,7 +356,7 @@ func sortMarks(ms []mark) {
 }
 
 // lineTags are the tags of the lines children and harness exchange.
-var lineTags = map[string]bool{"READY": true, "RESULT": true, "WROTE": true, "GO": true, "EXPECT": true}
+var lineTags = map[string]bool{"READY": true, "RESULT": true, "WROTE": true, "GO": true, "EXPECT": true, "CMD": true, "DONE": true}
 
 // readTagged scans a child's stdout (or a child's stdin) for "TAG {json}"
 // lines and sends them on the returned channel (closed at EOF); other

@@ -19,10 +19,20 @@
 // many arrived, what the flood got through and what the victim refused
 // (flood.go).
 //
+// The scan scenarios (issue 10), also run only when named, measure
+// rescans and a location's removal on a real file tree in the work dir:
+// rescan-unchanged (one node: RescanLocation of an unchanged 200K-file
+// tree against a plain walk of it), rescan-changes (two nodes: the wire
+// bytes per changed file of a rescan after 1% of the files changed) and
+// remove-location (two nodes: the wire bytes of removing a 100K-entry
+// location, and how long until the partner holds nothing for it); see
+// scan.go.
+//
 //	go run ./bench                      # every join scenario on 1M entries
 //	go run ./bench --entries 100000 --scenarios batched-10k --json
 //	go run ./bench --cpuprofile /tmp/prof   # CPU profiles of both processes
 //	go run ./bench --scenarios flood        # 30 s of flood against a victim
+//	go run ./bench --scenarios rescan-unchanged,rescan-changes,remove-location
 //
 // Hazard: the machine may be shared; absolute times move with its load,
 // ratios measured in one run (× raw insert, × file copy) much less.
@@ -75,6 +85,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runFloodHonest(ctx, args[1:], stdin, stdout)
 		case "flood-hostile":
 			return runFloodHostile(ctx, args[1:], stdin, stdout)
+		case "scan-node":
+			return runScanNode(ctx, args[1:], stdin, stdout)
 		}
 	}
 	o, err := parseOptions(args, stderr)
@@ -116,9 +128,17 @@ type options struct {
 	floodDuration time.Duration
 	floodRate     float64
 	floodBatch    int
+
+	scanFiles    int
+	changesFiles int
+	removeFiles  int
+	scanRepeat   int
+	scanCatchUp  time.Duration
+	scanAwait    time.Duration
 }
 
-// allScenarios is the default list; flood runs only when named.
+// allScenarios is the default list; flood and the scan scenarios run only
+// when named.
 var allScenarios = []string{"individual", "batched-1k", "batched-10k", "snapshot"}
 
 func parseOptions(args []string, stderr io.Writer) (*options, error) {
@@ -131,7 +151,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.work, "work", filepath.Join(os.TempDir(), "lsync-bench"), "work `dir`: cached libraries and scenario homes")
 	fs.BoolVar(&o.regen, "regen", false, "regenerate the libraries even if cached")
 	sc := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ", ")+
-		", and "+floodScenario+" (not run unless named)")
+		", and "+floodScenario+", "+strings.Join(scanScenarios, ", ")+" (not run unless named)")
 	fs.BoolVar(&o.baselines, "baselines", true, "measure the raw SQLite insert and file copy baselines")
 	fs.BoolVar(&o.json, "json", false, "print the results as one JSON document on stdout (the table goes to stderr)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write CPU profiles of both processes of every scenario into `dir`")
@@ -141,6 +161,12 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.floodDuration, "flood-duration", 30*time.Second, "flood: how long the hostile peer floods and the honest peers write")
 	fs.Float64Var(&o.floodRate, "flood-rate", 20, "flood: live changes per second each honest writer (and the victim) writes")
 	fs.IntVar(&o.floodBatch, "flood-batch", 5000, "flood: entries per state batch the hostile peer sends")
+	fs.IntVar(&o.scanFiles, "scan-files", 200_000, "rescan-unchanged: files in the tree (100 per folder; cached in the work dir)")
+	fs.IntVar(&o.changesFiles, "changes-files", 200_000, "rescan-changes: files in the tree (generated afresh: 1% of it changes)")
+	fs.IntVar(&o.removeFiles, "remove-files", 99_000, "remove-location: files in the tree (99,000 files: 100,000 entries; cached)")
+	fs.IntVar(&o.scanRepeat, "scan-repeat", 3, "rescan-unchanged: walks and rescans measured (the medians count)")
+	fs.DurationVar(&o.scanCatchUp, "scan-catchup", 30*time.Second, "rescan-changes: both nodes' catch-up interval (remove-location has none: it restarts the partner for one)")
+	fs.DurationVar(&o.scanAwait, "scan-await", 10*time.Minute, "rescan-changes, remove-location: give up waiting for the partner after this long")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -152,8 +178,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		if s == "" {
 			continue
 		}
-		if _, _, ok := scenarioShape(s); !ok && s != floodScenario {
-			return nil, fmt.Errorf("--scenarios: unknown %q (want %s or %s)", s, strings.Join(allScenarios, ", "), floodScenario)
+		if _, _, ok := scenarioShape(s); !ok && s != floodScenario && !isScanScenario(s) {
+			return nil, fmt.Errorf("--scenarios: unknown %q (want %s, %s or %s)", s, strings.Join(allScenarios, ", "), floodScenario,
+				strings.Join(scanScenarios, ", "))
 		}
 		o.scenarios = append(o.scenarios, s)
 	}
@@ -162,6 +189,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.floodDuration <= 0 || o.floodRate <= 0 || o.floodBatch < 1 {
 		return nil, errors.New("--flood-duration, --flood-rate and --flood-batch must be positive")
+	}
+	if o.scanFiles < 4 || o.changesFiles < 4 || o.removeFiles < 4 || o.scanRepeat < 1 || o.scanCatchUp <= 0 || o.scanAwait <= 0 {
+		return nil, errors.New("--scan-files, --changes-files and --remove-files must be at least 4; --scan-repeat, --scan-catchup and --scan-await positive")
 	}
 	o.subset = min(o.subset, o.entries)
 	o.command = "go run ./bench " + strings.Join(args, " ")
@@ -237,6 +267,15 @@ func runBench(ctx context.Context, o *options, logw io.Writer) (*report, error) 
 			}
 			continue
 		}
+		if isScanScenario(name) {
+			if err := runScanScenario(ctx, name, o, runDir, rep, logf); err != nil {
+				failed = append(failed, fmt.Sprintf("%s: %v", name, err))
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
 		mode, page, _ := scenarioShape(name)
 		sc := scenario{Name: name, Mode: mode, PageSize: page, Lib: full, Scale: 1}
 		if name == "individual" && sub != nil {
@@ -282,9 +321,9 @@ func runBench(ctx context.Context, o *options, logw io.Writer) (*report, error) 
 
 // libraries returns the generated library, and the subset the
 // individual-messages scenario runs on, when a join scenario is to run
-// (the flood scenario needs neither).
+// (the flood and scan scenarios need neither).
 func libraries(o *options, logf func(string, ...any)) (full, sub *cachedLib, err error) {
-	if !slices.ContainsFunc(o.scenarios, func(s string) bool { return s != floodScenario }) {
+	if !slices.ContainsFunc(o.scenarios, func(s string) bool { return s != floodScenario && !isScanScenario(s) }) {
 		return nil, nil, nil
 	}
 	if full, err = ensureLibrary(o.work, genParams{Entries: o.entries, Seed: o.seed}, o.regen, logf); err != nil {

@@ -19,6 +19,7 @@ type report struct {
 	Copy      *copyResult      `json:"file_copy,omitempty"`
 	Scenarios []scenarioResult `json:"scenarios"`
 	Flood     *floodResult     `json:"flood,omitempty"`
+	Scans     []scanResult     `json:"scans,omitempty"`
 	Targets   []targetCheck    `json:"targets,omitempty"`
 }
 
@@ -131,6 +132,12 @@ func (rep *report) checkTargets() {
 	if rep.Flood != nil {
 		rep.Targets = append(rep.Targets, rep.Flood.targets()...)
 	}
+	// The scan scenarios' targets, at any size (the table says which).
+	for _, r := range rep.Scans {
+		if r.Status == "ok" {
+			rep.Targets = append(rep.Targets, targetCheck{fmt.Sprintf("%s (%s files)", r.Name, countLabel(r.Files)), r.Target, r.Got, r.Met})
+		}
+	}
 	if rep.Library.Entries < 1_000_000 {
 		return
 	}
@@ -192,6 +199,12 @@ func (rep *report) writeTable(w io.Writer) {
 			fmt.Fprintln(w)
 		}
 		rep.Flood.write(w)
+	}
+	if len(rep.Scans) > 0 {
+		if len(rep.Scenarios) > 0 || rep.Flood != nil {
+			fmt.Fprintln(w)
+		}
+		rep.writeScans(w)
 	}
 	if len(rep.Targets) > 0 {
 		fmt.Fprintln(w, "\ntargets:")
