@@ -156,9 +156,9 @@ func TestE2ELocationRescan(t *testing.T) {
 	b.stop()
 	b.start(b.listen)
 	for _, d := range []*daemon{a, b} {
-		var st actors.Status
 		deadline := time.Now().Add(60 * time.Second)
 		for {
+			var st actors.Status // afresh: decoding into a used map keeps its old keys
 			d.mustJSON(&st, "sync", "status", lib)
 			parked := 0
 			for _, n := range st.Parked {
