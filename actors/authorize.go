@@ -17,10 +17,26 @@ import (
 type authTable struct {
 	mu       sync.RWMutex
 	partners map[messages.LibraryID]map[messages.DeviceID]bool // open libraries → their sync partners
+	removed  map[messages.LibraryID]map[messages.DeviceID]bool // devices each removed (sync-remove)
 }
 
 func newAuthTable() *authTable {
-	return &authTable{partners: map[messages.LibraryID]map[messages.DeviceID]bool{}}
+	return &authTable{partners: map[messages.LibraryID]map[messages.DeviceID]bool{},
+		removed: map[messages.LibraryID]map[messages.DeviceID]bool{}}
+}
+
+// setRemoved records the devices lib removed: they are answered
+// CodeRemoved, so they stop asking instead of retrying.
+func (t *authTable) setRemoved(lib messages.LibraryID, removed map[messages.DeviceID]bool) {
+	cp := make(map[messages.DeviceID]bool, len(removed))
+	for d, ok := range removed {
+		if ok {
+			cp[d] = true
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.removed[lib] = cp
 }
 
 // setPartners records lib's partners (lib is open); nil removes lib.
@@ -35,6 +51,7 @@ func (t *authTable) setPartners(lib messages.LibraryID, partners map[messages.De
 	defer t.mu.Unlock()
 	if partners == nil {
 		delete(t.partners, lib)
+		delete(t.removed, lib)
 		return
 	}
 	t.partners[lib] = cp
@@ -61,11 +78,14 @@ func (t *authTable) authorize(peer messages.DeviceID, lib messages.LibraryID, ty
 	}
 	t.mu.RLock()
 	partners, open := t.partners[lib]
-	ok := partners[peer]
+	ok, removed := partners[peer], t.removed[lib][peer]
 	t.mu.RUnlock()
 	switch {
 	case !open:
 		return &net.Refusal{Reason: messages.ReasonUnknownLibrary, Msg: fmt.Sprintf("library %s is not open here", lib)}
+	case !ok && removed:
+		return &net.Refusal{Reason: messages.ReasonUnauthorized, Code: messages.CodeRemoved,
+			Msg: fmt.Sprintf("device %s was removed from library %s (sync-remove): a new sync-setup adds it again", peer, lib)}
 	case !ok:
 		return &net.Refusal{Reason: messages.ReasonUnauthorized, Msg: fmt.Sprintf("device %s is not a sync partner of library %s", peer, lib)}
 	}

@@ -48,3 +48,28 @@ func TestAuthorizeFromTheEnvelope(t *testing.T) {
 		t.Fatal("a closed library still takes messages")
 	}
 }
+
+// A device this library removed is answered CodeRemoved (so it stops
+// asking), a stranger plain unauthorized; a partner set up again is
+// admitted.
+func TestAuthorizeRemovedDevice(t *testing.T) {
+	tab := newAuthTable()
+	lib := messages.LibraryID(testutil.UUID(1))
+	partner, removed, stranger := testutil.DevID(1), testutil.DevID(2), testutil.DevID(3)
+	tab.setPartners(lib, map[messages.DeviceID]bool{partner: true})
+	tab.setRemoved(lib, map[messages.DeviceID]bool{removed: true})
+	if err := tab.authorize(partner, lib, messages.TypeStateRequest); err != nil {
+		t.Fatalf("partner: %v", err)
+	}
+	if err := tab.authorize(removed, lib, messages.TypeStateRequest); net.RefusalCode(err) != messages.CodeRemoved {
+		t.Fatalf("removed device: %v (code %s), want code %s", err, net.RefusalCode(err), messages.CodeRemoved)
+	}
+	if err := tab.authorize(stranger, lib, messages.TypeStateRequest); err == nil || net.RefusalCode(err) != messages.CodeUnauthorized {
+		t.Fatalf("stranger: %v", err)
+	}
+	tab.setPartners(lib, map[messages.DeviceID]bool{partner: true, removed: true})
+	tab.setRemoved(lib, nil)
+	if err := tab.authorize(removed, lib, messages.TypeStateRequest); err != nil {
+		t.Fatalf("set up again: %v", err)
+	}
+}

@@ -28,6 +28,7 @@ type libraryActor struct {
 	peerErr  map[messages.DeviceID]string    // why a partner is not connected, if a dial said
 	syncErr  map[messages.DeviceID]string    // why the last catch-up with a partner failed, until one succeeds
 	partners map[messages.DeviceID]bool      // sync_partners, cached
+	removed  map[messages.DeviceID]bool      // devices this one removed (partnerships_ended, by self)
 	appliers map[string]*actor.PID           // model → applier; sharedApplier for shared models
 	serve    *actor.PID
 	maint    *actor.PID
@@ -232,7 +233,16 @@ func (a *libraryActor) reloadPartners() {
 	if a.partners, err = syncPartners(a.lib); err != nil {
 		a.n.log.Error("load partners", "library", a.id, "err", err)
 	}
+	a.removed = map[messages.DeviceID]bool{}
+	ended, err := a.lib.EndedPartnerships()
+	if err != nil {
+		a.n.log.Error("load ended partnerships", "library", a.id, "err", err)
+	}
+	for _, e := range ended {
+		a.removed[e.Device] = e.BySelf
+	}
 	a.n.auth.setPartners(a.id, a.partners)
+	a.n.auth.setRemoved(a.id, a.removed)
 }
 
 // syncPartners is the set of devices lib syncs with, from its store.

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
 	"github.com/lsync/lsync/persistence"
 )
 
@@ -166,7 +168,9 @@ func (a *libraryActor) addPartner(ctx actor.Context, dev messages.DeviceID, name
 		return fmt.Errorf("add partner: %w", err)
 	}
 	a.partners[dev] = true
+	delete(a.removed, dev)
 	a.n.auth.setPartners(a.id, a.partners)
+	a.n.auth.setRemoved(a.id, a.removed)
 	if join {
 		return a.startJoin(ctx, dev)
 	}
@@ -180,16 +184,54 @@ func (a *libraryActor) addPartner(ctx actor.Context, dev messages.DeviceID, name
 	return nil
 }
 
-// removePartner stops syncing with dev on this device: what this device
-// kept for it is released at once (its log entries no longer wait for
-// dev's ACK, nor its tombstones for dev's report).
+// removePartner stops syncing with dev on this device (sync-remove): what
+// this device kept for it is released at once (its log entries no longer
+// wait for dev's ACK, nor its tombstones for dev's report), dev is told
+// now if it is connected, and otherwise at its next request, which is
+// answered CodeRemoved.
 func (a *libraryActor) removePartner(ctx actor.Context, dev messages.DeviceID) error {
-	if err := a.lib.RemovePartner(dev); err != nil {
+	if !a.partners[dev] {
+		return fmt.Errorf("remove partner %s: %w", dev, persistence.ErrNotFound)
+	}
+	if err := a.endPartnership(ctx, dev, true); err != nil {
+		return err
+	}
+	if link, ok := a.peers[dev]; ok {
+		go a.tellRemoved(dev, link.conn)
+	}
+	return nil
+}
+
+// tellRemoved tells dev, off the actor, that this device removed it.
+func (a *libraryActor) tellRemoved(dev messages.DeviceID, conn net.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+	defer cancel()
+	if _, err := conn.Request(ctx, messages.LibraryID{}, &messages.SyncLeaveRequest{Library: a.id, Device: a.n.self}); err != nil {
+		a.n.log.Info("the removed partner was not told now; it is at its next request", "library", a.id, "peer", dev, "err", err)
+	}
+}
+
+// endPartnership ends the partnership with dev here: bySelf when this
+// device removed it, otherwise dev removed this one or left.
+func (a *libraryActor) endPartnership(ctx actor.Context, dev messages.DeviceID, bySelf bool) error {
+	name := ""
+	if link, ok := a.peers[dev]; ok {
+		name = link.name
+	}
+	if _, err := a.lib.EndPartnership(dev, name, bySelf); err != nil {
 		return err
 	}
 	delete(a.partners, dev)
+	a.removed[dev] = bySelf
 	a.n.auth.setPartners(a.id, a.partners)
+	a.n.auth.setRemoved(a.id, a.removed)
 	delete(a.reported, dev)
+	delete(a.syncErr, dev)
+	if t := a.retryAt[dev]; t != nil {
+		t.Stop()
+		delete(a.retryAt, dev)
+	}
+	delete(a.retry, dev)
 	if a.join != nil {
 		ctx.Send(a.join, &peerDown{dev: dev})
 	}

@@ -232,14 +232,14 @@ func (a *libraryActor) onLeavePartner(ctx actor.Context, m *leavePartner) {
 			Message: fmt.Sprintf("device %s is not a sync partner of library %s on %s", m.from, a.id, a.n.self)}, m.credit)
 		return
 	}
-	if err := a.removePartner(ctx, m.from); err != nil {
+	if err := a.endPartnership(ctx, m.from, false); err != nil {
 		if persistence.IsStorageFailure(err) {
 			a.onStoreFailed(ctx, err)
 		}
 		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeInternal, Message: err.Error()}, m.credit)
 		return
 	}
-	a.n.log.Info("a partner left the library", "library", a.id, "peer", m.from)
+	a.n.log.Info("a partner left the library or removed this device", "library", a.id, "peer", m.from)
 	a.n.events.emit(Event{Type: EventPartnerLeft, Library: a.id, Peer: m.from})
 	answerPeer(a.n, m.from, m.reply, &messages.SyncLeaveResponse{Library: a.id, Device: a.n.self}, m.credit)
 }

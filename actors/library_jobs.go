@@ -100,6 +100,17 @@ func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
 	if m.err == nil {
 		m.err = a.gapUnfilled(m.peer)
 	}
+	if removedBy(m.err) {
+		// The peer removed this device (sync-remove) while it was away:
+		// stop too, and say so, rather than retry forever.
+		if err := a.endPartnership(ctx, m.peer, false); err != nil {
+			a.n.log.Warn("end the partnership the peer ended", "library", a.id, "peer", m.peer, "err", err)
+		} else {
+			a.n.log.Info("the peer removed this device from the library", "library", a.id, "peer", m.peer)
+			a.n.events.emit(Event{Type: EventPartnerLeft, Library: a.id, Peer: m.peer})
+		}
+		return
+	}
 	if m.err != nil {
 		a.syncErr[m.peer] = m.err.Error()
 		a.retryCatchUp(ctx, m.peer, m.err)
@@ -123,6 +134,13 @@ func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
 		delete(a.jobAgain, m.peer)
 		a.startCatchUp(ctx, m.peer, false)
 	}
+}
+
+// removedBy says whether err is a peer's answer that it removed this
+// device from the library.
+func removedBy(err error) bool {
+	var me *messages.Error
+	return errors.As(err, &me) && me.Code == messages.CodeRemoved
 }
 
 // gapUnfilled: a catch-up with origin ended, but the changes held behind

@@ -10,15 +10,18 @@ import (
 
 // Status is what `lsync sync status` shows for a library.
 type Status struct {
-	Library          messages.LibraryID `json:"library"`
-	Name             string             `json:"name"`
-	Phase            Phase              `json:"phase"`
-	Peers            []PeerStatus       `json:"peers"`
-	StateWatermarks  []Watermark        `json:"state_watermarks"`
-	SharedWatermarks []Watermark        `json:"shared_watermarks"`
-	LogSize          int                `json:"log_size"`
-	LastLogged       string             `json:"last_logged,omitempty"`
-	Parked           map[string]int     `json:"parked"`
+	Library messages.LibraryID `json:"library"`
+	Name    string             `json:"name"`
+	Phase   Phase              `json:"phase"`
+	Peers   []PeerStatus       `json:"peers"`
+	// Removed are the partnerships that ended: this device removed the
+	// other (sync-remove), or the other removed this one or left.
+	Removed          []RemovedPartner `json:"removed_partners,omitempty"`
+	StateWatermarks  []Watermark      `json:"state_watermarks"`
+	SharedWatermarks []Watermark      `json:"shared_watermarks"`
+	LogSize          int              `json:"log_size"`
+	LastLogged       string           `json:"last_logged,omitempty"`
+	Parked           map[string]int   `json:"parked"`
 	// Held is the part of Parked held by remote deletes in case their
 	// parent comes back (persistence doc.go), not waiting for anything.
 	Held     map[string]int  `json:"held"`
@@ -45,6 +48,16 @@ type PeerStatus struct {
 	AckedUpTo string            `json:"acked_up_to,omitempty"` // of this device's log
 	LastError string            `json:"last_error,omitempty"`  // why it is not connected, if known
 	SyncError string            `json:"sync_error,omitempty"`  // why the last catch-up with it failed (until one succeeds)
+}
+
+// RemovedPartner is a partnership of the library that ended.
+type RemovedPartner struct {
+	ID   messages.DeviceID `json:"id"`
+	Name string            `json:"name,omitempty"`
+	// ByThisDevice: this device removed it; otherwise it removed this
+	// device, or left the library.
+	ByThisDevice bool   `json:"by_this_device"`
+	At           string `json:"at"`
 }
 
 // Watermark is "holds everything of Device up to HLC".
@@ -115,6 +128,13 @@ func (a *libraryActor) status() (*Status, error) {
 			ps.LastSync = p.LastSyncAt.UTC().Format(time.RFC3339)
 		}
 		st.Peers = append(st.Peers, ps)
+	}
+	ended, err := a.lib.EndedPartnerships()
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ended {
+		st.Removed = append(st.Removed, RemovedPartner{ID: e.Device, Name: e.Name, ByThisDevice: e.BySelf, At: e.At.UTC().Format(time.RFC3339)})
 	}
 	wms, err := a.lib.StateWatermarks()
 	if err != nil {

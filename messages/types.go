@@ -200,6 +200,10 @@ const (
 	CodeNotFound       = "not_found"
 	CodeInternal       = "internal"
 	CodeUnavailable    = "unavailable" // the library is stopped on the responder (a storage failure)
+	// CodeRemoved: the responder no longer syncs the library with the
+	// requester because it removed it (sync-remove); the requester stops
+	// too instead of retrying.
+	CodeRemoved = "removed"
 )
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }

@@ -495,7 +495,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 	if err := c.t.Authorize(c.peer, env); err != nil {
 		c.unauthorized(env, err)
 		s.CancelRead(streamBadInput)
-		c.answer(s, env.Library, &messages.Error{Code: messages.CodeUnauthorized, Message: err.Error()})
+		c.answer(s, env.Library, &messages.Error{Code: RefusalCode(err), Message: err.Error()})
 		return
 	}
 	// A frame that parses but does not decode (an invalid message) is

@@ -97,7 +97,7 @@ type Inbound struct {
 //
 // A refusal is counted with Observer.Rejected under RefusalReason(err)
 // and logged at a bounded rate. A refused request is answered with a
-// *messages.Error{Code: messages.CodeUnauthorized, Message: err.Error()};
+// *messages.Error{Code: RefusalCode(err), Message: err.Error()};
 // a refused live message is dropped and the stream goes on (closing it
 // would close the connection, see the package doc).
 //
@@ -141,6 +141,9 @@ func (s *AuthorizerSlot) Authorize(peer messages.DeviceID, env messages.Envelope
 type Refusal struct {
 	Reason messages.Reason
 	Msg    string // for the log and the requester; empty: the reason
+	// Code is the messages.Error code a refused request is answered with
+	// (empty: messages.CodeUnauthorized).
+	Code string
 }
 
 func (r *Refusal) Error() string {
@@ -158,6 +161,16 @@ func RefusalReason(err error) messages.Reason {
 		return r.Reason
 	}
 	return messages.ReasonUnauthorized
+}
+
+// RefusalCode is the messages.Error code a request refused with err is
+// answered with: a *Refusal's own, messages.CodeUnauthorized otherwise.
+func RefusalCode(err error) string {
+	var r *Refusal
+	if errors.As(err, &r) && r.Code != "" {
+		return r.Code
+	}
+	return messages.CodeUnauthorized
 }
 
 // Errors shared by transports.

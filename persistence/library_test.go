@@ -290,3 +290,37 @@ func TestConcurrentUse(t *testing.T) {
 		t.Fatalf("%d entries", n)
 	}
 }
+
+// Ending a partnership removes the partner and records who ended it; a
+// new AddPartner forgets the record.
+func TestEndPartnership(t *testing.T) {
+	l := newLib(t, devR)
+	if err := l.AddPartner(Partner{Device: devA, Name: "A", SyncEnabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	was, err := l.EndPartnership(devA, "A", true)
+	if err != nil || !was {
+		t.Fatalf("end: %v %v", was, err)
+	}
+	if ps, _ := l.Partners(); len(ps) != 0 {
+		t.Fatalf("partners after the end: %+v", ps)
+	}
+	if was, err := l.EndPartnership(devB, "B", false); err != nil || was {
+		t.Fatalf("ending a non-partner: %v %v, want recorded, not an error", was, err)
+	}
+	ended, err := l.EndedPartnerships()
+	if err != nil || len(ended) != 2 {
+		t.Fatalf("ended: %+v %v", ended, err)
+	}
+	for _, e := range ended {
+		if (e.Device == devA) != e.BySelf {
+			t.Fatalf("ended %+v: by self should be true for A only", e)
+		}
+	}
+	if err := l.AddPartner(Partner{Device: devA, Name: "A", SyncEnabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	if ended, _ := l.EndedPartnerships(); len(ended) != 1 || ended[0].Device != devB {
+		t.Fatalf("after setting A up again: %+v", ended)
+	}
+}

@@ -29,13 +29,75 @@ func (l *Library) AddPartner(p Partner) error {
 	if !p.LastSyncAt.IsZero() {
 		last = p.LastSyncAt.UnixMilli()
 	}
-	err := l.w.exec(`INSERT INTO sync_partners (device, name, sync_enabled, added_at, last_sync_at) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (device) DO UPDATE SET name = excluded.name, sync_enabled = excluded.sync_enabled`,
-		p.Device, p.Name, p.SyncEnabled, p.AddedAt.UnixMilli(), last)
+	err := l.writeTx(nil, func(tx *txn) error {
+		if err := tx.c.exec(`INSERT INTO sync_partners (device, name, sync_enabled, added_at, last_sync_at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (device) DO UPDATE SET name = excluded.name, sync_enabled = excluded.sync_enabled`,
+			p.Device, p.Name, p.SyncEnabled, p.AddedAt.UnixMilli(), last); err != nil {
+			return err
+		}
+		return tx.c.exec(`DELETE FROM partnerships_ended WHERE device = ?`, p.Device)
+	})
 	if err != nil {
 		return fmt.Errorf("add partner %s: %w", p.Device, err)
 	}
 	return nil
+}
+
+// EndedPartnership is a partnership of this library that ended.
+type EndedPartnership struct {
+	Device messages.DeviceID
+	Name   string
+	// BySelf: this device removed the other (sync-remove); otherwise the
+	// other removed this one, or left the library.
+	BySelf bool
+	At     time.Time
+}
+
+// EndPartnership stops syncing with dev, as RemovePartner does, and
+// records who ended it. It is not an error if dev is no partner (any
+// more): the record is updated all the same. It reports whether dev was
+// one.
+func (l *Library) EndPartnership(dev messages.DeviceID, name string, bySelf bool) (bool, error) {
+	if dev.IsZero() {
+		return false, fmt.Errorf("end partnership: %w: zero device", ErrBadValue)
+	}
+	if err := l.lockWriter(); err != nil {
+		return false, err
+	}
+	defer l.mu.Unlock()
+	was := false
+	err := l.writeTx(nil, func(tx *txn) error {
+		if err := tx.c.exec(`DELETE FROM sync_partners WHERE device = ?`, dev); err != nil {
+			return err
+		}
+		was = tx.c.c.Changes() > 0
+		if err := tx.c.exec(`DELETE FROM partner_watermarks WHERE partner = ?`, dev); err != nil {
+			return err
+		}
+		return tx.c.exec(`INSERT INTO partnerships_ended (device, name, by_self, at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (device) DO UPDATE SET name = excluded.name, by_self = excluded.by_self, at = excluded.at`,
+			dev, name, bySelf, l.wall().UnixMilli())
+	})
+	if err != nil {
+		return false, fmt.Errorf("end partnership with %s: %w", dev, err)
+	}
+	return was, nil
+}
+
+// EndedPartnerships lists the partnerships of this library that ended.
+func (l *Library) EndedPartnerships() ([]EndedPartnership, error) {
+	var out []EndedPartnership
+	err := l.withReader(func(c *conn) error {
+		return c.query(`SELECT device, name, by_self, at FROM partnerships_ended ORDER BY at, device`, nil, func(s *sqlite3.Stmt) error {
+			out = append(out, EndedPartnership{Device: messages.DeviceID(columnUUID(s, 0)), Name: s.ColumnText(1),
+				BySelf: s.ColumnBool(2), At: time.UnixMilli(s.ColumnInt64(3))})
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ended partnerships: %w", err)
+	}
+	return out, nil
 }
 
 // RemovePartner forgets a sync partner (ErrNotFound if it is not one). Its

@@ -158,6 +158,15 @@ func migrate(c *conn, reg *Registry) error {
 // localTablesDDL creates local tables that schema 1 gained later; run at
 // every open.
 var localTablesDDL = []string{
+	// Partnerships of this library that ended: by_self 1 when this device
+	// removed the other (sync-remove), 0 when the other removed this one
+	// or left. A device this one removed is told so when it asks again; a
+	// new sync-setup with it forgets the row.
+	`CREATE TABLE IF NOT EXISTS partnerships_ended (
+		device BLOB PRIMARY KEY,
+		name TEXT NOT NULL DEFAULT '',
+		by_self INTEGER NOT NULL,
+		at INTEGER NOT NULL) WITHOUT ROWID`,
 	// What each sync partner reported holding (messages.WatermarkReport):
 	// kind 0 is device-owned state, 1 shared changes. Tombstones are pruned
 	// only below what every partner holds.

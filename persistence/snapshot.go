@@ -90,7 +90,7 @@ func (l *Library) resetAfterSnapshot(source messages.DeviceID) error {
 		}
 	}
 	return l.writeTx(nil, func(tx *txn) error {
-		for _, q := range []string{`DELETE FROM sync_partners`, `DELETE FROM partner_watermarks`, `DELETE FROM checkpoints`, `DELETE FROM failed_records`, `DELETE FROM entry_fs`} {
+		for _, q := range []string{`DELETE FROM sync_partners`, `DELETE FROM partner_watermarks`, `DELETE FROM checkpoints`, `DELETE FROM failed_records`, `DELETE FROM entry_fs`, `DELETE FROM partnerships_ended`} {
 			if err := tx.c.exec(q); err != nil {
 				return err
 			}

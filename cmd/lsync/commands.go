@@ -443,12 +443,14 @@ lacks it, and syncing starts at once.
 	remove := &cobra.Command{
 		Use:   "sync-remove LIB DEVICE",
 		Short: "Stop syncing a library with a device (for example a lost one)",
-		Long: `Stop syncing a library with one of its sync partners, on this device. Use it
-for a device that is gone for good: until it is removed, this device keeps
-the shared changes and delete records that device has not acknowledged,
-waiting for it to come back. The other device is not told; run the command
-on each device that syncs with it. DEVICE is an id (paired or not) or the
-exact name of a paired device.`,
+		Long: `Stop syncing a library with one of its sync partners. Use it for a device that
+is gone for good: until it is removed, this device keeps the shared changes
+and delete records that device has not acknowledged, waiting for it to come
+back. The other device is told: at once if it is connected, otherwise when
+it next asks this one for the library. It then stops too (it keeps its
+copy), and its sync status says "Removed by …" instead of retrying. Other
+devices that sync with it are not changed. A new sync-setup adds it again.
+DEVICE is an id (paired or not) or the exact name of a paired device.`,
 		Example: `  lsync network sync-remove "Family photos" 3f1c9a2e-0b7d-8e45-9a61-5c2f0e7d1b34`,
 		Args:    args(cobra.ExactArgs(2)),
 		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
@@ -457,7 +459,7 @@ exact name of a paired device.`,
 				return err
 			}
 			return g.output(r, func(w io.Writer) {
-				fmt.Fprintf(w, "Library %s no longer syncs with %s here\n", r["library"], r["device"])
+				fmt.Fprintf(w, "Library %s no longer syncs with %s; it is told now if connected, else when it next asks\n", r["library"], r["device"])
 			})
 		}),
 	}
@@ -1196,6 +1198,17 @@ func printStatus(w io.Writer, st *actors.Status) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	for _, r := range st.Removed {
+		who := r.ID.String()
+		if r.Name != "" {
+			who = fmt.Sprintf("%s (%s)", r.Name, r.ID)
+		}
+		if r.ByThisDevice {
+			fmt.Fprintf(w, "Removed here: %s at %s; it no longer syncs this library with this device\n", who, r.At)
+		} else {
+			fmt.Fprintf(w, "Removed by %s at %s: it no longer syncs this library with this device (it removed this one, or left the library; lsync network sync-setup sets it up again)\n", who, r.At)
+		}
+	}
 	if len(st.Peers) == 0 {
 		fmt.Fprintln(w, "No sync partners (add one with: lsync network sync-setup)")
 	} else {

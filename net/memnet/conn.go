@@ -320,7 +320,7 @@ func (e *endpoint) inbound(p *packet) (net.Inbound, bool) {
 		if aerr := e.t.Authorize(e.Peer(), env); aerr != nil {
 			e.refused(net.RefusalReason(aerr))
 			if p.kind == kindRequest {
-				_ = e.reply(p.call, env.Library, &messages.Error{Code: messages.CodeUnauthorized, Message: aerr.Error()})
+				_ = e.reply(p.call, env.Library, &messages.Error{Code: net.RefusalCode(aerr), Message: aerr.Error()})
 			}
 			return net.Inbound{}, false
 		}
