@@ -14,11 +14,12 @@ import (
 // catchUpActor brings this device up to date with one connected partner,
 // then reports to the library and stops:
 //
-//  1. device-owned state: for every owner we know of (and the peer), pages
-//     of rows and tombstones newer than our state watermark for that owner,
-//     in model dependency order (a statePager, as the join uses); after a
-//     complete scan the watermark rises to the one the peer reported at the
-//     start of the scan;
+//  1. device-owned state: for every owner either side knows of (the peer
+//     names the ones it holds first, StateOwnersRequest), pages of rows and
+//     tombstones newer than our state watermark for that owner, in model
+//     dependency order (a statePager, as the join uses); after a complete
+//     scan the watermark rises to the one the peer reported at the start
+//     of the scan;
 //  2. the peer's own shared log after our watermark for it, applied in HLC
 //     order through the chain check; if the peer pruned past our watermark,
 //     its shared state instead (a sharedPager, applied through the LWW rules).
@@ -46,7 +47,8 @@ type catchUpActor struct {
 type catchUpStage int
 
 const (
-	cuState    catchUpStage = iota // owners' device-owned rows
+	cuOwners   catchUpStage = iota // which owners the peer holds rows of, and up to where
+	cuState                        // owners' device-owned rows
 	cuLog                          // the peer's log
 	cuSnapshot                     // the peer's shared state, when its log was pruned past us
 	cuDone
@@ -63,10 +65,12 @@ func (j *catchUpActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		j.fetch = j.n.newFetcher(ctx, j.libID, nil)
-		if !j.sharedOnly {
-			j.owners = j.ownersToScan()
+		if j.sharedOnly {
+			j.stage = cuState // no owners: straight to the log
+			j.next(ctx)
+			return
 		}
-		j.next(ctx)
+		j.fetch.ask(j.conn, &messages.StateOwnersRequest{}, nil)
 	case *actor.Stopping:
 		j.fetch.stop()
 	case *answered:
@@ -81,11 +85,20 @@ func (j *catchUpActor) Receive(ctx actor.Context) {
 	}
 }
 
-// ownersToScan: the peer first, then every owner we know of, but us.
-func (j *catchUpActor) ownersToScan() []messages.DeviceID {
+// ownersToScan: the peer first, then every other owner either side holds
+// rows of (theirs: the owners the peer named), but us. Owners this device
+// has never heard of reach it this way through any common partner: a
+// device that joined through the peer, or one it is not paired with. (An
+// owner is scanned even when the peer's watermark for it is not above
+// ours: the peer may hold rows of it newer than its watermark, received
+// live, which is how they travel on through it.)
+func (j *catchUpActor) ownersToScan(theirs []messages.OriginWatermark) []messages.DeviceID {
 	owners, err := j.lib.Owners()
 	if err != nil {
 		j.n.log.Warn("list owners", "err", err)
+	}
+	for _, o := range theirs {
+		owners = append(owners, o.Origin)
 	}
 	seen := map[messages.DeviceID]bool{j.n.self: true}
 	var out []messages.DeviceID
@@ -126,6 +139,18 @@ func (j *catchUpActor) next(ctx actor.Context) {
 // answered applies one page and moves the job on.
 func (j *catchUpActor) answered(a *answered) error {
 	switch req := a.req.(type) {
+	case *messages.StateOwnersRequest:
+		// A peer that cannot say (an error) is scanned for the owners
+		// known here, as before it was asked.
+		var theirs []messages.OriginWatermark
+		if resp, err := expect[*messages.StateOwnersResponse](a); err == nil {
+			theirs = resp.Owners
+		} else {
+			j.n.log.Debug("owners held by the peer unknown; scanning those known here", "library", j.libID, "peer", j.peer, "err", err)
+		}
+		j.owners = j.ownersToScan(theirs)
+		j.stage = cuState
+		return nil
 	case *messages.StateRequest:
 		return j.statePage(a)
 	case *messages.SharedChangeRequest:

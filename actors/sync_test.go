@@ -11,6 +11,7 @@ import (
 	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net/memnet"
+	"github.com/lsync/lsync/persistence"
 )
 
 func mustUUID(t testing.TB, s any) messages.UUID {
@@ -438,5 +439,47 @@ func testPoisonInCatchUpPage(t *testing.T) {
 	testutil.Eventually(t, 5*time.Second, "a failed_records row", func() bool {
 		f, _ := c.libs[1].Store().Failures()
 		return len(f) == 1 && f[0].UUID == bad
+	})
+}
+
+// In a star (B and C each set up with A only, never with each other),
+// device-owned rows of C reach B through A: a catch-up asks the peer which
+// owners it holds rows of, so it scans owners this device has never heard
+// of. Before, B learnt of C's rows only through anti-entropy.
+func TestDeviceOwnedRowsTravelThroughACommonPartner(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		s := testSync()
+		s.CatchUpInterval = 30 * time.Second // the production period
+		c := buildCluster(t, 3, 46, s, settle)
+		ctx := ctxT(t)
+		lib, err := c.nodes[0].CreateLibrary(ctx, "Star")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.libs[0] = lib
+		for _, i := range []int{1, 2} {
+			if err := c.nodes[i].WaitConnected(ctx, c.devs[0]); err != nil {
+				t.Fatal(err)
+			}
+			if c.libs[i], err = c.nodes[i].SyncSetup(ctx, c.devs[0], lib.ID(), ActionRegisterOnly); err != nil {
+				t.Fatal(err)
+			}
+		}
+		es := addEntries(t, c, 2, 20) // on C
+		owned := func(i int) int {
+			n := 0
+			for _, r := range c.rows(i, persistence.ModelEntry) {
+				if r["device_uuid"] == c.devs[2].String() {
+					n++
+				}
+			}
+			return n
+		}
+		testutil.Eventually(t, time.Minute, "C's entries on A", func() bool { return owned(0) == len(es) })
+		// Within two catch-up periods: A's with C, then B's with A.
+		testutil.Eventually(t, 2*s.CatchUpInterval+time.Second, "C's entries on B, through A", func() bool { return owned(1) == len(es) })
+		if n := len(c.rows(1, persistence.ModelLocation)); n != 1 {
+			t.Fatalf("B has %d locations, want C's one", n)
+		}
 	})
 }
