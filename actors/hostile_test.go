@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -270,6 +271,45 @@ func TestAntiEntropyAsksAgainForWhatDidNotFit(t *testing.T) {
 		advance(time.Second) // a few more runs, which find nothing
 		if got := fetched(); got != float64(len(metas)) {
 			t.Fatalf("anti-entropy counted %v rows fetched for %d lost", got, len(metas))
+		}
+	})
+}
+
+// A partner whose anti-entropy answers fail shows why in sync status,
+// beside a catch-up that works.
+func TestAntiEntropyFailureShowsInStatus(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := newQuietPair(t, 47)
+		conn := impostor(t, c, 1)
+		go func() {
+			for {
+				in, err := conn.Recv(context.Background()) // ctxT's deadline passes in the 10 fake minutes
+				if err != nil {
+					return
+				}
+				if in.Reply == nil {
+					continue
+				}
+				switch r := in.Message.(type) {
+				case *messages.SharedChangeRequest:
+					_ = in.Reply(&messages.SharedChangeResponse{Origin: r.Origin})
+				case *messages.StateRequest:
+					_ = in.Reply(&messages.StateResponse{Owner: r.Owner})
+				default: // the owner list, which anti-entropy starts with
+					_ = in.Reply(&messages.Error{Code: messages.CodeInternal, Message: "fingerprints unavailable"})
+				}
+			}
+		}()
+		advance(SyncConfig{}.withDefaults().AntiEntropyInterval + time.Second)
+		st, err := c.libs[0].Status(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Peers) != 1 || !strings.Contains(st.Peers[0].AntiEntropyError, "fingerprints unavailable") || st.Peers[0].SyncError != "" {
+			t.Fatalf("peer status %+v, want the anti-entropy error and no sync error", st.Peers)
+		}
+		if got := c.nodes[0].Metrics().Value("lsync_antientropy_runs_total", map[string]string{"result": "failed"}); got < 1 {
+			t.Fatalf("failed anti-entropy runs counted: %v", got)
 		}
 	})
 }

@@ -27,6 +27,7 @@ type libraryActor struct {
 	peers    map[messages.DeviceID]*peerLink // connected devices (partners or not)
 	peerErr  map[messages.DeviceID]string    // why a partner is not connected, if a dial said
 	syncErr  map[messages.DeviceID]string    // why the last catch-up with a partner failed, until one succeeds
+	aeErr    map[messages.DeviceID]string    // why the last anti-entropy run with a partner failed, until one succeeds
 	partners map[messages.DeviceID]bool      // sync_partners, cached
 	removed  map[messages.DeviceID]bool      // devices this one removed (partnerships_ended, by self)
 	appliers map[string]*actor.PID           // model → applier; sharedApplier for shared models
@@ -144,6 +145,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.peers = map[messages.DeviceID]*peerLink{}
 	a.peerErr = map[messages.DeviceID]string{}
 	a.syncErr = map[messages.DeviceID]string{}
+	a.aeErr = map[messages.DeviceID]string{}
 	a.jobs = map[messages.DeviceID]*actor.PID{}
 	a.jobAgain = map[messages.DeviceID]bool{}
 	a.retry = map[messages.DeviceID]*backoff{}

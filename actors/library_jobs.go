@@ -209,6 +209,11 @@ func (a *libraryActor) onAntiEntropyDone(m *aeDone) {
 	}
 	a.n.metrics.aeRuns.WithLabelValues(result).Inc()
 	if m.err != nil {
+		a.aeErr[m.peer] = m.err.Error()
+	} else {
+		delete(a.aeErr, m.peer)
+	}
+	if m.err != nil {
 		a.n.log.Warn("anti-entropy failed", "library", a.id, "peer", m.peer, "err", m.err)
 	} else if m.fetched+m.deleted > 0 {
 		a.n.log.Info("anti-entropy repaired rows", "library", a.id, "peer", m.peer, "fetched", m.fetched, "deleted", m.deleted, "requests", m.requests)

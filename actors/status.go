@@ -48,6 +48,9 @@ type PeerStatus struct {
 	AckedUpTo string            `json:"acked_up_to,omitempty"` // of this device's log
 	LastError string            `json:"last_error,omitempty"`  // why it is not connected, if known
 	SyncError string            `json:"sync_error,omitempty"`  // why the last catch-up with it failed (until one succeeds)
+	// AntiEntropyError: why the last anti-entropy run with it failed
+	// (until one succeeds).
+	AntiEntropyError string `json:"antientropy_error,omitempty"`
 }
 
 // RemovedPartner is a partnership of the library that ended.
@@ -113,7 +116,8 @@ func (a *libraryActor) status() (*Status, error) {
 		return nil, err
 	}
 	for _, p := range partners {
-		ps := PeerStatus{ID: p.Device, Name: p.Name, LastError: a.peerErr[p.Device], SyncError: a.syncErr[p.Device]}
+		ps := PeerStatus{ID: p.Device, Name: p.Name, LastError: a.peerErr[p.Device], SyncError: a.syncErr[p.Device],
+			AntiEntropyError: a.aeErr[p.Device]}
 		if h, ok := acks[p.Device]; ok {
 			ps.AckedUpTo = h.String()
 		}

@@ -1216,8 +1216,11 @@ func printStatus(w io.Writer, st *actors.Status) {
 		fmt.Fprintln(tw, "PEER\tNAME\tCONNECTED\tRTT\tLAST SYNC\tACKED UP TO\tLAST ERROR")
 		for _, p := range st.Peers {
 			why := p.LastError
-			if p.SyncError != "" {
+			switch {
+			case p.SyncError != "":
 				why = "sync: " + p.SyncError
+			case p.AntiEntropyError != "" && why == "":
+				why = "anti-entropy: " + p.AntiEntropyError
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), dash(p.LastSync), dash(p.AckedUpTo), dash(why))
 		}
