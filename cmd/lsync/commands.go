@@ -694,6 +694,9 @@ resumes after a restart).`,
 					case l.Incomplete:
 						state = "incomplete " + l.Scan
 					}
+					if l.LastError != "" {
+						state += " (last scan failed: " + l.LastError + ")"
+					}
 					watched := "-"
 					if l.Own {
 						watched = "no"

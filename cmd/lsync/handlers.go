@@ -797,6 +797,7 @@ func hLocationList(ctx context.Context, s *server, lib *actors.Library, _ libArg
 				li.Missing = true
 			}
 			li.Watched = s.watch.watching(lib.ID(), u)
+			li.LastError = s.scanError(u)
 			li.SkipHidden = settings.of(lib.ID(), u).SkipHidden
 		}
 		out = append(out, li)

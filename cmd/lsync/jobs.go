@@ -85,6 +85,15 @@ func (s *server) startScan(loc messages.UUID, kind string, fn func(ctx context.C
 		j.res, j.err = fn(ctx, j.report)
 		s.jobsMu.Lock()
 		delete(s.jobs, loc)
+		if s.scanErrs == nil {
+			s.scanErrs = map[messages.UUID]string{}
+		}
+		switch {
+		case j.err == nil:
+			delete(s.scanErrs, loc)
+		case ctx.Err() == nil: // not stopped on purpose (a removal, the daemon stopping)
+			s.scanErrs[loc] = j.err.Error()
+		}
 		s.jobsMu.Unlock()
 		close(j.done)
 		if j.err != nil {
@@ -94,6 +103,13 @@ func (s *server) startScan(loc messages.UUID, kind string, fn func(ctx context.C
 		s.log.Info("location scan finished", "location", loc, "kind", kind, "seconds", time.Since(start).Seconds())
 	}()
 	return j, true
+}
+
+// scanError is why the last scan of loc failed ("" if it did not).
+func (s *server) scanError(loc messages.UUID) string {
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
+	return s.scanErrs[loc]
 }
 
 // runningScan is the job running on loc, or nil.

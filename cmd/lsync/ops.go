@@ -203,6 +203,7 @@ type locationInfo struct {
 	Running    bool   `json:"scanning,omitempty"`       // it is running now
 	Watched    bool   `json:"watched,omitempty"`        // this device follows its folder (own locations)
 	Missing    bool   `json:"folder_missing,omitempty"` // its folder is not there (own locations): entries kept
+	LastError  string `json:"last_error,omitempty"`     // why its last index or rescan failed, until one succeeds
 	SkipHidden bool   `json:"skip_hidden,omitempty"`
 }
 

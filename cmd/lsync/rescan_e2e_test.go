@@ -429,3 +429,38 @@ func TestE2ELocationUnreadableFolder(t *testing.T) {
 		t.Fatalf("location list %+v", ls)
 	}
 }
+
+// An index killed with its daemon whose folder is gone by the next start:
+// the resumed scan fails, and location list says why (and keeps the
+// entries indexed so far) instead of only logging it.
+func TestE2EFailedScanShowsInLocationList(t *testing.T) {
+	needBinary(t)
+	a := startDaemon(t, "A", scanPauseEnv+"=150ms")
+	var lib libraryInfo
+	a.mustJSON(&lib, "library", "create", "Photos")
+	root, n := makeTree(t, 4, 300)
+	cmd := exec.Command(lsyncBin, "--home", a.home, "location", "add", lib.UUID, root, "--index", "--no-watch")
+	background(t, cmd)
+	var l locationInfo
+	testutil.Eventually(t, 30*time.Second, "the index to start", func() bool {
+		ls := locations(a, lib.UUID)
+		if len(ls) == 1 {
+			l = ls[0]
+		}
+		return len(ls) == 1 && ls[0].Entries > 0 && ls[0].Incomplete
+	})
+	a.kill9()
+	must(t, os.RemoveAll(root))
+	a.start("127.0.0.1:0")
+	testutil.Eventually(t, 30*time.Second, "the resumed scan to fail and say so", func() bool {
+		ls := locations(a, lib.UUID)
+		return len(ls) == 1 && strings.Contains(ls[0].LastError, "no such file") && ls[0].Missing
+	})
+	ls := locations(a, lib.UUID)
+	if ls[0].Entries == 0 || ls[0].Entries >= n || !ls[0].Incomplete {
+		t.Fatalf("after the failed resume: %+v (had %d of %d entries)", ls[0], l.Entries, n)
+	}
+	if out := a.mustRun("location", "list", lib.UUID); !strings.Contains(out, "last scan failed") {
+		t.Fatalf("location list does not say the scan failed:\n%s", out)
+	}
+}

@@ -271,8 +271,9 @@ type server struct {
 
 	wg sync.WaitGroup // requests and scan jobs
 
-	jobsMu sync.Mutex
-	jobs   map[messages.UUID]*scanJob // running scans, by location
+	jobsMu   sync.Mutex
+	jobs     map[messages.UUID]*scanJob // running scans, by location
+	scanErrs map[messages.UUID]string   // why the last scan of a location failed, until one succeeds
 
 	watch *follower // the locations of this device, followed on disk
 }
