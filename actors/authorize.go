@@ -68,7 +68,7 @@ func (t *authTable) authorize(peer messages.DeviceID, lib messages.LibraryID, ty
 	if lib.IsZero() {
 		switch typ {
 		case messages.TypePing, messages.TypePong, messages.TypeLibraryListRequest, messages.TypeSyncSetupRequest,
-			messages.TypeSyncLeaveRequest:
+			messages.TypeSyncLeaveRequest, messages.TypeAddressBookRequest:
 			return nil
 		}
 		return &net.Refusal{Reason: messages.ReasonUnexpected, Msg: fmt.Sprintf("%s is not a node-level message", typ)}

@@ -1,11 +1,13 @@
 package actors
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -32,6 +34,7 @@ type nodeActor struct {
 	openErrs  map[messages.LibraryID]string // why a library failed to open
 	closing   map[string]closingLibrary     // library actor id → what to finish when it has stopped
 	snapJoins map[messages.LibraryID]*snapshotJoin
+	lookups   map[messages.DeviceID]bool // address lookups running, by device looked for
 }
 
 // closingLibrary is a library whose actor is stopping: its store closes
@@ -73,6 +76,11 @@ func (na *nodeActor) Receive(ctx actor.Context) {
 		for _, pid := range na.libs {
 			ctx.Send(pid, m)
 		}
+		na.lookupAddr(ctx, m.dev)
+	case *addrFound:
+		na.onAddrFound(ctx, m)
+	case *addrLookupDone:
+		delete(na.lookups, m.dev)
 	case *peerAdded:
 		if _, ok := na.peers[m.dev]; !ok {
 			na.peer(ctx, m.dev)
@@ -371,6 +379,8 @@ func (na *nodeActor) onRequest(ctx actor.Context, m *inboundMsg) {
 		return
 	}
 	switch req := m.msg.(type) {
+	case *messages.AddressBookRequest:
+		answerPeer(na.n, m.from, m.reply, na.addressBook(m.from, req.Devices), m.credit)
 	case *messages.LibraryListRequest:
 		resp := &messages.LibraryListResponse{}
 		for id, h := range na.handles {
@@ -404,5 +414,96 @@ func (na *nodeActor) onRequest(ctx actor.Context, m *inboundMsg) {
 			return
 		}
 		ctx.Send(pid, &leavePartner{from: m.from, reply: m.reply, credit: m.credit})
+	}
+}
+
+// maxAddressEntries bounds an address-book answer.
+const maxAddressEntries = 256
+
+// addressBook answers a paired device's AddressBookRequest: where this
+// node last saw each asked device it is paired with (not the asker).
+func (na *nodeActor) addressBook(from messages.DeviceID, devs []messages.DeviceID) *messages.AddressBookResponse {
+	resp := &messages.AddressBookResponse{}
+	for _, d := range devs {
+		if len(resp.Entries) == maxAddressEntries {
+			break
+		}
+		if d == from || d == na.n.self {
+			continue
+		}
+		if addr, ok := na.dir.Addr(d); ok {
+			resp.Entries = append(resp.Entries, messages.AddressEntry{Device: d, Addr: addr})
+		}
+	}
+	return resp
+}
+
+// addrSetter is a Directory that can record an address learnt from
+// another device (the QUIC one; memnet's is fixed).
+type addrSetter interface {
+	SetAddr(dev messages.DeviceID, addr string) error
+}
+
+// lookupAddr asks the connected devices, off the actor, where they last
+// saw dev, which this node failed to reach: a device whose address
+// changed while it was away is found again through any device it has
+// reached since (issue 11). One lookup per device at a time.
+func (na *nodeActor) lookupAddr(ctx actor.Context, dev messages.DeviceID) {
+	if _, ok := na.dir.(addrSetter); !ok || na.lookups[dev] || na.connected[dev] != nil {
+		return
+	}
+	var conns []net.Conn
+	for d, pc := range na.connected {
+		if d != dev {
+			conns = append(conns, pc.conn)
+		}
+	}
+	if len(conns) == 0 {
+		return
+	}
+	if na.lookups == nil {
+		na.lookups = map[messages.DeviceID]bool{}
+	}
+	na.lookups[dev] = true
+	known, _ := na.dir.Addr(dev)
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	go func() {
+		defer root.Send(self, &addrLookupDone{dev: dev})
+		seen := map[string]bool{known: true}
+		for _, c := range conns {
+			rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			m, err := c.Request(rctx, messages.LibraryID{}, &messages.AddressBookRequest{Devices: []messages.DeviceID{dev}})
+			cancel()
+			resp, ok := m.(*messages.AddressBookResponse)
+			if err != nil || !ok {
+				continue
+			}
+			for _, e := range resp.Entries {
+				if e.Device == dev && e.Addr != "" && !seen[e.Addr] {
+					seen[e.Addr] = true
+					root.Send(self, &addrFound{dev: dev, addr: e.Addr})
+				}
+			}
+		}
+	}()
+}
+
+// onAddrFound records an address another device saw dev at, unless dev
+// is connected meanwhile, and dials it there.
+func (na *nodeActor) onAddrFound(ctx actor.Context, m *addrFound) {
+	if na.connected[m.dev] != nil {
+		return
+	}
+	set, ok := na.dir.(addrSetter)
+	if !ok {
+		return
+	}
+	if err := set.SetAddr(m.dev, m.addr); err != nil {
+		na.n.log.Warn("record a learnt address", "peer", m.dev, "addr", m.addr, "err", err)
+		return
+	}
+	na.n.log.Info("learnt a paired device's new address from another device", "peer", m.dev, "addr", m.addr)
+	if pid, ok := na.peers[m.dev]; ok {
+		ctx.Send(pid, &redial{})
 	}
 }

@@ -70,6 +70,8 @@ func (p *peerActor) Receive(ctx actor.Context) {
 		p.ended(ctx, m)
 	case *dialNow:
 		p.dial(ctx, m.gen)
+	case *redial:
+		p.dial(ctx, p.gen)
 	case *dialed:
 		p.onDialed(ctx, m)
 	case *inboundMsg:
@@ -290,7 +292,7 @@ func (p *peerActor) route(ctx actor.Context, m *inboundMsg) {
 		switch msg := m.msg.(type) {
 		case *messages.Ping:
 			answerPeer(p.n, p.dev, m.reply, &messages.Pong{Nonce: msg.Nonce, SentAt: msg.SentAt}, m.credit)
-		case *messages.LibraryListRequest, *messages.SyncSetupRequest, *messages.SyncLeaveRequest:
+		case *messages.LibraryListRequest, *messages.SyncSetupRequest, *messages.SyncLeaveRequest, *messages.AddressBookRequest:
 			ctx.Send(p.node, m)
 		default:
 			p.n.reject(messages.ReasonUnexpected, "from", p.dev, "type", m.msg.MessageType())

@@ -34,6 +34,19 @@ type connEnded struct {
 	err  error
 }
 
+// redial asks the peer actor to dial now, unless it is connected or
+// dialing: an address was learnt for it.
+type redial struct{}
+
+// addrFound: a paired device saw dev at addr since this node last reached it.
+type addrFound struct {
+	dev  messages.DeviceID
+	addr string
+}
+
+// addrLookupDone ends a lookup of dev's address.
+type addrLookupDone struct{ dev messages.DeviceID }
+
 // dialNow asks the peer actor to dial (after a back-off wait); gen
 // invalidates stale timers.
 type dialNow struct{ gen int }

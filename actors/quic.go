@@ -35,6 +35,11 @@ func (d peerDirectory) Addr(dev messages.DeviceID) (string, bool) {
 	return p.Addr, ok && p.Addr != ""
 }
 
+// SetAddr records an address learnt for dev from another paired device.
+func (d peerDirectory) SetAddr(dev messages.DeviceID, addr string) error {
+	return d.store.SetAddr(dev, addr)
+}
+
 func (d peerDirectory) Name(dev messages.DeviceID) string {
 	p, _ := d.store.Get(dev)
 	return p.Name

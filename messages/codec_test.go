@@ -49,6 +49,8 @@ func sampleMessages() []Message {
 		&StateOwnersRequest{},
 		&SyncLeaveRequest{Library: lib, Device: DeviceID(devB)},
 		&SyncLeaveResponse{Library: lib, Device: DeviceID(devA)},
+		&AddressBookRequest{Devices: []DeviceID{DeviceID(devA), DeviceID(devB)}},
+		&AddressBookResponse{Entries: []AddressEntry{{Device: DeviceID(devA), Addr: "192.0.2.7:7700"}}},
 		&WatermarkReport{State: []OriginWatermark{{Origin: DeviceID(devA), HLC: h1}}, Shared: []OriginWatermark{{Origin: DeviceID(devB), HLC: h2}}},
 		&StateOwnersResponse{Owners: []OriginWatermark{{Origin: DeviceID(devA), HLC: h1}}, Rows: 1_331_450},
 	}

@@ -50,6 +50,8 @@ const (
 	TypeWatermarkReport      Type = 27
 	TypeSyncLeaveRequest     Type = 28
 	TypeSyncLeaveResponse    Type = 29
+	TypeAddressBookRequest   Type = 30
+	TypeAddressBookResponse  Type = 31
 )
 
 // typeTable is the one list the codec derives everything per type from:
@@ -86,6 +88,8 @@ var typeTable = [...]typeInfo{
 	TypeWatermarkReport:      row[WatermarkReport]("watermark_report", 0),
 	TypeSyncLeaveRequest:     row[SyncLeaveRequest]("sync_leave_request", 0),
 	TypeSyncLeaveResponse:    row[SyncLeaveResponse]("sync_leave_response", 0),
+	TypeAddressBookRequest:   row[AddressBookRequest]("address_book_request", 0),
+	TypeAddressBookResponse:  row[AddressBookResponse]("address_book_response", 0),
 }
 
 // typeInfo is one row of typeTable.
@@ -552,6 +556,28 @@ type SyncLeaveRequest struct {
 	Device   DeviceID
 }
 
+// AddressBookRequest asks a paired device for the addresses it last saw
+// Devices at: a device whose address changed (a new network, a new port)
+// is found again through any device it has reached since.
+type AddressBookRequest struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Devices  []DeviceID
+}
+
+// AddressEntry is where a device was last seen.
+type AddressEntry struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Device   DeviceID
+	Addr     string
+}
+
+// AddressBookResponse answers with the devices of the request that the
+// responder is paired with and has an address for.
+type AddressBookResponse struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Entries  []AddressEntry
+}
+
 // SyncLeaveResponse confirms that the sender no longer syncs Library with
 // the requester.
 type SyncLeaveResponse struct {
@@ -589,3 +615,5 @@ func (*StateOwnersResponse) MessageType() Type  { return TypeStateOwnersResponse
 func (*WatermarkReport) MessageType() Type      { return TypeWatermarkReport }
 func (*SyncLeaveRequest) MessageType() Type     { return TypeSyncLeaveRequest }
 func (*SyncLeaveResponse) MessageType() Type    { return TypeSyncLeaveResponse }
+func (*AddressBookRequest) MessageType() Type   { return TypeAddressBookRequest }
+func (*AddressBookResponse) MessageType() Type  { return TypeAddressBookResponse }
