@@ -234,7 +234,7 @@ retried records are applied by the ordinary, HLC-ordered rules.`,
 				printRetry(w, rep.Retry)
 			})
 		}),
-	}, newLibraryRenameCmd(g), newLibraryDeleteCmd(g))
+	}, newLibraryRenameCmd(g), newLibraryDeleteCmd(g), newLibraryMembersCmd(g))
 	return cmd
 }
 

@@ -348,3 +348,49 @@ func shortID(id string) string {
 	}
 	return id
 }
+
+func newLibraryMembersCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "members LIB",
+		Short: "List the devices of a library, with last contact and how complete each is here",
+		Long: `List every device the library knows of on this device: the devices with rows
+in it, this device's sync partners (connected or not, and when the last
+complete catch-up with each ended), and partnerships that ended. COMPLETE
+UP TO is the time up to which this device holds every row of that device
+(the older of its state and shared-log watermarks; an idle device's stays at
+its last write); "-" when none of it is known complete yet. The rows of a device that is not a partner
+reach this one through partners' catch-ups; its tags, albums and other
+shared changes do not travel through partners yet.`,
+		Example: `  lsync library members "Family photos"
+  lsync --json library members 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
+			var ms []memberInfo
+			if err := g.callInto(cmd.Context(), opMembers, libArgs{Lib: a[0]}, &ms); err != nil {
+				return err
+			}
+			return g.output(ms, func(w io.Writer) {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "DEVICE\tNAME\tPARTNER\tCONNECTED\tLAST SYNC\tCOMPLETE UP TO")
+				for _, m := range ms {
+					name := dash(m.Name)
+					if m.Self {
+						name += " (this device)"
+					}
+					partner := yesNo(m.Partner)
+					switch m.Removed {
+					case "by_this_device":
+						partner = "removed here"
+					case "by_it":
+						partner = "removed by it"
+					}
+					if m.Self {
+						partner = "-"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, name, partner, yesNo(m.Connected), dash(m.LastSync), dash(m.CompleteUpTo))
+				}
+				tw.Flush()
+			})
+		}),
+	}
+}

@@ -45,6 +45,7 @@ func init() {
 		opLocationList:  libHandler(hLocationList),
 		opLocationRm:    libHandler(hLocationRemove),
 		opLocationSet:   libHandler(hLocationSet),
+		opMembers:       libHandler(hMembers),
 		opTagCreate:     libHandler(hTagCreate),
 		opTagApply:      hTagEntry(true),
 		opAlbumCreate:   libHandler(hAlbumCreate),

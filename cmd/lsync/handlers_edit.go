@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lsync/lsync/actors"
@@ -313,5 +314,89 @@ func hLog(ctx context.Context, s *server, lib *actors.Library, a logArgs, _ func
 	if a.Limit > 0 && len(out) > a.Limit {
 		out = out[:a.Limit]
 	}
+	return out, nil
+}
+
+// hMembers lists every device the library knows of: the devices with a
+// row in it (each device writes its own on joining), its sync partners
+// and the partnerships that ended, with what this device holds of each.
+func hMembers(ctx context.Context, s *server, lib *actors.Library, _ libArgs, _ func(any)) (any, error) {
+	st, err := lib.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names, err := deviceNames(ctx, lib)
+	if err != nil {
+		return nil, err
+	}
+	stateWM, err := lib.Store().StateWatermarks()
+	if err != nil {
+		return nil, err
+	}
+	sharedWM, err := lib.Store().SharedWatermarks()
+	if err != nil {
+		return nil, err
+	}
+	self := s.node.ID().String()
+	byID := map[string]*memberInfo{}
+	member := func(id string) *memberInfo {
+		m := byID[id]
+		if m == nil {
+			m = &memberInfo{ID: id, Name: names[id], Self: id == self}
+			byID[id] = m
+		}
+		return m
+	}
+	for id := range names {
+		member(id)
+	}
+	for _, p := range st.Peers {
+		m := member(p.ID.String())
+		m.Partner, m.Connected, m.LastSync = true, p.Connected, p.LastSync
+		if m.Name == "" {
+			m.Name = p.Name
+		}
+	}
+	for _, r := range st.Removed {
+		m := member(r.ID.String())
+		m.Removed = "by_it"
+		if r.ByThisDevice {
+			m.Removed = "by_this_device"
+		}
+	}
+	// The oldest of a device's watermarks is how far its rows are known
+	// complete here.
+	complete := map[string]time.Time{}
+	note := func(wms []messages.OriginWatermark, set func(*memberInfo, string)) {
+		for _, w := range wms {
+			if w.HLC.IsZero() {
+				continue
+			}
+			id := w.Origin.String()
+			set(member(id), w.HLC.String())
+			t := time.UnixMilli(int64(w.HLC.Timestamp))
+			if c, ok := complete[id]; !ok || t.Before(c) {
+				complete[id] = t
+			}
+		}
+	}
+	note(stateWM, func(m *memberInfo, h string) { m.StateUpTo = h })
+	note(sharedWM, func(m *memberInfo, h string) { m.SharedUpTo = h })
+	out := make([]memberInfo, 0, len(byID))
+	for id, m := range byID {
+		if c, ok := complete[id]; ok && !m.Self {
+			m.CompleteUpTo = c.UTC().Format(time.RFC3339)
+		}
+		out = append(out, *m)
+	}
+	slices.SortFunc(out, func(a, b memberInfo) int {
+		if a.Self != b.Self {
+			if a.Self {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.ID, b.ID))
+	})
 	return out, nil
 }

@@ -27,6 +27,7 @@ const (
 	opLocationList  = "location.list"
 	opLocationRm    = "location.remove"
 	opLocationSet   = "location.set"
+	opMembers       = "library.members"
 	opTagCreate     = "tag.create"
 	opTagApply      = "tag.apply"
 	opAlbumCreate   = "album.create"
@@ -451,4 +452,21 @@ func decodeArgs[T any](raw json.RawMessage) (T, error) {
 	}
 	err := json.Unmarshal(raw, &v)
 	return v, err
+}
+
+// memberInfo is one device of a library as `library members` shows it.
+type memberInfo struct {
+	ID         string `json:"id"`
+	Name       string `json:"name,omitempty"`
+	Self       bool   `json:"self,omitempty"`
+	Partner    bool   `json:"partner"`             // this device syncs the library with it directly
+	Connected  bool   `json:"connected,omitempty"` // now
+	LastSync   string `json:"last_sync,omitempty"` // the last complete catch-up with it (partners)
+	Removed    string `json:"removed,omitempty"`   // "by_this_device" or "by_it": the partnership ended
+	StateUpTo  string `json:"state_up_to,omitempty"`
+	SharedUpTo string `json:"shared_up_to,omitempty"`
+	// CompleteUpTo: up to when this device's copy of its rows is known to
+	// be complete (the older of its two watermarks; RFC 3339), "" when
+	// nothing of it is yet. An idle device's stays at its last write.
+	CompleteUpTo string `json:"complete_up_to,omitempty"`
 }

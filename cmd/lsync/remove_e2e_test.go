@@ -47,6 +47,18 @@ func TestE2ESyncRemoveIsTwoSided(t *testing.T) {
 		})
 	}
 
+	// library members on A: itself, and B and C as connected partners.
+	var ms []memberInfo
+	a.mustJSON(&ms, "library", "members", lib)
+	seen := map[string]memberInfo{}
+	for _, m := range ms {
+		seen[m.ID] = m
+	}
+	if len(ms) != 3 || !seen[a.id].Self || !seen[b.id].Partner || !seen[b.id].Connected || !seen[c.id].Partner || seen[c.id].Name != "C" ||
+		seen[b.id].CompleteUpTo == "" {
+		t.Fatalf("library members on A: %+v", ms)
+	}
+
 	// B is connected: told at once.
 	out := a.mustRun("network", "sync-remove", lib, "B")
 	if !strings.Contains(out, "told now if connected") {
@@ -61,6 +73,15 @@ func TestE2ESyncRemoveIsTwoSided(t *testing.T) {
 	}
 	if r, ok := removedEntry(syncStatus(a, lib), b.id); !ok || !r.ByThisDevice {
 		t.Fatalf("A's status does not say it removed B: %+v", syncStatus(a, lib).Removed)
+	}
+	a.mustJSON(&ms, "library", "members", lib)
+	for _, m := range ms {
+		if m.ID == b.id && (m.Partner || m.Removed != "by_this_device") {
+			t.Fatalf("library members on A after removing B: %+v", m)
+		}
+	}
+	if out := a.mustRun("library", "members", lib); !strings.Contains(out, "removed here") {
+		t.Fatalf("library members text:\n%s", out)
 	}
 	if text := b.mustRun("sync", "status", lib); !strings.Contains(text, "Removed by A") {
 		t.Fatalf("B's status text does not say who removed it:\n%s", text)
