@@ -42,7 +42,7 @@ var lsyncBin string
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
-		goleak.VerifyTestMain(m)
+		goleak.VerifyTestMain(m, testutil.ProtoactorGoroutines()...)
 		return
 	}
 	dir, err := os.MkdirTemp("", "lsync-e2e-bin-")
@@ -72,10 +72,10 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(m, append(testutil.ProtoactorGoroutines(), goleak.Cleanup(func(code int) {
 		os.RemoveAll(dir)
 		os.Exit(code)
-	}))
+	}))...)
 }
 
 func needBinary(t *testing.T) {
