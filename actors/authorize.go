@@ -28,25 +28,26 @@ func newAuthTable() *authTable {
 // setRemoved records the devices lib removed: they are answered
 // CodeRemoved, so they stop asking instead of retrying.
 func (t *authTable) setRemoved(lib messages.LibraryID, removed map[messages.DeviceID]bool) {
-	cp := make(map[messages.DeviceID]bool, len(removed))
-	for d, ok := range removed {
-		if ok {
-			cp[d] = true
-		}
-	}
+	cp := trueKeys(removed)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.removed[lib] = cp
 }
 
-// setPartners records lib's partners (lib is open); nil removes lib.
-func (t *authTable) setPartners(lib messages.LibraryID, partners map[messages.DeviceID]bool) {
-	cp := make(map[messages.DeviceID]bool, len(partners))
-	for d, ok := range partners {
+// trueKeys copies the devices set to true in m.
+func trueKeys(m map[messages.DeviceID]bool) map[messages.DeviceID]bool {
+	cp := make(map[messages.DeviceID]bool, len(m))
+	for d, ok := range m {
 		if ok {
 			cp[d] = true
 		}
 	}
+	return cp
+}
+
+// setPartners records lib's partners (lib is open); nil removes lib.
+func (t *authTable) setPartners(lib messages.LibraryID, partners map[messages.DeviceID]bool) {
+	cp := trueKeys(partners)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if partners == nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/lsync/lsync/internal/fspath"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
 )
@@ -106,7 +107,7 @@ func (l *Library) RescanLocation(ctx context.Context, location messages.UUID, op
 	scope := root
 	if opt.Subtree != "" {
 		scope = filepath.Clean(opt.Subtree)
-		if !filepath.IsAbs(scope) || !underOrAt(root, scope) {
+		if !filepath.IsAbs(scope) || !fspath.Within(root, scope) {
 			return RescanResult{}, fmt.Errorf("rescan: %s is not under the location's folder %s", opt.Subtree, root)
 		}
 	}
@@ -158,11 +159,6 @@ func (l *Library) ownLocationPath(location messages.UUID) (string, error) {
 		return "", fmt.Errorf("location %s has no path", location)
 	}
 	return filepath.Clean(p), nil
-}
-
-// underOrAt reports whether p is root or inside it (both clean).
-func underOrAt(root, p string) bool {
-	return p == root || strings.HasPrefix(p, strings.TrimSuffix(root, "/")+"/")
 }
 
 // storedEnt is a stored entry during a rescan.

@@ -395,6 +395,23 @@ func healthy(role string, s scanState) error {
 	return nil
 }
 
+// finishPair checks that neither node keeps a parked or failed record,
+// then stops both.
+func finishPair(ctx context.Context, owner, partner *scanProc) error {
+	os_, err := owner.state(ctx, false)
+	if err != nil {
+		return err
+	}
+	ps, err := partner.state(ctx, false)
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(healthy("owner", os_), healthy("partner", ps)); err != nil {
+		return err
+	}
+	return errors.Join(owner.stop(ctx), partner.stop(ctx))
+}
+
 // runRescanChanges: two nodes, a fresh tree, 1% of it changed, a rescan.
 func runRescanChanges(ctx context.Context, o *options, dir string, logf func(string, ...any)) (*scanResult, error) {
 	p := treeParams{Files: o.changesFiles, Seed: o.seed}
@@ -451,18 +468,7 @@ func runRescanChanges(ctx context.Context, o *options, dir string, logf func(str
 	if !rescanEqual(rr, want) {
 		return res, fmt.Errorf("rescan: %+v, want %+v", rr, want)
 	}
-	os_, err := owner.state(ctx, false)
-	if err != nil {
-		return res, err
-	}
-	ps, err := partner.state(ctx, false)
-	if err != nil {
-		return res, err
-	}
-	if err := errors.Join(healthy("owner", os_), healthy("partner", ps)); err != nil {
-		return res, err
-	}
-	if err := errors.Join(owner.stop(ctx), partner.stop(ctx)); err != nil {
+	if err := finishPair(ctx, owner, partner); err != nil {
 		return res, err
 	}
 	res.OwnerRSSMB, res.PartnerRSSMB = owner.res.PeakRSSMB, partner.res.PeakRSSMB
@@ -545,18 +551,7 @@ func runRemoveLocation(ctx context.Context, o *options, dir string, logf func(st
 			res.CatchUpMsgs[t] = d
 		}
 	}
-	os_, err := owner.state(ctx, false)
-	if err != nil {
-		return res, err
-	}
-	ps, err := partner.state(ctx, false)
-	if err != nil {
-		return res, err
-	}
-	if err := errors.Join(healthy("owner", os_), healthy("partner", ps)); err != nil {
-		return res, err
-	}
-	if err := errors.Join(owner.stop(ctx), partner.stop(ctx)); err != nil {
+	if err := finishPair(ctx, owner, partner); err != nil {
 		return res, err
 	}
 	res.OwnerRSSMB, res.PartnerRSSMB = owner.res.PeakRSSMB, max(pres.PeakRSSMB, partner.res.PeakRSSMB)

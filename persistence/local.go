@@ -66,12 +66,8 @@ func (l *Library) EndPartnership(dev messages.DeviceID, name string, bySelf bool
 	}
 	defer l.mu.Unlock()
 	was := false
-	err := l.writeTx(nil, func(tx *txn) error {
-		if err := tx.c.exec(`DELETE FROM sync_partners WHERE device = ?`, dev); err != nil {
-			return err
-		}
-		was = tx.c.c.Changes() > 0
-		if err := tx.c.exec(`DELETE FROM partner_watermarks WHERE partner = ?`, dev); err != nil {
+	err := l.writeTx(nil, func(tx *txn) (err error) {
+		if was, err = tx.dropPartner(dev); err != nil {
 			return err
 		}
 		return tx.c.exec(`INSERT INTO partnerships_ended (device, name, by_self, at) VALUES (?, ?, ?, ?)
@@ -107,16 +103,28 @@ func (l *Library) RemovePartner(dev messages.DeviceID) error {
 		return err
 	}
 	defer l.mu.Unlock()
-	if err := l.w.exec(`DELETE FROM sync_partners WHERE device = ?`, dev); err != nil {
+	was := false
+	err := l.writeTx(nil, func(tx *txn) (err error) {
+		was, err = tx.dropPartner(dev)
+		return err
+	})
+	switch {
+	case err != nil:
 		return fmt.Errorf("remove partner %s: %w", dev, err)
-	}
-	if l.w.c.Changes() == 0 {
+	case !was:
 		return fmt.Errorf("remove partner %s: %w", dev, ErrNotFound)
 	}
-	if err := l.w.exec(`DELETE FROM partner_watermarks WHERE partner = ?`, dev); err != nil {
-		return fmt.Errorf("remove partner %s: %w", dev, err)
-	}
 	return nil
+}
+
+// dropPartner forgets partner dev and what it reported holding; was says
+// whether it was one.
+func (tx *txn) dropPartner(dev messages.DeviceID) (was bool, err error) {
+	if err := tx.c.exec(`DELETE FROM sync_partners WHERE device = ?`, dev); err != nil {
+		return false, err
+	}
+	was = tx.c.c.Changes() > 0
+	return was, tx.c.exec(`DELETE FROM partner_watermarks WHERE partner = ?`, dev)
 }
 
 // RecordPartnerWatermarks stores what partner reported holding, per origin,

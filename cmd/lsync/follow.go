@@ -292,16 +292,6 @@ func (f *follower) stopAll() {
 	// A watcher made while stopping is closed by its goroutine.
 }
 
-// wait waits for the follower's goroutines, at most d.
-func (f *follower) wait(d time.Duration) {
-	done := make(chan struct{})
-	go func() { f.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(d):
-	}
-}
-
 // locSettings are this device's settings of one of its locations.
 type locSettings struct {
 	NoWatch    bool `json:"no_watch,omitempty"`

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lsync/lsync/actors"
+	"github.com/lsync/lsync/internal/fspath"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
 )
@@ -524,11 +525,11 @@ func hLocationAdd(ctx context.Context, s *server, lib *actors.Library, a locatio
 		case l.path == path:
 			return nil, fmt.Errorf("%s is already location %q (%s) of this device: to bring its entries up to date run: lsync location rescan %s %s",
 				path, l.name, l.uuid, lib.ID(), l.uuid)
-		case underOrAt(l.path, path):
+		case fspath.Within(l.path, path):
 			// Nested locations would hold the same files twice.
 			return nil, fmt.Errorf("%s is inside location %q (%s) of this device, whose entries hold it already: to bring it up to date run: lsync location rescan %s %s",
 				path, l.name, l.path, lib.ID(), path)
-		case underOrAt(path, l.path):
+		case fspath.Within(path, l.path):
 			return nil, fmt.Errorf("%s holds location %q (%s) of this device: remove that one first (lsync location remove %s %s), or add another folder",
 				path, l.name, l.path, lib.ID(), l.uuid)
 		}
@@ -615,11 +616,6 @@ func ownLocations(ctx context.Context, lib *actors.Library) ([]ownLoc, error) {
 	return out, nil
 }
 
-// underOrAt says whether p is dir or lies under it (both clean).
-func underOrAt(dir, p string) bool {
-	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
-}
-
 // deviceNames maps the library's devices' uuids to their names.
 func deviceNames(ctx context.Context, lib *actors.Library) (map[string]string, error) {
 	devs, err := lib.Query(ctx, persistence.ModelDevice)
@@ -679,7 +675,7 @@ func resolveLocation(ctx context.Context, lib *actors.Library, a locationArgs, i
 	path := filepath.Clean(a.Path)
 	best := -1
 	for i, l := range locs {
-		if l.path == path || inside && strings.HasPrefix(path, strings.TrimSuffix(l.path, "/")+"/") {
+		if l.path == path || inside && fspath.Within(l.path, path) {
 			if best < 0 || len(l.path) > len(locs[best].path) {
 				best = i
 			}

@@ -158,8 +158,7 @@ func TestE2ELocationRescan(t *testing.T) {
 	for _, d := range []*daemon{a, b} {
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			var st actors.Status // afresh: decoding into a used map keeps its old keys
-			d.mustJSON(&st, "sync", "status", lib)
+			st := syncStatus(d, lib) // afresh: decoding into a used map keeps its old keys
 			parked := 0
 			for _, n := range st.Parked {
 				parked += n
@@ -237,8 +236,7 @@ func TestE2EIndexSurvivesClientAndDaemon(t *testing.T) {
 	}
 	// (Resumed by a rescan, which may have taken the index's place; the
 	// watcher's first rescan of the other location may be running too.)
-	var st actors.Status
-	a.mustJSON(&st, "sync", "status", lib.UUID)
+	st := syncStatus(a, lib.UUID)
 	if !slices.ContainsFunc(st.Scans, func(j actors.ScanJob) bool { return j.Location.String() == l2.UUID }) {
 		t.Fatalf("sync status right after the restart: unfinished scans %+v, want location %s among them", st.Scans, l2.UUID)
 	}
@@ -253,9 +251,7 @@ func TestE2EIndexSurvivesClientAndDaemon(t *testing.T) {
 	}
 	// (The watcher's first rescan of the location may follow the resumed one.)
 	testutil.Eventually(t, 60*time.Second, "sync status to show no unfinished scan", func() bool {
-		var st actors.Status // afresh: an empty list is left out of the JSON
-		a.mustJSON(&st, "sync", "status", lib.UUID)
-		return len(st.Scans) == 0
+		return len(syncStatus(a, lib.UUID).Scans) == 0
 	})
 	if !strings.Contains(a.logText(), "resuming an unfinished location scan") {
 		t.Fatal("the daemon did not log the resume")
@@ -356,8 +352,7 @@ func TestE2ERemoveLargeLocation(t *testing.T) {
 	b.start(b.listen)
 	for _, d := range []*daemon{a, b} {
 		testutil.Eventually(t, 60*time.Second, d.name+" to hold nothing parked or failed", func() bool {
-			var st actors.Status
-			d.mustJSON(&st, "sync", "status", lib)
+			st := syncStatus(d, lib)
 			parked := 0
 			for _, n := range st.Parked {
 				parked += n

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/lsync/lsync/internal/fspath"
 )
 
 // Options tune a Watcher. The zero value is usable.
@@ -329,7 +330,7 @@ func (w *Watcher) worker() {
 // Common returns the deepest folder that holds both a and b (both clean,
 // absolute).
 func Common(a, b string) string {
-	for !within(b, a) {
+	for !fspath.Within(a, b) {
 		parent := filepath.Dir(a)
 		if parent == a {
 			return a
@@ -337,15 +338,4 @@ func Common(a, b string) string {
 		a = parent
 	}
 	return a
-}
-
-// within says whether p is dir or lies under it.
-func within(p, dir string) bool {
-	if p == dir {
-		return true
-	}
-	if dir == string(filepath.Separator) {
-		return strings.HasPrefix(p, dir)
-	}
-	return strings.HasPrefix(p, dir+string(filepath.Separator))
 }
