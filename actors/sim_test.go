@@ -145,13 +145,15 @@ func TestSimulation(t *testing.T) {
 func runSimulation(t *testing.T, seed uint64, ops int) {
 	rnd := rand.New(rand.NewPCG(seed, 0x5eed))
 	n := 3 + rnd.IntN(3)
-	c := newCluster(t, n, seed)
+	name, edges := simTopology(seed, n)
+	// Devices are paired along the partnerships only, or members paired
+	// with each other would become partners by themselves.
+	c := buildCluster(t, n, seed, testSync(), func() {}, edges...)
 	c.sync.CatchUpInterval = 150 * time.Millisecond
 	for i := range c.nodes {
 		c.stopNode(i)
 		c.start(i)
 	}
-	name, edges := simTopology(seed, n)
 	t.Logf("%d devices, %s", n, name)
 	if edges == nil {
 		c.share()
