@@ -50,11 +50,13 @@ type txn struct {
 type refInfo struct{ id, ownerID int64 }
 
 // landing names a row (or a parking target); h is the HLC it was written
-// at, when it was.
+// at, when it was, and lifted the tombstone of the row that write
+// superseded (nil if none).
 type landing struct {
-	m *modelInfo
-	u messages.UUID
-	h messages.HLC
+	m      *modelInfo
+	u      messages.UUID
+	h      messages.HLC
+	lifted *tombstone
 }
 
 type ownerRef struct {
