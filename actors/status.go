@@ -2,10 +2,12 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
 )
 
 // Status is what `lsync sync status` shows for a library.
@@ -144,8 +146,11 @@ func (a *libraryActor) status() (*Status, error) {
 		r := RemovedPartner{ID: e.Device, Name: e.Name, ByThisDevice: e.BySelf, At: e.At.UTC().Format(time.RFC3339)}
 		if g, ok := a.groupRemoved[e.Device]; ok {
 			by := g.by.String()
+			if row, err := a.lib.Get(persistence.ModelDevice, messages.UUID(g.by)); err == nil && row["name"] != nil && row["name"] != "" {
+				by = fmt.Sprintf("%v (%s)", row["name"], g.by)
+			}
 			if g.by == e.Device {
-				by += " (it left)"
+				by += ", which left"
 			}
 			r.RemovedBy = by + " at " + g.at.UTC().Format(time.RFC3339)
 		}
