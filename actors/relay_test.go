@@ -267,7 +267,7 @@ func TestMembersPairedWithEachOtherBecomePartners(t *testing.T) {
 				said = r.RemovedBy
 			}
 		}
-		if !strings.HasPrefix(said, c.devs[0].String()+" at ") {
+		if !strings.HasPrefix(said, "dev0 ("+c.devs[0].String()+") at ") {
 			t.Fatalf("C's status about B: removed by %q, want by A", said)
 		}
 		// A change made on B after its removal stays on B.
