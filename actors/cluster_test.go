@@ -241,24 +241,13 @@ func ctxT(t testing.TB) context.Context {
 // share creates a library on node 0 and makes every pair partners.
 func (c *cluster) share() {
 	c.t.Helper()
-	ctx := ctxT(c.t)
-	lib, err := c.nodes[0].CreateLibrary(ctx, "Jamie's Library")
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.libs[0] = lib
+	var edges [][2]int
 	for i := 1; i < len(c.nodes); i++ {
 		for j := 0; j < i; j++ {
-			if err := c.nodes[i].WaitConnected(ctx, c.devs[j]); err != nil {
-				c.t.Fatal(err)
-			}
-			l, err := c.nodes[i].SyncSetup(ctx, c.devs[j], lib.ID(), ActionRegisterOnly)
-			if err != nil {
-				c.t.Fatalf("sync-setup %d with %d: %v", i, j, err)
-			}
-			c.libs[i] = l
+			edges = append(edges, [2]int{i, j})
 		}
 	}
+	c.shareAlong(edges...)
 }
 
 // idle waits until no device has catch-up work running or scheduled.

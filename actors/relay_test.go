@@ -17,7 +17,7 @@ import (
 func (c *cluster) shareAlong(edges ...[2]int) {
 	c.t.Helper()
 	ctx := ctxT(c.t)
-	lib, err := c.nodes[0].CreateLibrary(ctx, "Group")
+	lib, err := c.nodes[0].CreateLibrary(ctx, "Jamie's Library")
 	if err != nil {
 		c.t.Fatal(err)
 	}
