@@ -308,7 +308,12 @@ func (l *Library) ApplyShared(changes []messages.SharedChange, opts ApplyOptions
 				}
 				mi := tx.sharedModel(c)
 				if mi == nil {
-					wm = c.HLC // refused the same way everywhere: the chain moves on
+					// Refused the same way everywhere: the chain moves on,
+					// and the change is relayed as it is.
+					if err := tx.logRelayed(c); err != nil {
+						return err
+					}
+					wm = c.HLC
 					continue
 				}
 				n := len(res.Rejected)
@@ -320,6 +325,9 @@ func (l *Library) ApplyShared(changes []messages.SharedChange, opts ApplyOptions
 					continue
 				}
 				tx.count(out)
+				if err := tx.logRelayed(c); err != nil {
+					return err
+				}
 				wm = c.HLC
 			}
 			if err := tx.setSharedWatermark(origin, wm); err != nil {
@@ -363,7 +371,13 @@ func (l *Library) ApplySharedState(changes []messages.SharedChange, wms []messag
 				tx.reject("", messages.UUID(wm.Origin), reason, err)
 				continue
 			}
+			if wm.HLC.Compare(tx.sharedWatermark(wm.Origin)) <= 0 {
+				continue
+			}
 			if err := tx.setSharedWatermark(wm.Origin, wm.HLC); err != nil {
+				return err
+			}
+			if err := tx.logGap(wm.Origin, wm.HLC); err != nil {
 				return err
 			}
 		}

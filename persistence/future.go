@@ -221,8 +221,8 @@ func (l *Library) repairFuture(c *conn, rep *FutureReport) error {
 	limit := cmpHLC(rep.Limit)
 	// ACKs say the partner holds this log up to there: it holds all of
 	// the log that is sane, no more can be said.
-	logTop, err := c.queryHLC(`SELECT max(h) FROM (SELECT max(hlc) AS h FROM log.shared_changes WHERE hlc <= ?1
-		UNION ALL SELECT value FROM log.log_meta WHERE key = 'pruned_through' AND value <= ?1)`, limit)
+	logTop, err := c.queryHLC(`SELECT max(h) FROM (SELECT max(hlc) AS h FROM log.shared_changes WHERE hlc <= ?1 AND `+originOf+` = ?2
+		UNION ALL SELECT value FROM log.log_meta WHERE key = 'pruned_through' AND value <= ?1)`, limit, l.self)
 	if err != nil {
 		return err
 	}
@@ -238,6 +238,9 @@ func (l *Library) repairFuture(c *conn, rep *FutureReport) error {
 		{"shared_watermarks", `UPDATE peer_sync_state SET shared_watermark = NULL WHERE shared_watermark > ? AND device != ?`, []any{limit, l.self}},
 		acks,
 		{"partner_watermarks", `DELETE FROM partner_watermarks WHERE hlc > ?`, []any{limit}},
+		// Other origins' changes kept for the relay would carry the
+		// future on to other members: they go with the watermarks.
+		{"sync_log", `DELETE FROM log.shared_changes WHERE hlc > ? AND ` + originOf + ` != ?`, []any{limit, l.self}},
 		{"fk_parked", `DELETE FROM fk_parked WHERE hlc > ?`, []any{limit}},
 	} {
 		if err := c.exec(f.sql, f.args...); err != nil {

@@ -197,14 +197,14 @@ func checkSharedPages(t *rapid.T, l *Library) {
 }
 
 func checkLogPages(t *rapid.T, l *Library) {
-	all, more, _, err := l.logSinceOpts(messages.HLC{}, everything)
+	all, more, _, err := l.logSinceOpts(l.Self(), messages.HLC{}, everything)
 	if err != nil || more {
 		t.Fatalf("unpaged: more %v, %v", more, err)
 	}
 	opts := drawOpts(t)
 	var since messages.HLC
 	got := pagesOf(t, opts, changeSize, func() ([]messages.SharedChange, bool, error) {
-		page, more, _, err := l.logSinceOpts(since, opts)
+		page, more, _, err := l.logSinceOpts(l.Self(), since, opts)
 		if len(page) > 0 {
 			since = page[len(page)-1].HLC
 		}

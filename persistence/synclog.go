@@ -11,13 +11,23 @@ import (
 	"github.com/lsync/lsync/messages"
 )
 
-// sync.db is this device's write-ahead log of shared changes:
+// sync.db is this device's write-ahead log of shared changes, and the
+// relay log of other origins' changes it applied:
 //
 //	shared_changes(hlc, prev, model, record, op, fields msgpack, created_at)
-//	peer_acks(peer, last_acked_hlc, acked_at)   cumulative ACKs of this log
+//	              every origin's, found by the device part of the HLC
+//	peer_acks(peer, last_acked_hlc, acked_at)   cumulative ACKs of this
+//	          device's own changes
 //	log_meta: last_logged (kept when the log is pruned to empty) and
-//	          pruned_through (the newest HLC ever pruned; a peer asking for
-//	          anything older must take a snapshot).
+//	          pruned_through (the newest own HLC ever pruned; a peer asking
+//	          for anything older must take a snapshot)
+//	log_origins(origin, complete_after): for another origin, the log holds
+//	          every change of it after complete_after up to this device's
+//	          watermark for it.
+
+// originOf is the SQL expression of a logged change's origin (the device
+// of its HLC); the shared_changes_origin index is on it.
+const originOf = `substr(hlc, 13, 16)`
 
 func encodeFields(f map[string]any) ([]byte, error) {
 	if len(f) == 0 {
@@ -112,60 +122,107 @@ func (r *Registry) normalizeChange(c *messages.SharedChange) {
 	}
 }
 
-// replayLocked re-applies logged changes newer than this device's own
-// shared watermark: a crash between the log append and the apply.
+// replayLocked re-applies logged changes newer than this device's
+// watermark of their origin: a crash between the log append and the
+// apply (its own changes), or between the two files' commits (another
+// origin's, logged for the relay). Another origin's are applied only
+// while they chain from the watermark.
 func (l *Library) replayLocked() error {
-	wm := l.SharedWatermark(l.self)
+	var origins []messages.DeviceID
+	if err := l.w.query(`SELECT DISTINCT `+originOf+` FROM log.shared_changes`, nil, func(s *sqlite3.Stmt) error {
+		origins = append(origins, messages.DeviceID(columnUUID(s, 0)))
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, o := range origins {
+		if err := l.replayOriginLocked(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Library) replayOriginLocked(origin messages.DeviceID) error {
+	wm := l.SharedWatermark(origin)
 	var entries []messages.SharedChange
-	err := l.w.query(`SELECT `+logCols+` FROM log.shared_changes WHERE hlc > ? ORDER BY hlc`, []any{cmpHLC(wm)},
-		func(s *sqlite3.Stmt) error {
+	err := l.w.query(`SELECT `+logCols+` FROM log.shared_changes WHERE `+originOf+` = ? AND hlc > ? ORDER BY hlc`,
+		[]any{origin, cmpHLC(wm)}, func(s *sqlite3.Stmt) error {
 			c, err := scanLogEntry(s)
+			if err == nil && origin != l.self && c.Prev != wm {
+				return errPageFull // the chain breaks: the rest waits for a peer
+			}
+			wm = c.HLC
 			entries = append(entries, c)
 			return err
 		})
-	if err != nil || len(entries) == 0 {
+	if err = endScan(err); err != nil || len(entries) == 0 {
 		return err
 	}
 	return l.writeTx(nil, func(tx *txn) error {
 		for i := range entries {
 			c := &entries[i]
 			if mi := tx.sharedModel(c); mi != nil {
-				if _, err := tx.applyShared(mi, c, false); err != nil {
+				if _, err := tx.applyShared(mi, c, origin != l.self); err != nil {
 					return fmt.Errorf("replay %s: %w", c.HLC, err)
 				}
 			}
 		}
-		return tx.setSharedWatermark(l.self, entries[len(entries)-1].HLC)
+		return tx.setSharedWatermark(origin, entries[len(entries)-1].HLC)
 	})
 }
 
-// LogSince returns this device's logged shared changes after since (HLC
-// order, at most limit, 0 meaning 1,000, and DefaultPageBytes of them).
-// snapshotRequired is true when since is older than the newest pruned
-// entry: changes after since are gone.
+// LogSince returns this device's own logged shared changes after since
+// (see LogOf).
 func (l *Library) LogSince(since messages.HLC, limit int) (entries []messages.SharedChange, more, snapshotRequired bool, err error) {
-	return l.logSinceOpts(since, pageOptions{Limit: limit})
+	return l.LogOf(l.self, since, limit)
 }
 
-// logSinceOpts is LogSince with the page bounded by opts.
-func (l *Library) logSinceOpts(since messages.HLC, opts pageOptions) (entries []messages.SharedChange, more, snapshotRequired bool, err error) {
+// LogOf returns origin's logged changes after since (HLC order, at most
+// limit, 0 meaning 1,000, and DefaultPageBytes of them): this device's
+// own, or another origin's that it keeps to relay. snapshotRequired is
+// true when the log cannot serve since: for this device's own, since is
+// older than the newest pruned entry; for another origin, this device
+// holds changes of it after since (its watermark is newer) but its log of
+// them is not complete from since (pruned, or the watermark rose by a
+// shared-state snapshot). A page of another origin's changes ends where
+// its chain would break, so whatever is served applies in order.
+func (l *Library) LogOf(origin messages.DeviceID, since messages.HLC, limit int) (entries []messages.SharedChange, more, snapshotRequired bool, err error) {
+	return l.logSinceOpts(origin, since, pageOptions{Limit: limit})
+}
+
+// logSinceOpts is LogOf with the page bounded by opts.
+func (l *Library) logSinceOpts(origin messages.DeviceID, since messages.HLC, opts pageOptions) (entries []messages.SharedChange, more, snapshotRequired bool, err error) {
 	opts = opts.withDefaults()
+	relay := origin != l.self
+	if relay && since.Compare(l.SharedWatermark(origin)) >= 0 {
+		return nil, false, false, nil // nothing newer here
+	}
 	err = l.readTx(func(c *conn) error {
-		pruned, err := c.queryHLC(`SELECT value FROM log.log_meta WHERE key = 'pruned_through'`)
+		from, known, err := c.logStart(origin, l.self)
 		if err != nil {
 			return err
 		}
-		if since.Compare(pruned) < 0 {
+		if !known || since.Compare(from) < 0 {
 			snapshotRequired = true
 			return nil
 		}
 		page := pageBytes{max: opts.MaxBytes}
-		err = c.query(`SELECT `+logCols+` FROM log.shared_changes WHERE hlc > ? ORDER BY hlc LIMIT ?`,
-			[]any{cmpHLC(since), opts.Limit + 1}, func(s *sqlite3.Stmt) error {
+		prev := since
+		err = c.query(`SELECT `+logCols+` FROM log.shared_changes WHERE `+originOf+` = ? AND hlc > ? ORDER BY hlc LIMIT ?`,
+			[]any{origin, cmpHLC(since), opts.Limit + 1}, func(s *sqlite3.Stmt) error {
 				e, err := scanLogEntry(s)
 				if err != nil {
 					return err
 				}
+				if relay && e.Prev != prev {
+					// A hole in the relay log (a crash between the two
+					// files' commits): serve up to it; asked again from
+					// there, the requester is told to take a snapshot.
+					snapshotRequired = len(entries) == 0
+					return errPageFull
+				}
+				prev = e.HLC
 				l.reg.normalizeChange(&e)
 				if len(entries) == opts.Limit || !page.fits(changeSize(&e)) {
 					more = true
@@ -177,9 +234,65 @@ func (l *Library) logSinceOpts(since messages.HLC, opts pageOptions) (entries []
 		return endScan(err)
 	})
 	if err != nil {
-		return nil, false, false, fmt.Errorf("log since %s: %w", since, err)
+		return nil, false, false, fmt.Errorf("log of %s since %s: %w", origin, since, err)
 	}
 	return entries, more, snapshotRequired, nil
+}
+
+// logStart is the HLC after which the log holds every change of origin:
+// pruned_through for this device's own, complete_after for another's.
+// known is false when the log holds nothing of origin to serve.
+func (c *conn) logStart(origin, self messages.DeviceID) (from messages.HLC, known bool, err error) {
+	if origin == self {
+		from, err = c.queryHLC(`SELECT value FROM log.log_meta WHERE key = 'pruned_through'`)
+		return from, err == nil, err
+	}
+	known, err = c.queryRow(`SELECT complete_after FROM log.log_origins WHERE origin = ?`, []any{origin}, func(s *sqlite3.Stmt) error {
+		var err error
+		from, err = columnHLC(s, 0)
+		return err
+	})
+	return from, known, err
+}
+
+// logRelayed keeps c, a change of another origin just applied in its
+// chain, in the log, to serve it to members that cannot reach its
+// origin. The first change of an origin logged here starts the complete
+// range at its Prev (the watermark it chained from).
+func (tx *txn) logRelayed(c *messages.SharedChange) error {
+	origin := c.Origin()
+	if origin == tx.l.self {
+		return nil
+	}
+	fields, err := encodeFields(c.Fields)
+	if err != nil {
+		return err
+	}
+	if err := tx.c.exec(`INSERT INTO log.shared_changes (hlc, prev, model, record, op, fields, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hlc) DO NOTHING`,
+		c.HLC, c.Prev, c.Model, c.Record, int64(c.Op), fields, tx.l.nowMS()); err != nil {
+		return fmt.Errorf("relay log: %w", err)
+	}
+	if tx.relayed[origin] {
+		return nil
+	}
+	if tx.relayed == nil {
+		tx.relayed = map[messages.DeviceID]bool{}
+	}
+	tx.relayed[origin] = true
+	return tx.c.exec(`INSERT INTO log.log_origins (origin, complete_after) VALUES (?, ?) ON CONFLICT (origin) DO NOTHING`,
+		origin, cmpHLC(c.Prev))
+}
+
+// logGap records that origin's watermark rose to h without its changes
+// passing through the log (a shared-state snapshot): the log of origin
+// is complete only after h from now on.
+func (tx *txn) logGap(origin messages.DeviceID, h messages.HLC) error {
+	if origin == tx.l.self {
+		return nil
+	}
+	return tx.c.exec(`INSERT INTO log.log_origins (origin, complete_after) VALUES (?1, ?2)
+		ON CONFLICT (origin) DO UPDATE SET complete_after = ?2 WHERE complete_after < ?2`, origin, cmpHLC(h))
 }
 
 // RecordAck stores peer's cumulative ACK of this device's log (never moves back).
@@ -285,6 +398,10 @@ func (l *Library) pruneLogLocked() (n int, err error) {
 	}); err != nil {
 		return 0, err
 	}
+	held, err := partnersHold(c)
+	if err != nil {
+		return 0, err
+	}
 	if err := c.c.Exec(`BEGIN IMMEDIATE`); err != nil {
 		return 0, err
 	}
@@ -296,26 +413,46 @@ func (l *Library) pruneLogLocked() (n int, err error) {
 			c.c.Exec(`ROLLBACK`)
 		}
 	}()
-	pruned, err := c.queryHLC(`SELECT value FROM log.log_meta WHERE key = 'pruned_through'`)
-	if err != nil {
-		return 0, err
-	}
+	// pruned: the newest HLC deleted, per origin.
+	pruned := map[messages.DeviceID]messages.HLC{}
 	del := func(where string, args ...any) error {
-		h, err := c.queryHLC(`SELECT max(hlc) FROM log.shared_changes WHERE `+where, args...)
-		if err != nil || h.IsZero() {
+		if err := c.query(`SELECT `+originOf+`, max(hlc) FROM log.shared_changes WHERE `+where+` GROUP BY 1`, args,
+			func(s *sqlite3.Stmt) error {
+				h, err := columnHLC(s, 1)
+				o := messages.DeviceID(columnUUID(s, 0))
+				pruned[o] = maxHLC(pruned[o], h)
+				return err
+			}); err != nil {
 			return err
 		}
 		if err := c.exec(`DELETE FROM log.shared_changes WHERE `+where, args...); err != nil {
 			return err
 		}
 		n += int(c.c.Changes())
-		pruned = maxHLC(pruned, h)
 		return nil
 	}
-	// Everything every partner holds.
+	// Own changes every partner holds (its ACKs).
 	if bound := pruneBound(partners, acks); !bound.IsZero() {
-		if err := del(`hlc <= ?`, cmpHLC(bound)); err != nil {
+		if err := del(originOf+` = ? AND hlc <= ?`, l.self, cmpHLC(bound)); err != nil {
 			return n, err
+		}
+	}
+	// Other origins' changes kept for the relay, once every partner but
+	// the origin reported holding them (WatermarkReport): none of them
+	// needs them from here any more.
+	var origins []messages.DeviceID
+	if err := c.query(`SELECT DISTINCT `+originOf+` FROM log.shared_changes WHERE `+originOf+` != ?`, []any{l.self},
+		func(s *sqlite3.Stmt) error {
+			origins = append(origins, messages.DeviceID(columnUUID(s, 0)))
+			return nil
+		}); err != nil {
+		return n, err
+	}
+	for _, o := range origins {
+		if h, ok := held(1, o); ok {
+			if err := del(originOf+` = ? AND hlc <= ?`, o, cmpHLC(h)); err != nil {
+				return n, err
+			}
 		}
 	}
 	// The retention caps, whoever has not acknowledged.
@@ -335,11 +472,21 @@ func (l *Library) pruneLogLocked() (n int, err error) {
 	if err := del(`created_at < ?`, l.wall().Add(-l.opts.Retention.MaxAge).UnixMilli()); err != nil {
 		return n, err
 	}
-	if pruned.IsZero() {
-		return n, nil
+	// Where each log is complete from now on.
+	for o, h := range pruned {
+		if o == l.self {
+			if err := c.exec(`INSERT INTO log.log_meta (key, value) VALUES ('pruned_through', ?1)
+				ON CONFLICT (key) DO UPDATE SET value = ?1 WHERE value IS NULL OR value < ?1`, h); err != nil {
+				return n, err
+			}
+			continue
+		}
+		if err := c.exec(`INSERT INTO log.log_origins (origin, complete_after) VALUES (?1, ?2)
+			ON CONFLICT (origin) DO UPDATE SET complete_after = ?2 WHERE complete_after < ?2`, o, cmpHLC(h)); err != nil {
+			return n, err
+		}
 	}
-	return n, c.exec(`INSERT INTO log.log_meta (key, value) VALUES ('pruned_through', ?)
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, pruned)
+	return n, nil
 }
 
 // pruneTombstonesLocked drops tombstones older than TombstoneMaxAge that
@@ -423,13 +570,18 @@ func (l *Library) pruneTombstonesLocked() error {
 	})
 }
 
-// partnerAcks returns, for a kind (0 state, 1 shared) and an origin, the
+// partnerAcks is partnersHold within a transaction.
+func (tx *txn) partnerAcks() (func(kind int, origin messages.DeviceID) (messages.HLC, bool), error) {
+	return partnersHold(tx.c)
+}
+
+// partnersHold returns, for a kind (0 state, 1 shared) and an origin, the
 // HLC up to which every partner other than the origin holds the origin's
 // changes: the smallest reported watermark, or the largest HLC when there
 // is no such partner. ok is false when a partner has reported nothing for
 // it (prune nothing).
-func (tx *txn) partnerAcks() (func(kind int, origin messages.DeviceID) (messages.HLC, bool), error) {
-	partners, err := partnerDevices(tx.c)
+func partnersHold(c *conn) (func(kind int, origin messages.DeviceID) (messages.HLC, bool), error) {
+	partners, err := partnerDevices(c)
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +590,7 @@ func (tx *txn) partnerAcks() (func(kind int, origin messages.DeviceID) (messages
 		kind            int
 	}
 	wm := map[key]messages.HLC{}
-	if err := tx.c.query(`SELECT partner, kind, origin, hlc FROM partner_watermarks`, nil, func(s *sqlite3.Stmt) error {
+	if err := c.query(`SELECT partner, kind, origin, hlc FROM partner_watermarks`, nil, func(s *sqlite3.Stmt) error {
 		h, err := columnHLC(s, 3)
 		wm[key{messages.DeviceID(columnUUID(s, 0)), messages.DeviceID(columnUUID(s, 2)), s.ColumnInt(1)}] = h
 		return err

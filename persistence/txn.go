@@ -40,6 +40,9 @@ type txn struct {
 	landed []landing
 	// edges tracks tag_relationship rows touched (see finishTagGraph).
 	edges map[messages.UUID]edgeTouch
+	// relayed notes the origins whose changes this transaction logged for
+	// the relay (logRelayed).
+	relayed map[messages.DeviceID]bool
 }
 
 type refInfo struct{ id, ownerID int64 }
