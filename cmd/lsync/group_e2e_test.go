@@ -180,13 +180,15 @@ func runStar(t *testing.T, seed uint64, newPorts bool) {
 func (s *star) step() {
 	s.t.Helper()
 	defer time.Sleep(time.Duration(s.rng.IntN(100)) * time.Millisecond)
-	if k := s.killable(); len(k) > 0 && s.rng.IntN(100) < 12 {
-		d := k[s.rng.IntN(len(k))]
-		d.kill9()
-		s.down[d] = 1 + s.rng.IntN(4)
-		s.note(d, "SIGKILL (down for %d operations)", s.down[d])
-		s.counts["kill"]++
-		return
+	if s.rng.IntN(100) < 12 {
+		if k := s.killable(); len(k) > 0 {
+			d := k[s.rng.IntN(len(k))]
+			d.kill9()
+			s.down[d] = 1 + s.rng.IntN(4)
+			s.note(d, "SIGKILL (down for %d operations)", s.down[d])
+			s.counts["kill"]++
+			return
+		}
 	}
 	up := s.running()
 	d := up[s.rng.IntN(len(up))]
@@ -225,11 +227,18 @@ func (s *star) running() []*daemon {
 	return up
 }
 
-// killable are the daemons a kill may pick: one always stays up. With new
-// ports, A (the hub) is never down together with B or C: two devices that
-// both come back on new ports and have no other paired device in common
-// cannot find each other (B and C are paired with A only), whatever the
-// product does.
+// killable are the daemons a kill may pick: one always stays up.
+//
+// With new ports, a kill must leave the star able to find itself again.
+// B and C are paired with A only, so a device's new address reaches the
+// others only over a connection with A (the group's address book is
+// carried by members that can reach it). Hence: A is never down together
+// with B or C (two devices back on new ports, neither knowing where the
+// other went, and no paired device in common), and no daemon is killed
+// before every running spoke has reconnected with a running A since the
+// last restart (else the one that moved and the one about to move may
+// both know only stale addresses). The wait is part of the test: a
+// restarted daemon that does not reconnect fails it.
 func (s *star) killable() []*daemon {
 	up := s.running()
 	if len(up) < 2 {
@@ -238,13 +247,29 @@ func (s *star) killable() []*daemon {
 	if !s.newPorts {
 		return up
 	}
-	if len(s.down) > 0 {
-		if _, hubDown := s.down[s.ds[0]]; hubDown {
-			return nil
+	hub := s.ds[0]
+	if _, hubDown := s.down[hub]; hubDown {
+		return nil
+	}
+	for _, d := range up {
+		if d == hub {
+			continue
 		}
-		return slices.DeleteFunc(up, func(d *daemon) bool { return d == s.ds[0] })
+		s.reconnected(hub, d)
+	}
+	if len(s.down) > 0 {
+		return slices.DeleteFunc(up, func(d *daemon) bool { return d == hub })
 	}
 	return up
+}
+
+// reconnected waits until a and b show each other connected.
+func (s *star) reconnected(a, b *daemon) {
+	s.t.Helper()
+	if !testutil.Within(20*time.Second, func() bool { return connectedTo(a, b.id) && connectedTo(b, a.id) }) {
+		s.t.Logf("operations so far:\n  %s", strings.Join(s.trace, "\n  "))
+		s.t.Fatalf("%s (%s) and %s (%s) not connected 20 s after the last restart", a.name, a.listen, b.name, b.listen)
+	}
 }
 
 func (s *star) restart(d *daemon) {
@@ -453,6 +478,17 @@ func groupDiff(t *testing.T, lib string, ds []*daemon) string {
 			out = errOut
 		}
 		fmt.Fprintf(&b, "-- sync status of %s --\n%s", d.name, out)
+	}
+	// The raw log tails (printed at cleanup) are mostly this test's own
+	// queries; these skip them.
+	for _, d := range ds {
+		var ls []string
+		for _, l := range strings.Split(d.logText(), "\n") {
+			if l != "" && !strings.Contains(l, `msg="control request"`) {
+				ls = append(ls, l)
+			}
+		}
+		fmt.Fprintf(&b, "-- log of %s, without control requests --\n%s\n", d.name, tail(strings.Join(ls, "\n"), 30))
 	}
 	return b.String()
 }
