@@ -20,9 +20,15 @@ import (
 //     dependency order (a statePager, as the join uses); after a complete
 //     scan the watermark rises to the one the peer reported at the start
 //     of the scan;
-//  2. the peer's own shared log after our watermark for it, applied in HLC
-//     order through the chain check; if the peer pruned past our watermark,
-//     its shared state instead (a sharedPager, applied through the LWW rules).
+//  2. shared logs, applied in HLC order through the chain check: the
+//     peer's own after our watermark for it, then the relay: every other
+//     origin's the peer holds changes of that we do not (its last
+//     WatermarkReport says which; without one, every origin known here is
+//     asked). A relayed change is applied exactly as if its origin had
+//     served it. If the peer cannot serve a log from our watermark (it
+//     pruned it, or holds that origin's changes only from a snapshot), its
+//     whole shared state instead (a sharedPager, applied through the LWW
+//     rules).
 //
 // Its requests run off its Receive on their own streams, so live traffic
 // keeps flowing; each page is applied in its Receive when it arrives.
@@ -35,13 +41,17 @@ type catchUpActor struct {
 	conn       net.Conn
 	sharedOnly bool
 
+	report  *messages.WatermarkReport  // what the peer last said it holds (nil: not known)
+	named   []messages.OriginWatermark // the owners the peer holds rows of
 	fetch   *fetcher
 	stage   catchUpStage
 	owners  []messages.DeviceID // still to scan after the current one
 	state   *statePager         // the owner being scanned (stage cuState)
+	origins []messages.DeviceID // logs still to pull after the current one
 	log     *logPager
 	snap    *sharedPager
 	results []persistence.ApplyResult
+	pulled  map[messages.DeviceID]bool // origins whose changes were applied
 }
 
 type catchUpStage int
@@ -55,9 +65,10 @@ const (
 )
 
 func newCatchUpActor(n *nodeCore, lib *persistence.Library, id messages.LibraryID, parent *actor.PID,
-	peer messages.DeviceID, conn net.Conn, sharedOnly bool) actor.Producer {
+	peer messages.DeviceID, conn net.Conn, sharedOnly bool, report *messages.WatermarkReport) actor.Producer {
 	return func() actor.Actor {
-		return &catchUpActor{n: n, lib: lib, libID: id, parent: parent, peer: peer, conn: conn, sharedOnly: sharedOnly}
+		return &catchUpActor{n: n, lib: lib, libID: id, parent: parent, peer: peer, conn: conn, sharedOnly: sharedOnly,
+			report: report, pulled: map[messages.DeviceID]bool{}}
 	}
 }
 
@@ -111,12 +122,52 @@ func (j *catchUpActor) ownersToScan(theirs []messages.OriginWatermark) []message
 	return out
 }
 
+// originsToPull: the peer's own log first, then the relay: the origins
+// the peer reported holding more of than we do, or, when it has not
+// reported, every origin known here or among the owners it named (an
+// origin the peer has nothing of costs one empty answer). Never our own.
+func (j *catchUpActor) originsToPull() []messages.DeviceID {
+	out := []messages.DeviceID{j.peer}
+	seen := map[messages.DeviceID]bool{j.peer: true, j.n.self: true}
+	add := func(o messages.DeviceID) {
+		if !seen[o] {
+			seen[o] = true
+			out = append(out, o)
+		}
+	}
+	if j.report != nil {
+		for _, w := range j.report.Shared {
+			if w.HLC.Compare(j.lib.SharedWatermark(w.Origin)) > 0 {
+				add(w.Origin)
+			}
+		}
+		return out
+	}
+	wms, _ := j.lib.SharedWatermarks()
+	for _, w := range append(wms, j.named...) {
+		add(w.Origin)
+	}
+	return out
+}
+
+// nextLog moves to the next origin's log, or ends the job.
+func (j *catchUpActor) nextLog() {
+	if len(j.origins) == 0 {
+		j.stage = cuDone
+		return
+	}
+	o := j.origins[0]
+	j.origins = j.origins[1:]
+	j.log = &logPager{Origin: o, Since: j.lib.SharedWatermark(o), Limit: uint32(j.n.sync.PageSize)}
+}
+
 // next asks for the next page, or ends the job.
 func (j *catchUpActor) next(ctx actor.Context) {
 	if j.stage == cuState && j.state == nil {
 		if len(j.owners) == 0 {
 			j.stage = cuLog
-			j.log = &logPager{Origin: j.peer, Since: j.lib.SharedWatermark(j.peer), Limit: uint32(j.n.sync.PageSize)}
+			j.origins = j.originsToPull()
+			j.nextLog()
 		} else {
 			owner := j.owners[0]
 			j.owners = j.owners[1:]
@@ -149,6 +200,7 @@ func (j *catchUpActor) answered(a *answered) error {
 			j.n.log.Debug("owners held by the peer unknown; scanning those known here", "library", j.libID, "peer", j.peer, "err", err)
 		}
 		j.owners = j.ownersToScan(theirs)
+		j.named = theirs
 		j.stage = cuState
 		return nil
 	case *messages.StateRequest:
@@ -193,15 +245,22 @@ func (j *catchUpActor) statePage(a *answered) error {
 }
 
 func (j *catchUpActor) logPage(a *answered, req *messages.SharedChangeRequest) error {
+	origin := req.Origin
 	resp, err := expect[*messages.SharedChangeResponse](a)
 	if err != nil {
-		return fmt.Errorf("shared log of %s: %w", j.peer, err)
+		var me *messages.Error
+		if origin != j.peer && errors.As(err, &me) && me.Code == messages.CodeNotFound {
+			// A peer of an older build keeps only its own log.
+			j.nextLog()
+			return nil
+		}
+		return fmt.Errorf("shared log of %s from %s: %w", origin, j.peer, err)
 	}
 	if resp.SnapshotRequired {
 		// Our live applier may have moved the watermark on while this
 		// request was in flight, and the peer pruned up to our ACK of it:
 		// ask again from where we are now before paying for a snapshot.
-		if fresh := j.lib.SharedWatermark(j.peer); fresh.Compare(req.Since) > 0 {
+		if fresh := j.lib.SharedWatermark(origin); fresh.Compare(req.Since) > 0 {
 			j.log.Since = fresh
 			return nil
 		}
@@ -209,8 +268,13 @@ func (j *catchUpActor) logPage(a *answered, req *messages.SharedChangeRequest) e
 		j.stage = cuSnapshot
 		return nil
 	}
+	gap := errors.New("shared log of " + origin.String() + " from " + j.peer.String() + " has a gap the peer cannot fill")
 	var changes []messages.SharedChange
 	for _, c := range resp.Entries {
+		if c.Origin() != origin {
+			j.n.reject(messages.ReasonForgedOrigin, "library", j.libID, "from", j.peer, "origin", c.Origin(), "asked", origin, "hlc", c.HLC)
+			return gap
+		}
 		if !j.n.admitHLC(j.lib, j.libID, j.peer, c.HLC) {
 			break // the chain cannot go past a refused change
 		}
@@ -220,18 +284,19 @@ func (j *catchUpActor) logPage(a *answered, req *messages.SharedChangeRequest) e
 		j.n.traceShared("log", changes)
 		res, err := j.lib.ApplyShared(changes, persistence.ApplyOptions{})
 		if err != nil {
-			return fmt.Errorf("apply shared log of %s: %w", j.peer, err)
+			return fmt.Errorf("apply shared log of %s: %w", origin, err)
 		}
 		j.results = append(j.results, res)
+		j.pulled[origin] = true
 		if len(res.Gapped) > 0 {
-			return errors.New("shared log of " + j.peer.String() + " has a gap the peer cannot fill")
+			return gap
 		}
 	}
 	if len(changes) < len(resp.Entries) {
-		return errors.New("shared log of " + j.peer.String() + " has a gap the peer cannot fill")
+		return gap
 	}
 	if j.log.page(resp) {
-		j.stage = cuDone
+		j.nextLog()
 	}
 	return nil
 }
@@ -251,6 +316,9 @@ func (j *catchUpActor) snapshotPage(a *answered) error {
 		return fmt.Errorf("apply shared state of %s: %w", j.peer, err)
 	}
 	j.results = append(j.results, res)
+	for _, w := range wms {
+		j.pulled[w.Origin] = true
+	}
 	if last {
 		j.stage = cuDone
 	}
@@ -261,7 +329,7 @@ func (j *catchUpActor) finish(ctx actor.Context, err error) {
 	if persistence.IsStorageFailure(err) {
 		panic(err) // the supervisor stops the library with this reason
 	}
-	ctx.Send(j.parent, &catchupDone{peer: j.peer, err: err, results: j.results})
+	ctx.Send(j.parent, &catchupDone{peer: j.peer, err: err, results: j.results, pulled: j.pulled})
 	j.fetch.stop()
 	ctx.Stop(ctx.Self())
 }

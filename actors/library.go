@@ -37,7 +37,8 @@ type libraryActor struct {
 	ae       *actor.PID                       // running anti-entropy job, if any
 	aeNext   int                              // round-robin over connected partners
 	jobs     map[messages.DeviceID]*actor.PID // running catch-up job per peer
-	jobAgain map[messages.DeviceID]bool       // a catch-up was asked for while one ran
+	jobAgain map[messages.DeviceID]bool       // a catch-up was asked for while one ran: true a full one, false shared logs only
+	lastFull map[messages.DeviceID]time.Time  // when the last full catch-up with each partner started
 	retry    map[messages.DeviceID]*backoff   // failed catch-ups are retried with back-off
 	retryAt  map[messages.DeviceID]*time.Timer
 
@@ -48,6 +49,11 @@ type libraryActor struct {
 	ackDirty map[messages.DeviceID]bool
 	reported map[messages.DeviceID]string // the watermarks last reported to each connected partner
 	ackTimer *time.Timer
+	// The relay (relay.go): each partner's last report, the pulls it
+	// called for, and the coalesced reports of this device.
+	lastReport  map[messages.DeviceID]*messages.WatermarkReport
+	pullAt      map[messages.DeviceID]*time.Timer
+	reportTimer *time.Timer
 
 	// A join in progress: join is its actor (nil when none), joinSt its
 	// last report. While it runs, live updates are buffered, never applied
@@ -133,6 +139,10 @@ func (a *libraryActor) receivePeers(ctx actor.Context) bool {
 		a.onApplied(ctx, m)
 	case *ackFlush:
 		a.flushAcks(ctx)
+	case *reportFlush:
+		a.onReportFlush(ctx)
+	case *relayPull:
+		a.onRelayPull(ctx, m.dev)
 	default:
 		return false
 	}
@@ -148,6 +158,9 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.aeErr = map[messages.DeviceID]string{}
 	a.jobs = map[messages.DeviceID]*actor.PID{}
 	a.jobAgain = map[messages.DeviceID]bool{}
+	a.lastFull = map[messages.DeviceID]time.Time{}
+	a.lastReport = map[messages.DeviceID]*messages.WatermarkReport{}
+	a.pullAt = map[messages.DeviceID]*time.Timer{}
 	a.retry = map[messages.DeviceID]*backoff{}
 	a.retryAt = map[messages.DeviceID]*time.Timer{}
 	a.pending = map[messages.DeviceID][]messages.SharedChange{}
@@ -194,7 +207,13 @@ func (a *libraryActor) stopTimers() {
 	if a.ackTimer != nil {
 		a.ackTimer.Stop()
 	}
+	if a.reportTimer != nil {
+		a.reportTimer.Stop()
+	}
 	for _, t := range a.retryAt {
+		t.Stop()
+	}
+	for _, t := range a.pullAt {
 		t.Stop()
 	}
 }
@@ -304,9 +323,11 @@ func (a *libraryActor) onPeerUp(ctx actor.Context, m *peerUp) {
 		return
 	}
 	a.startCatchUp(ctx, m.dev, false)
-	// Acknowledge what we hold of its log, so it can prune.
+	// Acknowledge what we hold of its log, so it can prune, and say what
+	// we hold of everyone's, so it can pull what it lacks.
 	a.ackDirty[m.dev] = true
 	a.scheduleAcks(ctx)
+	a.scheduleReport(ctx)
 }
 
 func (a *libraryActor) onPeerDown(ctx actor.Context, m *peerDown) {
@@ -316,6 +337,7 @@ func (a *libraryActor) onPeerDown(ctx actor.Context, m *peerDown) {
 	}
 	delete(a.peers, m.dev)
 	delete(a.reported, m.dev)
+	delete(a.lastReport, m.dev) // it reports again when it is back
 	if a.partners[m.dev] {
 		a.n.events.emit(Event{Type: EventPeerDisconnected, Library: a.id, Peer: m.dev})
 		if a.join != nil {
@@ -335,12 +357,14 @@ func (a *libraryActor) connectedPartners() iter.Seq2[messages.DeviceID, *peerLin
 	}
 }
 
-// broadcast sends a live message to every connected partner. A partner that
-// is away misses it and catches up on reconnect.
+// broadcast sends a local change to every connected partner. A partner
+// that is away misses it and catches up on reconnect (or pulls it from a
+// member that has it, after that member's next report).
 func (a *libraryActor) broadcast(ctx actor.Context, msg messages.Message) {
 	for _, link := range a.connectedPartners() {
 		ctx.Send(link.pid, &outboundMsg{lib: a.id, msg: msg})
 	}
+	a.scheduleReport(ctx)
 }
 
 func (a *libraryActor) sendTo(ctx actor.Context, dev messages.DeviceID, msg messages.Message) bool {

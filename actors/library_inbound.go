@@ -56,9 +56,7 @@ func (a *libraryActor) onInbound(ctx actor.Context, m *inboundMsg) {
 	case *messages.AckSharedChanges:
 		a.onAck(ctx, m.from, msg)
 	case *messages.WatermarkReport:
-		if err := a.lib.RecordPartnerWatermarks(m.from, msg.State, msg.Shared); err != nil {
-			a.n.log.Warn("record a partner's watermarks", "library", a.id, "from", m.from, "err", err)
-		}
+		a.onReport(ctx, m.from, msg)
 	default:
 		a.n.reject(messages.ReasonUnexpected, "library", a.id, "from", m.from, "type", m.msg.MessageType())
 	}
@@ -272,6 +270,7 @@ func (a *libraryActor) onApplied(ctx actor.Context, m *applied) {
 	from := firstKey(m.from)
 	a.n.countRejections(res, from)
 	a.emitChanges(res.Changes, from)
+	a.scheduleReport(ctx) // partners that lack it pull it from here
 	if !m.shared {
 		return
 	}

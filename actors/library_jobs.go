@@ -78,7 +78,7 @@ func (a *libraryActor) startCatchUp(ctx actor.Context, dev messages.DeviceID, sh
 		return // the join's own final pass catches up with everyone
 	}
 	if _, running := a.jobs[dev]; running {
-		a.jobAgain[dev] = true
+		a.jobAgain[dev] = a.jobAgain[dev] || !sharedOnly
 		return
 	}
 	if a.retryAt[dev] != nil {
@@ -88,7 +88,11 @@ func (a *libraryActor) startCatchUp(ctx actor.Context, dev messages.DeviceID, sh
 		// at once, forever.
 		return
 	}
-	a.jobs[dev] = ctx.SpawnPrefix(actor.PropsFromProducer(newCatchUpActor(a.n, a.lib, a.id, ctx.Self(), dev, link.conn, sharedOnly)), "catchup-")
+	if !sharedOnly {
+		a.lastFull[dev] = time.Now()
+	}
+	a.jobs[dev] = ctx.SpawnPrefix(actor.PropsFromProducer(newCatchUpActor(a.n, a.lib, a.id, ctx.Self(), dev, link.conn, sharedOnly,
+		a.lastReport[dev])), "catchup-")
 }
 
 func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
@@ -129,10 +133,14 @@ func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
 		a.releasePending(ctx, m.peer)
 	}
 	a.ackDirty[m.peer] = true
+	for origin := range m.pulled {
+		a.ackDirty[origin] = true // relayed changes are acknowledged to their origin too
+	}
 	a.scheduleAcks(ctx)
-	if a.jobAgain[m.peer] {
+	a.scheduleReport(ctx)
+	if full, again := a.jobAgain[m.peer]; again {
 		delete(a.jobAgain, m.peer)
-		a.startCatchUp(ctx, m.peer, false)
+		a.startCatchUp(ctx, m.peer, !full)
 	}
 }
 

@@ -37,6 +37,8 @@ type Metrics struct {
 	logRecoveries  prometheus.Counter
 	aeRepairs      *prometheus.CounterVec // kind: fetched, deleted
 	aeRuns         *prometheus.CounterVec // result: ok, failed
+	relayed        prometheus.Counter     // other origins' shared changes served
+	relayPulls     *prometheus.CounterVec // kind: shared, full
 }
 
 func newMetrics() *Metrics {
@@ -104,7 +106,13 @@ func newMetrics() *Metrics {
 	m.aeRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lsync_antientropy_runs_total", Help: "Anti-entropy reconciliations with a partner that ended, by result (ok, failed).",
 	}, []string{"result"})
-	m.Registry.MustRegister(m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.relayed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lsync_relayed_changes_total", Help: "Shared changes of other origins served from this device's log (the relay).",
+	})
+	m.relayPulls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lsync_relay_pulls_total", Help: "Catch-ups started because a partner reported holding more than this device, by kind (shared: its logs only; full: device-owned state too).",
+	}, []string{"kind"})
+	m.Registry.MustRegister(m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -312,10 +312,17 @@ type catchupDone struct {
 	peer    messages.DeviceID
 	err     error
 	results []persistence.ApplyResult
+	pulled  map[messages.DeviceID]bool // origins whose shared changes it applied
 }
 
 // ackFlush sends coalesced ACKs.
 type ackFlush struct{}
+
+// reportFlush sends coalesced watermark reports (relay.go).
+type reportFlush struct{}
+
+// relayPull: a partner reported holding more than this device (relay.go).
+type relayPull struct{ dev messages.DeviceID }
 
 // catchupTick starts a periodic catch-up with every connected partner.
 type catchupTick struct{}

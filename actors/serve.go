@@ -18,6 +18,10 @@ type serveActor struct {
 	n     *nodeCore
 	lib   *persistence.Library
 	snaps *snapshotStore // snapshots being served (snapshot.go)
+	// rowsN is the library's row count at generation rowsGen (rows).
+	rowsN   uint64
+	rowsGen uint64
+	rowsOK  bool
 }
 
 func newServeActor(n *nodeCore, lib *persistence.Library) actor.Producer {
@@ -63,18 +67,18 @@ func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messa
 		}
 		return s.statePage(m)
 	case *messages.SharedChangeRequest:
-		if m.Origin != s.n.self {
-			return nil, &messages.Error{Code: messages.CodeNotFound,
-				Message: fmt.Sprintf("device %s keeps only its own log, not %s's", s.n.self, m.Origin)}
-		}
-		entries, more, snap, err := s.lib.LogSince(m.Since, s.limit(m.Limit))
+		// Its own log, or another origin's changes kept to relay them.
+		entries, more, snap, err := s.lib.LogOf(m.Origin, m.Since, s.limit(m.Limit))
 		if err != nil {
 			return nil, err
 		}
 		if snap {
-			s.n.log.Info("peer is behind the pruned log; it must take a shared-state snapshot", "peer", from, "since", m.Since)
+			s.n.log.Info("peer is behind the log here; it must take a shared-state snapshot", "peer", from, "origin", m.Origin, "since", m.Since)
 		}
-		return &messages.SharedChangeResponse{Origin: s.n.self, Entries: entries, HasMore: more, SnapshotRequired: snap}, nil
+		if m.Origin != s.n.self {
+			s.n.metrics.relayed.Add(float64(len(entries)))
+		}
+		return &messages.SharedChangeResponse{Origin: m.Origin, Entries: entries, HasMore: more, SnapshotRequired: snap}, nil
 	case *messages.SharedStateRequest:
 		return s.sharedStatePage(m)
 	case *messages.FingerprintRequest:
@@ -86,18 +90,31 @@ func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messa
 		if err != nil {
 			return nil, err
 		}
-		resp := &messages.StateOwnersResponse{}
-		if counts, err := s.lib.Counts(); err == nil {
-			for _, n := range counts {
-				resp.Rows += uint64(n)
-			}
-		}
+		resp := &messages.StateOwnersResponse{Rows: s.rows()}
 		for _, o := range owners {
 			resp.Owners = append(resp.Owners, messages.OriginWatermark{Origin: o, HLC: s.lib.StateWatermark(o)})
 		}
 		return resp, nil
 	}
 	return nil, &messages.Error{Code: messages.CodeBadRequest, Message: fmt.Sprintf("%s is not a request", msg.MessageType())}
+}
+
+// rows is how many rows the library holds, for a joiner's ETA. Counting
+// scans every table, and every catch-up asks for the owners: the count is
+// kept until the library changes.
+func (s *serveActor) rows() uint64 {
+	if gen := s.lib.Generation(); !s.rowsOK || gen != s.rowsGen {
+		counts, err := s.lib.Counts()
+		if err != nil {
+			return s.rowsN
+		}
+		s.rowsN = 0
+		for _, n := range counts {
+			s.rowsN += uint64(n)
+		}
+		s.rowsGen, s.rowsOK = gen, true
+	}
+	return s.rowsN
 }
 
 // statePage serves one page of Owner's rows, walking Models in order and

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ncruces/go-sqlite3"
@@ -71,6 +72,8 @@ type Library struct {
 	tombs map[string]int
 	// maxStored is the largest HLC written to database.db (kept in kv).
 	maxStored messages.HLC
+	// gen counts committed write transactions (Generation).
+	gen atomic.Uint64
 	// afterLogAppend, when set by a test, runs between the log append and
 	// the apply of CommitShared; an error simulates a crash there.
 	afterLogAppend func() error
@@ -562,8 +565,14 @@ func (l *Library) writeTx(res *ApplyResult, fn func(tx *txn) error) error {
 		return err
 	}
 	tx.publish()
+	l.gen.Add(1)
 	return nil
 }
+
+// Generation changes with every write transaction writeTx commits (every
+// apply and local write): something read from the library stays true
+// while it does not change.
+func (l *Library) Generation() uint64 { return l.gen.Load() }
 
 func (p RetentionPolicy) withDefaults() RetentionPolicy {
 	if p.MaxEntries <= 0 {

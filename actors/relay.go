@@ -1,0 +1,117 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// The relay (issue 11, DESIGN §10): a change made on any member reaches
+// every member that can reach any other, also while its origin is away.
+//
+// A device keeps the shared changes of other origins it applied, in
+// their chain, in its log (persistence.LogOf), and serves them to its
+// partners as the origin would. Device-owned rows it holds of any owner
+// it serves already (StateRequest). What moves them on is pull, not push:
+//
+//   - after it applies anything, a device tells its connected partners
+//     what it holds now (WatermarkReport, coalesced for reportDelay; the
+//     same report that lets partners prune tombstones);
+//   - a partner that learns from a report that the device holds more of
+//     some origin than it does starts a catch-up with it: shared logs
+//     only when that is all it lacks (at once), device-owned state too
+//     when it lacks rows (at most every fullPullEvery per partner: a
+//     state scan re-reads what arrived live since the last one).
+//
+// A relayed change is applied exactly as if it came from its origin:
+// through the per-origin chain check, so no change applies twice and no
+// gap is skipped. Pull moves each change over each link at most once,
+// where push would send it to partners that already have it. An origin
+// prunes what its partners acknowledged; a relaying device keeps another
+// origin's changes until every partner of its own (but the origin)
+// reported holding them, so no member loses a change it still needs
+// however it gets it; whoever is away past the retention takes a
+// shared-state snapshot, as before.
+
+// reportDelay coalesces reports: one per burst of applied changes.
+func (a *libraryActor) reportDelay() time.Duration { return a.n.sync.AckDelay }
+
+// fullPullEvery bounds report-driven catch-ups that scan device-owned
+// state, per partner.
+const fullPullEvery = 2 * time.Second
+
+// scheduleReport sends the watermark reports soon (reportFlush).
+func (a *libraryActor) scheduleReport(ctx actor.Context) {
+	if a.reportTimer != nil {
+		return
+	}
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	a.reportTimer = time.AfterFunc(a.reportDelay(), func() { root.Send(self, &reportFlush{}) })
+}
+
+func (a *libraryActor) onReportFlush(ctx actor.Context) {
+	a.reportTimer = nil
+	a.reportWatermarks(ctx)
+}
+
+// onReport records what a partner holds (tombstone pruning) and pulls
+// what it holds that this device does not.
+func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *messages.WatermarkReport) {
+	if err := a.lib.RecordPartnerWatermarks(from, r.State, r.Shared); err != nil {
+		a.n.log.Warn("record a partner's watermarks", "library", a.id, "from", from, "err", err)
+	}
+	a.lastReport[from] = r
+	if shared, state := a.behind(r); shared || state {
+		// The changes the report counts may still be on their way to the
+		// appliers here (the origin's own push): look again shortly.
+		a.schedulePull(ctx, from, a.reportDelay())
+	}
+}
+
+// behind says whether r holds shared changes, or device-owned rows, of
+// some origin other than this device beyond what this device holds.
+func (a *libraryActor) behind(r *messages.WatermarkReport) (shared, state bool) {
+	for _, w := range r.Shared {
+		if w.Origin != a.n.self && w.HLC.Compare(a.lib.SharedWatermark(w.Origin)) > 0 {
+			shared = true
+		}
+	}
+	for _, w := range r.State {
+		if w.Origin != a.n.self && w.HLC.Compare(a.lib.StateWatermark(w.Origin)) > 0 {
+			state = true
+		}
+	}
+	return shared, state
+}
+
+func (a *libraryActor) schedulePull(ctx actor.Context, dev messages.DeviceID, wait time.Duration) {
+	if a.pullAt[dev] != nil {
+		return
+	}
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	a.pullAt[dev] = time.AfterFunc(wait, func() { root.Send(self, &relayPull{dev: dev}) })
+}
+
+// onRelayPull starts the catch-up a report called for, if it still is.
+func (a *libraryActor) onRelayPull(ctx actor.Context, dev messages.DeviceID) {
+	delete(a.pullAt, dev)
+	r := a.lastReport[dev]
+	if r == nil || a.peers[dev] == nil || !a.partners[dev] {
+		return
+	}
+	shared, state := a.behind(r)
+	switch {
+	case state:
+		if wait := time.Until(a.lastFull[dev].Add(fullPullEvery)); wait > 0 {
+			a.schedulePull(ctx, dev, wait)
+			return
+		}
+		a.n.metrics.relayPulls.WithLabelValues("full").Inc()
+		a.startCatchUp(ctx, dev, false)
+	case shared:
+		a.n.metrics.relayPulls.WithLabelValues("shared").Inc()
+		a.startCatchUp(ctx, dev, true)
+	}
+}

@@ -1,0 +1,158 @@
+package actors
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lsync/lsync/internal/testutil"
+	"github.com/lsync/lsync/persistence"
+)
+
+// shareAlong creates a library on node 0 and sets up each edge (i, j),
+// in order, from node i with node j (which must hold the library by
+// then): a star is {1,0},{2,0}; a chain {1,0},{2,1},….
+func (c *cluster) shareAlong(edges ...[2]int) {
+	c.t.Helper()
+	ctx := ctxT(c.t)
+	lib, err := c.nodes[0].CreateLibrary(ctx, "Group")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.libs[0] = lib
+	for _, e := range edges {
+		i, j := e[0], e[1]
+		if err := c.nodes[i].WaitConnected(ctx, c.devs[j]); err != nil {
+			c.t.Fatal(err)
+		}
+		if c.libs[i], err = c.nodes[i].SyncSetup(ctx, c.devs[j], lib.ID(), ActionRegisterOnly); err != nil {
+			c.t.Fatalf("sync-setup %d with %d: %v", i, j, err)
+		}
+	}
+}
+
+// chainEdges links node k to node k-1.
+func chainEdges(n int) [][2]int {
+	var out [][2]int
+	for k := 1; k < n; k++ {
+		out = append(out, [2]int{k, k - 1})
+	}
+	return out
+}
+
+// hasTag reports whether node i holds a tag named name.
+func (c *cluster) hasTag(i int, name string) bool {
+	for _, r := range c.rows(i, persistence.ModelTag) {
+		if r["canonical_name"] == name {
+			return true
+		}
+	}
+	return false
+}
+
+// In a star (B and C set up with A only), a tag made on B reaches C
+// through A within moments, not at the next catch-up period (an hour
+// here) or anti-entropy pass: A reports what it holds, C pulls B's change
+// from A's log. While B is away, C gets what A holds of B's on
+// reconnecting. The logs are pruned to nothing afterwards.
+func TestRelaySharedChangesInAStar(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := buildCluster(t, 3, 51, testSync(), settle)
+		c.shareAlong([2]int{1, 0}, [2]int{2, 0})
+		ctx := ctxT(t)
+		if _, err := c.libs[1].CreateTag(ctx, TagInput{Name: "from B"}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		testutil.Eventually(t, time.Second, "B's tag on C, through A", func() bool { return c.hasTag(2, "from B") })
+		t.Logf("B's tag reached C after %v (fake time)", time.Since(start))
+		if n := c.nodes[0].Metrics().Value("lsync_relayed_changes_total", nil); n < 1 {
+			t.Fatalf("A relayed %v changes", n)
+		}
+
+		// C is away; B tags, A gets it, B goes; C comes back.
+		c.stopNode(2)
+		if _, err := c.libs[1].CreateTag(ctx, TagInput{Name: "while C was away"}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, time.Second, "B's second tag on A", func() bool { return c.hasTag(0, "while C was away") })
+		c.stopNode(1)
+		c.start(2)
+		testutil.Eventually(t, 5*time.Second, "B's second tag on C, B gone", func() bool { return c.hasTag(2, "while C was away") })
+		// And the other way: C's tag reaches B when B is back.
+		if _, err := c.libs[2].CreateTag(ctx, TagInput{Name: "from C"}); err != nil {
+			t.Fatal(err)
+		}
+		c.start(1)
+		testutil.Eventually(t, 5*time.Second, "C's tag on B", func() bool { return c.hasTag(1, "from C") })
+		c.converge(true, 30*time.Second)
+	})
+}
+
+// A chain of five (each device set up with its neighbours only): a tag
+// made on device 1, which goes away as soon as device 2 has it, is on
+// device 5 within 2 s; one made on 5 reaches 2. Every device ends with the
+// same rows, and every log pruned.
+func TestRelayChainOfFive(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := buildCluster(t, 5, 52, testSync(), settle)
+		c.shareAlong(chainEdges(5)...)
+		ctx := ctxT(t)
+		if _, err := c.libs[0].CreateTag(ctx, TagInput{Name: "first"}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		testutil.Eventually(t, time.Second, "the tag on device 2", func() bool { return c.hasTag(1, "first") })
+		c.stopNode(0)
+		testutil.Eventually(t, 2*time.Second, "the tag on device 5", func() bool { return c.hasTag(4, "first") })
+		t.Logf("device 1's tag reached device 5 after %v (fake time)", time.Since(start))
+		if _, err := c.libs[4].CreateTag(ctx, TagInput{Name: "last"}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 2*time.Second, "device 5's tag on device 2", func() bool { return c.hasTag(1, "last") })
+		c.converge(false, 30*time.Second)
+		// Device 2 keeps device 5's change for device 1, which is away;
+		// once it is back and has it, every log is pruned.
+		if n, _ := c.libs[1].Store().LogCount(); n != 1 {
+			t.Fatalf("device 2 keeps %d changes, want device 5's one for device 1", n)
+		}
+		c.start(0)
+		c.converge(true, 30*time.Second)
+	})
+}
+
+// Pruning never loses a change a member still needs: in A–B–C, A prunes
+// its log once B (its only partner) acknowledged it, while C is away; B
+// keeps A's changes until C reports holding them, and C gets every one
+// from B, in A's chain, A gone.
+func TestRelayPruneKeepsWhatAMemberNeeds(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := buildCluster(t, 3, 53, testSync(), settle)
+		c.shareAlong(chainEdges(3)...)
+		ctx := ctxT(t)
+		c.stopNode(2)
+		for k := range 30 {
+			if _, err := c.libs[0].CreateTag(ctx, TagInput{Name: fmt.Sprint("a-", k)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testutil.Eventually(t, 5*time.Second, "A's log pruned on B's ACKs", func() bool {
+			n, _ := c.libs[0].Store().LogCount()
+			return n == 0 && len(c.rows(1, persistence.ModelTag)) == 30
+		})
+		advance(5 * time.Second) // prune ticks on B: C has reported nothing
+		if n, _ := c.libs[1].Store().LogCount(); n != 30 {
+			t.Fatalf("B kept %d of A's changes, want all 30 for C", n)
+		}
+		c.stopNode(0)
+		c.start(2)
+		testutil.Eventually(t, 5*time.Second, "A's tags on C", func() bool { return len(c.rows(2, persistence.ModelTag)) == 30 })
+		if wm, want := c.libs[2].Store().SharedWatermark(c.devs[0]), c.libs[1].Store().SharedWatermark(c.devs[0]); wm != want {
+			t.Fatalf("C's watermark for A %s, B's %s", wm, want)
+		}
+		testutil.Eventually(t, 5*time.Second, "B's relay log pruned once C holds it", func() bool {
+			n, _ := c.libs[1].Store().LogCount()
+			return n == 0
+		})
+	})
+}
