@@ -35,8 +35,8 @@ import (
 const (
 	// starDefaultSeeds is how many seeds each variant of the star runs
 	// unless LSYNC_GROUP_SEEDS or LSYNC_GROUP_SEED says otherwise; with
-	// starOps operations a converging seed takes about 10 s.
-	starDefaultSeeds = 2
+	// starOps operations a converging seed takes about 7 s (2 cores).
+	starDefaultSeeds = 3
 	starOps          = 30
 	// groupConvergeWithin is issue 11's bound: every synced model
 	// byte-identical on every member this long after the last operation.
