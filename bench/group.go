@@ -72,6 +72,9 @@ type chainResult struct {
 	KillP99Ms         float64 `json:"kill_p99_ms"`
 	KillMaxMs         float64 `json:"kill_max_ms"`
 	KillAfterKillMsMd float64 `json:"kill_after_kill_median_ms"` // SIGKILL of 1 → applied on 5
+	// KillRoundMs is each round: made on 1 → applied on 2, and → on 5
+	// (0 if it never arrived).
+	KillRoundMs [][2]float64 `json:"kill_round_ms"`
 
 	// Bytes: every daemon's lsync_bytes_total{direction="out"}, summed,
 	// over the steady run (from before the first tag until every tag
@@ -254,7 +257,8 @@ func runChain(ctx context.Context, o *options, dir, bin string, logf func(string
 		if err != nil {
 			return res, err
 		}
-		if _, ok := arr.wait(ctx, 1, u, o.chainAwait, 0, nil); !ok {
+		at2, ok := arr.wait(ctx, 1, u, o.chainAwait, 0, nil)
+		if !ok {
 			return res, fmt.Errorf("round %d: device 2 lacks device 1's tag after %v", r, o.chainAwait)
 		}
 		ds[0].kill9()
@@ -265,14 +269,17 @@ func runChain(ctx context.Context, o *options, dir, bin string, logf func(string
 		}
 		watch[0].stop()
 		at, ok := arr.wait(ctx, n-1, u, o.chainAwait, 500*time.Millisecond, pollTag(ctx, ds[n-1], lib, n-1, u, arr))
+		round := [2]float64{ms(at2.Sub(made)), 0}
 		if ok {
 			res.KillArrived++
 			kill = append(kill, ms(at.Sub(made)))
 			afterKill = append(afterKill, ms(at.Sub(killed)))
+			round[1] = ms(at.Sub(made))
 		}
+		res.KillRoundMs = append(res.KillRoundMs, round)
 		if ok {
-			logf("scenario %s: offline round %d: on device %d %.0f ms after made, %.0f ms after device 1 was killed", chainScenario, r+1, n,
-				ms(at.Sub(made)), ms(at.Sub(killed)))
+			logf("scenario %s: offline round %d: on device 2 %.0f ms after made, on device %d %.0f ms after made, %.0f ms after device 1 was killed",
+				chainScenario, r+1, round[0], n, round[1], ms(at.Sub(killed)))
 		} else {
 			logf("scenario %s: offline round %d: not on device %d %v after device 1 was killed", chainScenario, r+1, n, o.chainAwait)
 		}
@@ -477,6 +484,13 @@ func (c *chainResult) write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  origin offline: %d/%d on device %d (device 1 killed as soon as 2 had it): median %.0f ms, p99 %.0f ms, max %.0f ms after made; median %.0f ms after the kill\n",
 		c.KillArrived, c.KillRounds, c.Devices, c.KillMedianMs, c.KillP99Ms, c.KillMaxMs, c.KillAfterKillMsMd)
+	if len(c.KillRoundMs) > 0 {
+		parts := make([]string, len(c.KillRoundMs))
+		for i, r := range c.KillRoundMs {
+			parts[i] = fmt.Sprintf("%.0f/%.0f", r[0], r[1])
+		}
+		fmt.Fprintf(w, "  offline rounds, ms to device 2 / to device %d: %s\n", c.Devices, strings.Join(parts, ", "))
+	}
 	fmt.Fprintf(w, "  bytes out, all daemons: %.0f per change (idle %.0f B/s) vs direct delivery between two: %.0f per change (idle %.0f B/s; median %.0f ms, p99 %.0f ms)\n",
 		c.BytesPerChange, c.IdleBytesPerSec, c.DirectBytesPerChange, c.DirectIdleBytesSec, c.DirectMedianMs, c.DirectP99Ms)
 	fmt.Fprintf(w, "  relay ÷ direct: %.2f× per change, %.2f× per change and receiving device (%d receivers)\n",
