@@ -75,6 +75,12 @@ type chainResult struct {
 	// KillRoundMs is each round: made on 1 → applied on 2, and → on 5
 	// (0 if it never arrived).
 	KillRoundMs [][2]float64 `json:"kill_round_ms"`
+	// BackMs: in each offline round, once device 5 has the tag, a tag
+	// made on device 5: made → applied on device 2 (device 1 killed a
+	// moment ago). BackIdleMs: the same with device 1 down for a while,
+	// one a second.
+	BackMs     []float64 `json:"back_ms"`
+	BackIdleMs []float64 `json:"back_idle_ms"`
 
 	// Bytes: every daemon's lsync_bytes_total{direction="out"}, summed,
 	// over the steady run (from before the first tag until every tag
@@ -283,6 +289,12 @@ func runChain(ctx context.Context, o *options, dir, bin string, logf func(string
 		} else {
 			logf("scenario %s: offline round %d: not on device %d %v after device 1 was killed", chainScenario, r+1, n, o.chainAwait)
 		}
+		// Back, device 1 just killed: a tag made on 5 to device 2.
+		back, err := backTag(ctx, o, ds, lib, arr, fmt.Sprintf("back-after-kill-%d", r))
+		if err != nil {
+			return res, err
+		}
+		res.BackMs = append(res.BackMs, back)
 		if err := ds[0].start(ctx, ds[0].listen); err != nil {
 			return res, err
 		}
@@ -296,6 +308,20 @@ func runChain(ctx context.Context, o *options, dir, bin string, logf func(string
 	}
 	res.KillMedianMs, res.KillP99Ms, res.KillMaxMs = median(kill), percentile(kill, 0.99), percentile(kill, 1)
 	res.KillAfterKillMsMd = median(afterKill)
+
+	// Back, device 1 long down: tags made on device 5, one a second.
+	if o.chainKills > 0 {
+		ds[0].kill9()
+		for r := range o.chainKills {
+			ms, err := backTag(ctx, o, ds, lib, arr, fmt.Sprintf("back-%d", r))
+			if err != nil {
+				return res, err
+			}
+			res.BackIdleMs = append(res.BackIdleMs, ms)
+			time.Sleep(time.Second)
+		}
+		logf("scenario %s: tags made on device %d, device 1 long down: on device 2 after %s ms", chainScenario, n, joinFloats(res.BackIdleMs))
+	}
 
 	// Direct delivery: the same tags between two paired devices.
 	f.close()
@@ -347,6 +373,26 @@ func runChain(ctx context.Context, o *options, dir, bin string, logf func(string
 		return res, errors.New(strings.Join(missing, "; "))
 	}
 	return res, nil
+}
+
+// backTag makes a tag on the last device of ds and times it until device
+// 2 (ds[1]) applies it.
+func backTag(ctx context.Context, o *options, ds []*lsyncd, lib string, arr *arrivals, name string) (float64, error) {
+	last := len(ds) - 1
+	started := time.Now()
+	u, err := tagCreate(ctx, ds[last], lib, name)
+	if err != nil {
+		return 0, err
+	}
+	at, ok := arr.wait(ctx, 1, u, o.chainAwait, 500*time.Millisecond, pollTag(ctx, ds[1], lib, 1, u, arr))
+	if !ok {
+		return 0, fmt.Errorf("%s: device 2 lacks device %d's tag after %v", name, last+1, o.chainAwait)
+	}
+	made, ok := arr.get0(last, u)
+	if !ok {
+		made = started
+	}
+	return ms(at.Sub(made)), nil
 }
 
 // steadyRun is what steadyTags measured.
@@ -490,6 +536,10 @@ func (c *chainResult) write(w io.Writer) {
 			parts[i] = fmt.Sprintf("%.0f/%.0f", r[0], r[1])
 		}
 		fmt.Fprintf(w, "  offline rounds, ms to device 2 / to device %d: %s\n", c.Devices, strings.Join(parts, ", "))
+	}
+	if len(c.BackMs) > 0 {
+		fmt.Fprintf(w, "  back:           tags made on device %d on device 2 after %s ms (device 1 just killed), %s ms (device 1 long down)\n",
+			c.Devices, joinFloats(c.BackMs), joinFloats(c.BackIdleMs))
 	}
 	fmt.Fprintf(w, "  bytes out, all daemons: %.0f per change (idle %.0f B/s) vs direct delivery between two: %.0f per change (idle %.0f B/s; median %.0f ms, p99 %.0f ms)\n",
 		c.BytesPerChange, c.IdleBytesPerSec, c.DirectBytesPerChange, c.DirectIdleBytesSec, c.DirectMedianMs, c.DirectP99Ms)
