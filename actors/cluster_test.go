@@ -67,18 +67,24 @@ func newCluster(t testing.TB, n int, seed uint64) *cluster {
 	return buildCluster(t, n, seed, testSync(), func() {})
 }
 
-// buildCluster starts n paired nodes, calling after once each has started.
-func buildCluster(t testing.TB, n int, seed uint64, sync SyncConfig, after func()) *cluster {
+// buildCluster starts n nodes, calling after once each has started. Every
+// two are paired, or, given pairs, only those.
+func buildCluster(t testing.TB, n int, seed uint64, sync SyncConfig, after func(), pairs ...[2]int) *cluster {
 	t.Helper()
 	c := &cluster{t: t, net: memnet.NewNetwork(seed), dir: StaticDirectory{}, sync: sync}
 	for i := range n {
 		c.devs = append(c.devs, devID(i))
 		c.dir[devID(i)] = "mem:" + devID(i).String()
 	}
-	for i := range n {
-		for j := i + 1; j < n; j++ {
-			c.net.Pair(c.devs[i], c.devs[j])
+	if pairs == nil {
+		for i := range n {
+			for j := i + 1; j < n; j++ {
+				pairs = append(pairs, [2]int{i, j})
+			}
 		}
+	}
+	for _, p := range pairs {
+		c.net.Pair(c.devs[p[0]], c.devs[p[1]])
 	}
 	for i := range n {
 		c.homes = append(c.homes, t.TempDir())

@@ -53,7 +53,12 @@ type libraryActor struct {
 	// called for, and the coalesced reports of this device.
 	lastReport  map[messages.DeviceID]*messages.WatermarkReport
 	pullAt      map[messages.DeviceID]*time.Timer
+	fullAt      map[messages.DeviceID]*time.Timer
 	reportTimer *time.Timer
+	// Automatic setups with members (members.go): running, and when the
+	// last one with each member failed.
+	memberSetup  map[messages.DeviceID]bool
+	memberFailed map[messages.DeviceID]time.Time
 
 	// A join in progress: join is its actor (nil when none), joinSt its
 	// last report. While it runs, live updates are buffered, never applied
@@ -142,7 +147,9 @@ func (a *libraryActor) receivePeers(ctx actor.Context) bool {
 	case *reportFlush:
 		a.onReportFlush(ctx)
 	case *relayPull:
-		a.onRelayPull(ctx, m.dev)
+		a.onRelayPull(ctx, m)
+	case *memberSetupDone:
+		a.onMemberSetupDone(ctx, m)
 	default:
 		return false
 	}
@@ -161,6 +168,9 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.lastFull = map[messages.DeviceID]time.Time{}
 	a.lastReport = map[messages.DeviceID]*messages.WatermarkReport{}
 	a.pullAt = map[messages.DeviceID]*time.Timer{}
+	a.fullAt = map[messages.DeviceID]*time.Timer{}
+	a.memberSetup = map[messages.DeviceID]bool{}
+	a.memberFailed = map[messages.DeviceID]time.Time{}
 	a.retry = map[messages.DeviceID]*backoff{}
 	a.retryAt = map[messages.DeviceID]*time.Timer{}
 	a.pending = map[messages.DeviceID][]messages.SharedChange{}
@@ -214,6 +224,9 @@ func (a *libraryActor) stopTimers() {
 		t.Stop()
 	}
 	for _, t := range a.pullAt {
+		t.Stop()
+	}
+	for _, t := range a.fullAt {
 		t.Stop()
 	}
 }
@@ -312,6 +325,7 @@ func (a *libraryActor) onPeerUp(ctx actor.Context, m *peerUp) {
 	a.peers[m.dev] = &peerLink{pid: m.pid, conn: m.conn, name: m.name}
 	delete(a.peerErr, m.dev)
 	if !a.partners[m.dev] {
+		a.reconcileMembers(ctx) // a member, paired, not a partner yet?
 		return
 	}
 	a.n.events.emit(Event{Type: EventPeerConnected, Library: a.id, Peer: m.dev, Detail: m.name})
@@ -392,12 +406,13 @@ func (a *libraryActor) reportWatermarks(ctx actor.Context) {
 	if err != nil {
 		return
 	}
-	digest := fmt.Sprint(st, sh)
+	rows := a.lib.HeldWatermarks()
+	digest := fmt.Sprint(st, sh, rows)
 	for dev := range a.connectedPartners() {
 		if a.reported[dev] == digest {
 			continue
 		}
-		if a.sendTo(ctx, dev, &messages.WatermarkReport{State: st, Shared: sh}) {
+		if a.sendTo(ctx, dev, &messages.WatermarkReport{State: st, Shared: sh, Rows: rows}) {
 			a.reported[dev] = digest
 		}
 	}

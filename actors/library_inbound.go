@@ -212,6 +212,12 @@ func (a *libraryActor) onAck(ctx actor.Context, from messages.DeviceID, m *messa
 
 // onSetupPartner answers a peer's sync-setup: it becomes a partner here.
 func (a *libraryActor) onSetupPartner(ctx actor.Context, m *setupPartner) {
+	if m.req.Action == ActionMember {
+		if e := a.refuseMemberSetup(m.req.Device); e != nil {
+			answerPeer(a.n, m.from, m.reply, e, m.credit)
+			return
+		}
+	}
 	if err := a.addPartner(ctx, m.req.Device, m.req.DeviceName, false); err != nil {
 		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeInternal, Message: err.Error()}, m.credit)
 		return
@@ -270,6 +276,7 @@ func (a *libraryActor) onApplied(ctx actor.Context, m *applied) {
 	from := firstKey(m.from)
 	a.n.countRejections(res, from)
 	a.emitChanges(res.Changes, from)
+	a.membersChanged(ctx, res.Changes)
 	a.scheduleReport(ctx) // partners that lack it pull it from here
 	if !m.shared {
 		return

@@ -53,6 +53,7 @@ func (a *libraryActor) receiveJobs(ctx actor.Context) bool {
 		a.n.metrics.sharedLog.WithLabelValues(a.id.String()).Set(float64(m.logCount))
 		if m.tick {
 			a.reportWatermarks(ctx)
+			a.reconcileMembers(ctx)
 		}
 	default:
 		return false
@@ -100,6 +101,7 @@ func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
 	for _, r := range m.results {
 		a.n.countRejections(r, m.peer)
 		a.emitChanges(r.Changes, m.peer)
+		a.membersChanged(ctx, r.Changes)
 	}
 	if m.err == nil {
 		m.err = a.gapUnfilled(m.peer)
@@ -275,6 +277,7 @@ func (a *libraryActor) onJoinDone(ctx actor.Context, m *joinDone) {
 		a.dropped = 0
 	}
 	a.catchUpAll(ctx)
+	a.reconcileMembers(ctx) // the members it learnt of, paired with it
 }
 
 // onChildFailed hears from the supervisor that a job panicked and was

@@ -341,6 +341,9 @@ func (n *Node) DiscoverLibraries(ctx context.Context, dev messages.DeviceID) ([]
 const (
 	ActionRegisterOnly = "register-only"
 	ActionJoin         = "join"
+	// ActionMember is the setup members paired with each other make by
+	// themselves (members.go); never one a partnership ended before.
+	ActionMember = "member"
 )
 
 // SyncSetup makes this device and dev sync partners for library lib: dev

@@ -71,7 +71,9 @@ func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *me
 }
 
 // behind says whether r holds shared changes, or device-owned rows, of
-// some origin other than this device beyond what this device holds.
+// some origin other than this device beyond what this device holds:
+// beyond its watermarks, or (rows received live, which no watermark
+// counts) newer than any it holds.
 func (a *libraryActor) behind(r *messages.WatermarkReport) (shared, state bool) {
 	for _, w := range r.Shared {
 		if w.Origin != a.n.self && w.HLC.Compare(a.lib.SharedWatermark(w.Origin)) > 0 {
@@ -80,37 +82,60 @@ func (a *libraryActor) behind(r *messages.WatermarkReport) (shared, state bool) 
 	}
 	for _, w := range r.State {
 		if w.Origin != a.n.self && w.HLC.Compare(a.lib.StateWatermark(w.Origin)) > 0 {
-			state = true
+			state = true // a scan from it raises our watermark
+		}
+	}
+	for _, w := range r.Rows {
+		if w.Origin != a.n.self && w.HLC.Compare(a.lib.StateWatermark(w.Origin)) > 0 && w.HLC.Compare(a.lib.Holds(w.Origin)) > 0 {
+			state = true // it holds a row newer than any here
 		}
 	}
 	return shared, state
 }
 
 func (a *libraryActor) schedulePull(ctx actor.Context, dev messages.DeviceID, wait time.Duration) {
-	if a.pullAt[dev] != nil {
+	a.scheduleRelayPull(ctx, a.pullAt, dev, wait, false)
+}
+
+// scheduleRelayPull sends a relayPull for dev after wait unless timers
+// holds one pending for it: quick ones (a report just came) and full ones
+// (device-owned state, held back by fullPullEvery) each have theirs, so a
+// held-back state scan never holds back shared changes.
+func (a *libraryActor) scheduleRelayPull(ctx actor.Context, timers map[messages.DeviceID]*time.Timer, dev messages.DeviceID,
+	wait time.Duration, full bool) {
+	if timers[dev] != nil {
 		return
 	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	a.pullAt[dev] = time.AfterFunc(wait, func() { root.Send(self, &relayPull{dev: dev}) })
+	timers[dev] = time.AfterFunc(wait, func() { root.Send(self, &relayPull{dev: dev, full: full}) })
 }
 
-// onRelayPull starts the catch-up a report called for, if it still is.
-func (a *libraryActor) onRelayPull(ctx actor.Context, dev messages.DeviceID) {
-	delete(a.pullAt, dev)
+// onRelayPull starts the catch-up a report called for, if it still is:
+// shared logs at once, device-owned state when fullPullEvery allows.
+func (a *libraryActor) onRelayPull(ctx actor.Context, m *relayPull) {
+	dev := m.dev
+	if m.full {
+		delete(a.fullAt, dev)
+	} else {
+		delete(a.pullAt, dev)
+	}
 	r := a.lastReport[dev]
 	if r == nil || a.peers[dev] == nil || !a.partners[dev] {
 		return
 	}
 	shared, state := a.behind(r)
-	switch {
-	case state:
-		if wait := time.Until(a.lastFull[dev].Add(fullPullEvery)); wait > 0 {
-			a.schedulePull(ctx, dev, wait)
+	a.n.log.Debug("relay: a partner holds more", "library", a.id, "peer", dev, "shared", shared, "state", state,
+		"running", a.jobs[dev] != nil, "backing_off", a.retryAt[dev] != nil)
+	if state {
+		wait := time.Until(a.lastFull[dev].Add(fullPullEvery))
+		if wait <= 0 {
+			a.n.metrics.relayPulls.WithLabelValues("full").Inc()
+			a.startCatchUp(ctx, dev, false)
 			return
 		}
-		a.n.metrics.relayPulls.WithLabelValues("full").Inc()
-		a.startCatchUp(ctx, dev, false)
-	case shared:
+		a.scheduleRelayPull(ctx, a.fullAt, dev, wait, true)
+	}
+	if shared {
 		a.n.metrics.relayPulls.WithLabelValues("shared").Inc()
 		a.startCatchUp(ctx, dev, true)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lsync/lsync/internal/testutil"
+	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
 )
 
@@ -50,15 +51,16 @@ func (c *cluster) hasTag(i int, name string) bool {
 	return false
 }
 
-// In a star (B and C set up with A only), a tag made on B reaches C
+// In a star (B and C paired and set up with A only), a tag made on B reaches C
 // through A within moments, not at the next catch-up period (an hour
 // here) or anti-entropy pass: A reports what it holds, C pulls B's change
 // from A's log. While B is away, C gets what A holds of B's on
 // reconnecting. The logs are pruned to nothing afterwards.
 func TestRelaySharedChangesInAStar(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		c := buildCluster(t, 3, 51, testSync(), settle)
-		c.shareAlong([2]int{1, 0}, [2]int{2, 0})
+		star := [][2]int{{1, 0}, {2, 0}}
+		c := buildCluster(t, 3, 51, testSync(), settle, star...) // B and C not paired
+		c.shareAlong(star...)
 		ctx := ctxT(t)
 		if _, err := c.libs[1].CreateTag(ctx, TagInput{Name: "from B"}); err != nil {
 			t.Fatal(err)
@@ -69,6 +71,18 @@ func TestRelaySharedChangesInAStar(t *testing.T) {
 		if n := c.nodes[0].Metrics().Value("lsync_relayed_changes_total", nil); n < 1 {
 			t.Fatalf("A relayed %v changes", n)
 		}
+		// Device-owned rows too: C's entries on B through A, long before a
+		// periodic catch-up (an hour here).
+		es := addEntries(t, c, 2, 20)
+		testutil.Eventually(t, 5*time.Second, "C's entries on B, through A", func() bool {
+			n := 0
+			for _, r := range c.rows(1, persistence.ModelEntry) {
+				if r["device_uuid"] == c.devs[2].String() {
+					n++
+				}
+			}
+			return n == len(es)
+		})
 
 		// C is away; B tags, A gets it, B goes; C comes back.
 		c.stopNode(2)
@@ -89,13 +103,14 @@ func TestRelaySharedChangesInAStar(t *testing.T) {
 	})
 }
 
-// A chain of five (each device set up with its neighbours only): a tag
+// A chain of five (each device paired and set up with its neighbours
+// only): a tag
 // made on device 1, which goes away as soon as device 2 has it, is on
 // device 5 within 2 s; one made on 5 reaches 2. Every device ends with the
 // same rows, and every log pruned.
 func TestRelayChainOfFive(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		c := buildCluster(t, 5, 52, testSync(), settle)
+		c := buildCluster(t, 5, 52, testSync(), settle, chainEdges(5)...) // paired with neighbours only
 		c.shareAlong(chainEdges(5)...)
 		ctx := ctxT(t)
 		if _, err := c.libs[0].CreateTag(ctx, TagInput{Name: "first"}); err != nil {
@@ -127,7 +142,7 @@ func TestRelayChainOfFive(t *testing.T) {
 // from B, in A's chain, A gone.
 func TestRelayPruneKeepsWhatAMemberNeeds(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		c := buildCluster(t, 3, 53, testSync(), settle)
+		c := buildCluster(t, 3, 53, testSync(), settle, chainEdges(3)...)
 		c.shareAlong(chainEdges(3)...)
 		ctx := ctxT(t)
 		c.stopNode(2)
@@ -154,5 +169,81 @@ func TestRelayPruneKeepsWhatAMemberNeeds(t *testing.T) {
 			n, _ := c.libs[1].Store().LogCount()
 			return n == 0
 		})
+	})
+}
+
+// partnersOf lists node i's sync partners.
+func (c *cluster) partnersOf(i int) map[messages.DeviceID]bool {
+	ps, err := c.libs[i].Store().Partners()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out := map[messages.DeviceID]bool{}
+	for _, p := range ps {
+		out[p.Device] = true
+	}
+	return out
+}
+
+// Membership is a fact of the library: a fourth device that joins through
+// C becomes a partner of A and B, with which it is paired, by itself, and
+// they of it; never of a device it is not paired with (E). Removing a
+// device (sync-remove) keeps the automatic setup from bringing it back.
+func TestMembersPairedWithEachOtherBecomePartners(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		// A B C D E = 0 1 2 3 4; E is paired with C only.
+		var pairs [][2]int
+		for i := range 4 {
+			for j := i + 1; j < 4; j++ {
+				pairs = append(pairs, [2]int{i, j})
+			}
+		}
+		pairs = append(pairs, [2]int{4, 2})
+		c := buildCluster(t, 5, 54, testSync(), settle, pairs...)
+		c.shareAlong([2]int{1, 0}, [2]int{2, 0}, [2]int{3, 2}, [2]int{4, 2})
+		want := map[int][]int{0: {1, 2, 3}, 1: {0, 2, 3}, 2: {0, 1, 3, 4}, 3: {0, 1, 2}, 4: {2}}
+		testutil.Eventually(t, 10*time.Second, "every two paired members partners", func() bool {
+			for i, ws := range want {
+				got := c.partnersOf(i)
+				if len(got) != len(ws) {
+					return false
+				}
+				for _, w := range ws {
+					if !got[c.devs[w]] {
+						return false
+					}
+				}
+			}
+			return true
+		})
+		// D's tag now goes to A directly, not only through C.
+		ctx := ctxT(t)
+		if _, err := c.libs[3].CreateTag(ctx, TagInput{Name: "from D"}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if !testutil.Within(time.Second, func() bool {
+			for i := range 5 {
+				if !c.hasTag(i, "from D") {
+					return false
+				}
+			}
+			return true
+		}) {
+			for i := range 5 {
+				t.Logf("device %d has it: %v", i, c.hasTag(i, "from D"))
+			}
+			c.converge(false, time.Second)
+			t.Fatalf("D's tag reached every device only after %v", time.Since(start))
+		}
+
+		// A removes B: no automatic setup brings them together again.
+		if err := c.libs[0].RemovePartner(ctx, c.devs[1]); err != nil {
+			t.Fatal(err)
+		}
+		advance(3 * memberRetry)
+		if c.partnersOf(0)[c.devs[1]] || c.partnersOf(1)[c.devs[0]] {
+			t.Fatalf("A and B partners again after A removed B: %v / %v", c.partnersOf(0), c.partnersOf(1))
+		}
 	})
 }

@@ -121,7 +121,9 @@ func envInt(name string, def int) int {
 
 // TestSimulation runs whole clusters of 3–5 devices under random faults
 // decided by a seed, then heals the network: every device must end with
-// identical rows and every shared log empty. LSYNC_SIM_SEEDS and
+// identical rows and every shared log empty. The partnerships form a
+// full mesh, a star, a chain or a random tree (simTopology), so every
+// change that does not travel directly is relayed. LSYNC_SIM_SEEDS and
 // LSYNC_SIM_OPS scale it up; LSYNC_SIM_SEED=N replays one seed.
 func TestSimulation(t *testing.T) {
 	seeds := envInt("LSYNC_SIM_SEEDS", 200)
@@ -143,13 +145,21 @@ func TestSimulation(t *testing.T) {
 func runSimulation(t *testing.T, seed uint64, ops int) {
 	rnd := rand.New(rand.NewPCG(seed, 0x5eed))
 	n := 3 + rnd.IntN(3)
-	c := newCluster(t, n, seed)
+	name, edges := simTopology(seed, n)
+	// Devices are paired along the partnerships only, or members paired
+	// with each other would become partners by themselves.
+	c := buildCluster(t, n, seed, testSync(), func() {}, edges...)
 	c.sync.CatchUpInterval = 150 * time.Millisecond
 	for i := range c.nodes {
 		c.stopNode(i)
 		c.start(i)
 	}
-	c.share()
+	t.Logf("%d devices, %s", n, name)
+	if edges == nil {
+		c.share()
+	} else {
+		c.shareAlong(edges...)
+	}
 	ctx := ctxT(t)
 	faults := memnet.Faults{
 		Drop:        rnd.Float64() * 0.1,
@@ -204,4 +214,29 @@ func runSimulation(t *testing.T, seed uint64, ops int) {
 			}
 		}
 	}
+}
+
+// simTopology picks the partnerships of a simulation from its seed (its
+// own stream, so the operations a seed draws do not depend on it): nil
+// edges mean a full mesh, else the sync-setups of a star, a chain or a
+// random tree, each from a device that does not hold the library yet
+// with one that does.
+func simTopology(seed uint64, n int) (string, [][2]int) {
+	rnd := rand.New(rand.NewPCG(seed, 0x70b0))
+	var edges [][2]int
+	switch rnd.IntN(4) {
+	case 0:
+		return "full mesh", nil
+	case 1:
+		for k := 1; k < n; k++ {
+			edges = append(edges, [2]int{k, 0})
+		}
+		return "star", edges
+	case 2:
+		return "chain", chainEdges(n)
+	}
+	for k := 1; k < n; k++ {
+		edges = append(edges, [2]int{k, rnd.IntN(k)})
+	}
+	return fmt.Sprint("tree ", edges), edges
 }

@@ -124,8 +124,8 @@ func TestFrameReaderAllocatesWhatArrives(t *testing.T) {
 // claimed length before reading it; the fuzzer found this.)
 func TestEnvelopeLengthClaimsRefusedBeforeAllocating(t *testing.T) {
 	claims := [][]byte{
-		{0x95, 0x01, 0xc6, 0xff, 0xff, 0xff, 0xff, 0x30, 0x30},                                                              // library: bin32 of 4 GiB
-		append(append([]byte{0x95, 0x01, 0xc4, 0x10}, make([]byte, 16)...), 0x03, 0x00, 0xc6, 0xff, 0xff, 0xff, 0xff, 0x30), // payload
+		{0x95, byte(SchemaVersion), 0xc6, 0xff, 0xff, 0xff, 0xff, 0x30, 0x30},                                                              // library: bin32 of 4 GiB
+		append(append([]byte{0x95, byte(SchemaVersion), 0xc4, 0x10}, make([]byte, 16)...), 0x03, 0x00, 0xc6, 0xff, 0xff, 0xff, 0xff, 0x30), // payload
 	}
 	for i, body := range claims {
 		frame := append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)

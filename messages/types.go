@@ -10,7 +10,12 @@ import (
 // SchemaVersion is the version of the wire protocol and the library schema
 // this build speaks. Peers with a different version refuse each other's
 // frames with an error naming the side that must upgrade.
-const SchemaVersion uint16 = 1
+//
+// 2 (issue 11, the relay): sync.db keeps other origins' changes, which a
+// build of version 1 would serve as its own; a SharedChangeRequest may
+// name any origin; WatermarkReport carries Rows; sync-setup has the
+// action "member".
+const SchemaVersion uint16 = 2
 
 // Type tags a message on the wire. The list is append-only: a number, once
 // given, is never reused or renumbered.
@@ -357,10 +362,16 @@ type AckSharedChanges struct {
 // the watermark of its last complete catch-up scan of that owner) and of
 // shared changes (its gap-free watermark). A device prunes a tombstone
 // only once every partner has reported holding it (DESIGN §5).
+//
+// Rows says, per owner, the newest row or delete of its that the device
+// holds, however it got it (live ones too, which no watermark counts): a
+// partner that holds less pulls the owner's rows from it (the relay).
+// It vouches for nothing older.
 type WatermarkReport struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	State    []OriginWatermark
 	Shared   []OriginWatermark
+	Rows     []OriginWatermark
 }
 
 // OriginWatermark is "holds every change of Origin up to HLC".
@@ -534,7 +545,7 @@ type SyncSetupRequest struct {
 	Library    LibraryID
 	Device     DeviceID
 	DeviceName string
-	Action     string // "register-only" or "join"
+	Action     string // "register-only", "join" or "member" (set up by itself between members paired with each other)
 }
 
 // SyncSetupResponse confirms the registration.

@@ -228,9 +228,9 @@ func (m *SyncSetupRequest) Validate() error {
 		return errors.New("sync setup needs library and device")
 	}
 	switch m.Action {
-	case "register-only", "join":
+	case "register-only", "join", "member":
 	default:
-		return fmt.Errorf("sync setup action %q (want register-only or join)", m.Action)
+		return fmt.Errorf("sync setup action %q (want register-only, join or member)", m.Action)
 	}
 	return nil
 }

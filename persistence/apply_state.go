@@ -75,7 +75,7 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 			return 0, err
 		}
 		if inserted {
-			return outApplied, tx.afterWrite(m, id, rec.UUID, own, rec.HLC, nil, sqlVals)
+			return outApplied, tx.afterWrite(m, id, rec.UUID, own, rec.HLC, nil, nil, sqlVals)
 		}
 		v = gather(gatherStored)
 	}
@@ -191,7 +191,11 @@ func (tx *txn) carryOut(v stateVerdict, m *modelInfo, own ownerRef, rec messages
 		if err != nil {
 			return 0, err
 		}
-		return outApplied, tx.afterWrite(m, id, u, own, rec.HLC, ex, sqlVals)
+		var lifted *tombstone
+		if v.liftTomb {
+			lifted = tb
+		}
+		return outApplied, tx.afterWrite(m, id, u, own, rec.HLC, ex, lifted, sqlVals)
 	}
 	panic(fmt.Sprintf("persistence: %s %s: verdict %v after gathering", m.Name, u, v.kind))
 }
@@ -224,9 +228,10 @@ func (tx *txn) writeRow(v stateVerdict, m *modelInfo, own ownerRef, rec messages
 	return id, nil
 }
 
-// afterWrite runs after a row was inserted or updated: derived caches,
-// caches, and parked records that waited for it.
-func (tx *txn) afterWrite(m *modelInfo, id int64, u messages.UUID, own ownerRef, h messages.HLC, ex *stateRow, sqlVals []any) error {
+// afterWrite runs after a row was inserted or updated (lifting tombstone
+// lifted, if not nil): derived caches, caches, and parked records that
+// waited for it.
+func (tx *txn) afterWrite(m *modelInfo, id int64, u messages.UUID, own ownerRef, h messages.HLC, ex *stateRow, lifted *tombstone, sqlVals []any) error {
 	tx.change(m.Name, u, false)
 	tx.noteOwn(own.id, h)
 	tx.cacheRef(m, u, refInfo{id: id, ownerID: own.id})
@@ -244,7 +249,7 @@ func (tx *txn) afterWrite(m *modelInfo, id int64, u messages.UUID, own ownerRef,
 		if err := tx.dropParkedUpTo(m, u, h); err != nil {
 			return err
 		}
-		tx.landed = append(tx.landed, landing{m: m, u: u, h: h})
+		tx.landed = append(tx.landed, landing{m: m, u: u, h: h, lifted: lifted})
 	}
 	return nil
 }

@@ -80,7 +80,7 @@ func (tx *txn) flushBulk() error {
 		err = tx.c.c.Exec(`RELEASE bulk`)
 		for i := 0; err == nil && i < len(rows); i++ {
 			r := rows[i]
-			err = tx.afterWrite(m, r.id, r.rec.UUID, b.own, r.rec.HLC, nil, r.sqlVals)
+			err = tx.afterWrite(m, r.id, r.rec.UUID, b.own, r.rec.HLC, nil, nil, r.sqlVals)
 		}
 		return err
 	}

@@ -424,8 +424,22 @@ func decideParked(rowHere, local bool) parkedFate {
 }
 
 // heldReturns says whether a held record comes back when the row it waits
-// for is written here at parentHLC; tomb is the record's own tombstone. A
-// parent written after the delete was re-created: the record stays deleted.
-func heldReturns(parentHLC messages.HLC, tomb *tombstone) bool {
-	return tomb == nil || parentHLC.Compare(tomb.hlc) <= 0
+// for (its parent) is written here at parentHLC; parentTomb is the
+// parent's tombstone that write lifted (nil if none), tomb the record's
+// own. A parent written at or before the delete was not covered by it. A
+// parent written after the delete was re-created, and the record stays
+// deleted, only if the parent itself was deleted (an explicit delete of
+// it). If its delete here was inferred (it went with a deleted ancestor in
+// this device's view of the tree), the owner may have moved it out of
+// that ancestor before the delete, in a write superseded by this one or
+// still on its way; that it is written after the delete says it is alive,
+// so its dependants come back, as they would have had this write arrived
+// before the delete.
+func heldReturns(parentHLC messages.HLC, parentTomb, tomb *tombstone) bool {
+	return tomb == nil || parentHLC.Compare(tomb.hlc) <= 0 || !parentTomb.explicit()
 }
+
+// explicit: the row itself was deleted at hlc (an explicit delete's floor
+// is the delete), not inferred from a deleted row it referred to (such a
+// tombstone's floor is the row's own last write here, before the delete).
+func (t *tombstone) explicit() bool { return t != nil && t.floor.Compare(t.hlc) >= 0 }

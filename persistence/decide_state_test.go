@@ -384,21 +384,27 @@ func TestDecideParked(t *testing.T) {
 // Held records: "If the parent is written here again at an HLC not newer
 // than the delete (the delete did not cover it on the owner), they come
 // back; if it is written after the delete (re-created under the same
-// uuid), they are discarded."
+// uuid), they are discarded" — re-created only if the parent's own delete
+// was explicit: one inferred from a deleted ancestor may be this device's
+// stale view of a parent its owner moved out before the delete.
 func TestHeldReturns(t *testing.T) {
+	explicit := &tombstone{hlc: at(9), floor: at(9)}
+	inferred := &tombstone{hlc: at(9), floor: at(3)}
 	for _, c := range []struct {
-		rule   string
-		parent uint64
-		tomb   *tombstone
-		want   bool
+		rule             string
+		parent           uint64
+		parentTomb, tomb *tombstone
+		want             bool
 	}{
-		{rule: "a held record comes back when its parent returns from before the delete", parent: 7, tomb: &tombstone{hlc: at(9), floor: at(5)}, want: true},
-		{rule: "a held record comes back when its parent returns at the delete", parent: 9, tomb: &tombstone{hlc: at(9), floor: at(5)}, want: true},
-		{rule: "a held record stays deleted when its parent is re-created after the delete", parent: 10, tomb: &tombstone{hlc: at(9), floor: at(5)}},
-		{rule: "a held record whose tombstone is gone comes back", parent: 10, want: true},
+		{rule: "a held record comes back when its parent returns from before the delete", parent: 7, parentTomb: explicit, tomb: &tombstone{hlc: at(9), floor: at(5)}, want: true},
+		{rule: "a held record comes back when its parent returns at the delete", parent: 9, parentTomb: explicit, tomb: &tombstone{hlc: at(9), floor: at(5)}, want: true},
+		{rule: "a held record stays deleted when its parent is re-created after its own delete", parent: 10, parentTomb: explicit, tomb: &tombstone{hlc: at(9), floor: at(5)}},
+		{rule: "a held record comes back when its parent, deleted here with an ancestor, is written after the delete", parent: 10, parentTomb: inferred, tomb: &tombstone{hlc: at(9), floor: at(5)}, want: true},
+		{rule: "a held record comes back when its parent had no tombstone here", parent: 10, tomb: &tombstone{hlc: at(9), floor: at(5)}, want: true},
+		{rule: "a held record whose tombstone is gone comes back", parent: 10, parentTomb: explicit, want: true},
 	} {
 		t.Run(c.rule, func(t *testing.T) {
-			if got := heldReturns(at(c.parent), c.tomb); got != c.want {
+			if got := heldReturns(at(c.parent), c.parentTomb, c.tomb); got != c.want {
 				t.Fatalf("heldReturns = %v, want %v", got, c.want)
 			}
 		})

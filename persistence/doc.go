@@ -47,8 +47,13 @@
 // Held records: for the same reason, the records a remote delete's cascade
 // removes (and records arriving after their parent's delete) are held in
 // fk_parked. If the parent is written here again at an HLC not newer than
-// the delete (the delete did not cover it on the owner), they come back;
-// if it is written after the delete (re-created under the same uuid), they
+// the delete (the delete did not cover it on the owner), they come back.
+// If it is written after the delete, they come back too when its delete
+// here was inferred (it went with a deleted row it referred to, in this
+// device's view): the owner may have moved it away before the delete, in
+// a write still on its way, or never to come (a catch-up serves a row's
+// newest version only). Only a parent deleted itself and written after
+// that delete (re-created under the same uuid) keeps them deleted: they
 // are discarded. This device's own deletes hold nothing. Once this device
 // holds every write of the owner up to the delete (its state watermark for
 // the owner reaches the delete's HLC, after a complete catch-up scan), no
@@ -56,6 +61,12 @@
 // discarded; the rest are dropped with their tombstones after
 // RetentionPolicy.TombstoneMaxAge. ParkedCount counts them with the
 // records that wait (ParkedStats tells them apart).
+//
+// Hazard: a parent that did go with its ancestor's delete on the owner,
+// and was then re-created under the same uuid, brings back on a receiver
+// that held its dependants the ones that delete took (as on a receiver
+// that got the re-creation before the delete); anti-entropy with the
+// owner, whose tombstones of them are newer, deletes them again.
 //
 // Hazard: until the next catch-up scan of the owner, a remote delete of a
 // large subtree holds one record per row.

@@ -83,6 +83,9 @@ type Library struct {
 		sync.RWMutex
 		lastLogged messages.HLC
 		selfState  messages.HLC // largest HLC of a committed own state write
+		// heldMax is, per owner, the largest HLC of its rows and deletes
+		// held here (HeldWatermarks).
+		heldMax map[messages.DeviceID]messages.HLC
 		sharedWM   map[messages.DeviceID]messages.HLC
 		stateWM    map[messages.DeviceID]messages.HLC
 	}
@@ -373,14 +376,21 @@ func (l *Library) reloadLocked() error {
 		return err
 	}
 	selfState := messages.HLC{}
-	if l.selfID != 0 {
-		if selfState, err = l.ownerMaxHLC(c, l.selfID); err != nil {
+	held := map[messages.DeviceID]messages.HLC{}
+	for dev, id := range l.owners {
+		h, err := l.ownerMaxHLC(c, id)
+		if err != nil {
 			return err
+		}
+		held[dev] = h
+		if id == l.selfID {
+			selfState = h
 		}
 	}
 	l.pub.Lock()
 	l.pub.lastLogged = last
 	l.pub.selfState = selfState
+	l.pub.heldMax = held
 	l.pub.sharedWM = shared
 	l.pub.stateWM = state
 	l.pub.Unlock()

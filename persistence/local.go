@@ -366,6 +366,23 @@ func (l *Library) StateWatermarks() ([]messages.OriginWatermark, error) {
 	return sortedWatermarks(m), nil
 }
 
+// HeldWatermarks lists, per owner, the largest HLC of its rows and
+// deletes held here, however they came (live ones too): what a partner
+// that holds less could pull from here. Unlike a state watermark it says
+// nothing of older rows.
+func (l *Library) HeldWatermarks() []messages.OriginWatermark {
+	l.pub.RLock()
+	defer l.pub.RUnlock()
+	return sortedWatermarks(l.pub.heldMax)
+}
+
+// Holds is the largest HLC of owner's rows and deletes held here.
+func (l *Library) Holds(owner messages.DeviceID) messages.HLC {
+	l.pub.RLock()
+	defer l.pub.RUnlock()
+	return l.pub.heldMax[owner]
+}
+
 // RaiseStateWatermark moves owner's state watermark up to h (never down),
 // after a completed catch-up scan of owner. h is an HLC of owner's: one
 // naming another device (ErrBadValue) or beyond the maximum skew (a

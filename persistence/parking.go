@@ -246,7 +246,7 @@ func (tx *txn) release(r parkedRow, ld landing) error {
 		if err != nil {
 			return err
 		}
-		if !heldReturns(ld.h, tb) {
+		if !heldReturns(ld.h, ld.lifted, tb) {
 			return nil
 		}
 	}

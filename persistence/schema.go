@@ -94,6 +94,19 @@ var migrations = []migration{
 		`CREATE TABLE log.peer_acks (peer BLOB PRIMARY KEY, last_acked_hlc BLOB NOT NULL, acked_at INTEGER NOT NULL)`,
 		`CREATE TABLE log.log_meta (key TEXT PRIMARY KEY, value BLOB) WITHOUT ROWID`,
 	}},
+	// The relay (issue 11; synclog.go): sync.db also keeps the changes of
+	// other origins this device applied in their chain, to serve them to
+	// members that cannot reach the origin. An origin's changes are found
+	// by the device part of their HLC (bytes 13-28). complete_after: the
+	// log holds every change of the origin after this HLC, up to this
+	// device's watermark for it (this device's own log uses log_meta's
+	// pruned_through instead).
+	{version: 2, log: []string{
+		`CREATE INDEX log.shared_changes_origin ON shared_changes (substr(hlc, 13, 16), hlc)`,
+		`CREATE TABLE log.log_origins (
+			origin BLOB PRIMARY KEY,
+			complete_after BLOB NOT NULL) WITHOUT ROWID`,
+	}},
 }
 
 // migrate brings both databases to SchemaVersion and creates the tables of
@@ -184,17 +197,6 @@ var localTablesDDL = []string{
 		entry_uuid BLOB PRIMARY KEY,
 		dev INTEGER NOT NULL,
 		ino INTEGER NOT NULL) WITHOUT ROWID`,
-	// The relay (DESIGN-facing note in persistence/doc.go): sync.db also
-	// keeps the changes of other origins this device applied in their
-	// chain, to serve them to members that cannot reach the origin. An
-	// origin's changes are found by the device part of their HLC (bytes
-	// 13-28). complete_after: the log holds every change of the origin
-	// after this HLC, up to this device's watermark for it (this
-	// device's own log uses log_meta's pruned_through instead).
-	`CREATE INDEX IF NOT EXISTS log.shared_changes_origin ON shared_changes (substr(hlc, 13, 16), hlc)`,
-	`CREATE TABLE IF NOT EXISTS log.log_origins (
-		origin BLOB PRIMARY KEY,
-		complete_after BLOB NOT NULL) WITHOUT ROWID`,
 }
 
 func schemaTooNew(v int) error {

@@ -526,6 +526,115 @@ func TestDeleteBeforeMoveOutRecovers(t *testing.T) {
 	}
 }
 
+// The owner moved x out of p, favourited it, deleted p, then moved x again.
+// A receiver that gets x's original record and the delete before the
+// moves infers that x went with p, and holds x's metadata and subtree for
+// x. x's write after the delete proves it alive (its move out of p may come
+// later, or never in a catch-up that serves only its newest version): what
+// was held for x comes back. Only a parent deleted itself and written
+// again after its delete is re-created, and keeps its dependants deleted.
+// (TestPropertyConvergence, -rapid.seed=15280150838605392630.)
+func TestHeldDependantsReturnWithParentWrittenAfterAncestorDelete(t *testing.T) {
+	a := newLib(t, devA)
+	write := func(model string, u messages.UUID, f map[string]any) messages.StateRecord {
+		t.Helper()
+		rec, _, err := a.WriteState(model, u, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	loc := write(ModelLocation, messages.UUID{}, map[string]any{"path": "/p"})
+	p := write(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "name": "p", "kind": EntryDirectory})
+	x := write(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": p.UUID, "name": "x", "kind": EntryDirectory})
+	q := write(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "name": "q", "kind": EntryDirectory})
+	y := write(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "parent_uuid": x.UUID, "name": "y"})
+	xOut := write(ModelEntry, x.UUID, map[string]any{"parent_uuid": nil})
+	meta := write(ModelEntryMetadata, messages.UUID{}, map[string]any{"entry_uuid": x.UUID, "favorite": true})
+	d, _, err := a.DeleteState(ModelEntry, p.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xInQ := write(ModelEntry, x.UUID, map[string]any{"parent_uuid": q.UUID})
+	models := []string{ModelEntry, ModelEntryMetadata}
+	want := modelsJSON(t, a, models...)
+	if got := rows(t, a, ModelEntryMetadata); len(got) != 1 {
+		t.Fatalf("owner's metadata: %v", got)
+	}
+
+	apply := func(t *testing.T, r *Library, steps []any) {
+		t.Helper()
+		for _, s := range steps {
+			switch s := s.(type) {
+			case messages.StateDelete:
+				if _, err := r.ApplyStateDelete(s); err != nil {
+					t.Fatal(err)
+				}
+			case messages.StateRecord:
+				model := ModelEntry
+				switch s.UUID {
+				case loc.UUID:
+					model = ModelLocation
+				case meta.UUID:
+					model = ModelEntryMetadata
+				}
+				mustApply(t, r, devA, model, s)
+			}
+		}
+		mustVerify(t, r)
+		checkParkedCounters(t, r)
+	}
+	for _, c := range []struct {
+		name  string
+		steps []any
+		all   bool // every row of the owner is delivered
+	}{
+		// The minimal delivery order the property test found: neither p
+		// nor y ever arrives.
+		{name: "found by rapid", steps: []any{meta, x, d, q, loc, xInQ, xOut}},
+		{name: "with x's subtree", steps: []any{meta, x, y, d, q, loc, xInQ, xOut, p}, all: true},
+		{name: "rows here, then the delete", steps: []any{loc, p, x, q, y, meta, d, xInQ, xOut}, all: true},
+		{name: "never the move out", steps: []any{loc, p, x, q, y, meta, d, xInQ}, all: true},
+		{name: "the move out first", steps: []any{loc, p, x, q, y, meta, d, xOut, xInQ}, all: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newLib(t, devR)
+			apply(t, r, c.steps)
+			if got := rows(t, r, ModelEntryMetadata); len(got) != 1 || got[0]["entry_uuid"] != x.UUID.String() {
+				t.Fatalf("x's metadata on the receiver: %v", got)
+			}
+			if got, err := r.Get(ModelEntry, x.UUID); err != nil || got["hlc"] != xInQ.HLC.String() {
+				t.Fatalf("x on the receiver: %v %v", got, err)
+			}
+			if got := modelsJSON(t, r, models...); c.all && got != want {
+				t.Fatalf("receiver:\n got %s\nwant %s", got, want)
+			}
+			if st, err := r.ParkedStats(); err != nil || len(st.Waiting) != 0 {
+				t.Fatalf("records still wait: %v %v", st.Waiting, err)
+			}
+		})
+	}
+
+	// x deleted itself and re-created under its uuid: its metadata and
+	// subtree went with its delete and stay deleted.
+	t.Run("re-created after its own delete", func(t *testing.T) {
+		dx, _, err := a.DeleteState(ModelEntry, x.UUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again := write(ModelEntry, x.UUID, map[string]any{"location_uuid": loc.UUID, "name": "x", "kind": EntryDirectory})
+		want := modelsJSON(t, a, models...)
+		if got := rows(t, a, ModelEntryMetadata); len(got) != 0 {
+			t.Fatalf("owner's metadata after x's delete: %v", got)
+		}
+		r := newLib(t, devR)
+		apply(t, r, []any{loc, q, xInQ, y, meta, dx, again})
+		if got := modelsJSON(t, r, models...); got != want {
+			t.Fatalf("receiver:\n got %s\nwant %s", got, want)
+		}
+	})
+}
+
 func TestStatePagesAndWatermarks(t *testing.T) {
 	a := newLib(t, devA)
 	loc, _, _ := a.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/p"})

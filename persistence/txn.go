@@ -17,6 +17,8 @@ type txn struct {
 
 	maxHLC  messages.HLC // largest HLC written (kv max_hlc)
 	selfMax messages.HLC // largest HLC of an own state write
+	// ownerMax is the largest HLC written per owner (rows and deletes).
+	ownerMax map[int64]messages.HLC
 	// sharedWM holds watermarks written in this transaction.
 	sharedWM map[messages.DeviceID]messages.HLC
 	stateWM  map[messages.DeviceID]messages.HLC
@@ -48,11 +50,13 @@ type txn struct {
 type refInfo struct{ id, ownerID int64 }
 
 // landing names a row (or a parking target); h is the HLC it was written
-// at, when it was.
+// at, when it was, and lifted the tombstone of the row that write
+// superseded (nil if none).
 type landing struct {
-	m *modelInfo
-	u messages.UUID
-	h messages.HLC
+	m      *modelInfo
+	u      messages.UUID
+	h      messages.HLC
+	lifted *tombstone
 }
 
 type ownerRef struct {
@@ -100,8 +104,17 @@ func (tx *txn) note(h messages.HLC) {
 
 func (tx *txn) noteOwn(ownerID int64, h messages.HLC) {
 	tx.note(h)
-	if ownerID != 0 && ownerID == tx.l.selfID && h.Compare(tx.selfMax) > 0 {
+	if ownerID == 0 {
+		return
+	}
+	if ownerID == tx.l.selfID && h.Compare(tx.selfMax) > 0 {
 		tx.selfMax = h
+	}
+	if h.Compare(tx.ownerMax[ownerID]) > 0 {
+		if tx.ownerMax == nil {
+			tx.ownerMax = map[int64]messages.HLC{}
+		}
+		tx.ownerMax[ownerID] = h
 	}
 }
 
@@ -145,6 +158,11 @@ func (tx *txn) publish() {
 	}
 	for d, h := range tx.stateWM {
 		l.pub.stateWM[d] = h
+	}
+	for id, h := range tx.ownerMax {
+		if dev, ok := l.ownerDev[id]; ok && h.Compare(l.pub.heldMax[dev]) > 0 {
+			l.pub.heldMax[dev] = h
+		}
 	}
 }
 
