@@ -88,6 +88,7 @@ type chainResult struct {
 	BytesPerChange       float64            `json:"bytes_per_change"`
 	MsgsOut              map[string]float64 `json:"msgs_out"` // by type, the same span
 	IdleBytesPerSec      float64            `json:"idle_bytes_per_sec"`
+	IdleMsgsOut          map[string]float64 `json:"idle_msgs_out"` // by type, over the 3 s idle window (after 3 quiet seconds)
 	DirectBytesPerChange float64            `json:"direct_bytes_per_change"`
 	DirectMsgsOut        map[string]float64 `json:"direct_msgs_out"`
 	DirectIdleBytesSec   float64            `json:"direct_idle_bytes_per_sec"`
@@ -251,7 +252,7 @@ func runChain(ctx context.Context, o *options, dir, bin string, logf func(string
 	for k := 1; k < n; k++ {
 		res.HopMedianMs = append(res.HopMedianMs, median(st.hops[k]))
 	}
-	res.BytesPerChange, res.MsgsOut, res.IdleBytesPerSec = st.traffic.BytesOut/float64(o.chainTags), st.traffic.MsgsOut, st.idle
+	res.BytesPerChange, res.MsgsOut, res.IdleBytesPerSec, res.IdleMsgsOut = st.traffic.BytesOut/float64(o.chainTags), st.traffic.MsgsOut, st.idle, st.idleMsgs
 	logf("scenario %s: %d/%d arrived on device %d, median %.0f ms, p99 %.0f ms; %.0f bytes per change", chainScenario,
 		res.Arrived, o.chainTags, n, res.MedianMs, res.P99Ms, res.BytesPerChange)
 
@@ -375,6 +376,31 @@ func runChain(ctx context.Context, o *options, dir, bin string, logf func(string
 	return res, nil
 }
 
+// quiesce waits until three seconds pass in which ds send nothing but
+// pings (and pongs), for up to timeout.
+func quiesce(ctx context.Context, ds []*lsyncd, timeout time.Duration) (bool, error) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		a, err := sumTraffic(ctx, ds)
+		if err != nil {
+			return false, err
+		}
+		time.Sleep(3 * time.Second)
+		b, err := sumTraffic(ctx, ds)
+		if err != nil {
+			return false, err
+		}
+		busy := false
+		for k := range b.minus(a).MsgsOut {
+			busy = busy || k != "ping" && k != "pong"
+		}
+		if !busy {
+			return true, nil
+		}
+	}
+	return false, ctx.Err()
+}
+
 // backTag makes a tag on the last device of ds and times it until device
 // 2 (ds[1]) applies it.
 func backTag(ctx context.Context, o *options, ds []*lsyncd, lib string, arr *arrivals, name string) (float64, error) {
@@ -402,6 +428,7 @@ type steadyRun struct {
 	hops            map[int][]float64 // ms, written on device 0 → applied on device k
 	traffic         traffic           // summed over the devices, the whole run
 	idle            float64           // bytes/s summed over the devices before the run
+	idleMsgs        map[string]float64
 }
 
 // steadyTags writes o.chainTags tags on ds[0] at o.chainRate and times
@@ -409,18 +436,28 @@ type steadyRun struct {
 func steadyTags(ctx context.Context, o *options, ds []*lsyncd, lib string, arr *arrivals, prefix string) (*steadyRun, error) {
 	last := len(ds) - 1
 	run := &steadyRun{hops: map[int][]float64{}}
-	// Idle traffic first (pings, RTT probes), over two seconds.
+	// Quiet first: after the joins, catch-ups and reports go on, on and
+	// off, for several seconds, and would count as the run's. Then idle traffic
+	// (pings), over three seconds.
+	quiet, err := quiesce(ctx, ds, time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	if !quiet {
+		return nil, errors.New("the daemons still exchange more than pings a minute after the setup")
+	}
 	idle0, err := sumTraffic(ctx, ds)
 	if err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
-	time.Sleep(2 * time.Second)
+	time.Sleep(3 * time.Second)
 	idle1, err := sumTraffic(ctx, ds)
 	if err != nil {
 		return nil, err
 	}
-	run.idle = idle1.minus(idle0).BytesOut / time.Since(t0).Seconds()
+	idle := idle1.minus(idle0)
+	run.idle, run.idleMsgs = idle.BytesOut/time.Since(t0).Seconds(), idle.MsgsOut
 
 	before, err := sumTraffic(ctx, ds)
 	if err != nil {
@@ -547,6 +584,9 @@ func (c *chainResult) write(w io.Writer) {
 		c.XDirect, c.XDirectPerReceiver, c.Devices-1)
 	fmt.Fprintf(w, "  messages out, chain:  %s\n", countsLabel(c.MsgsOut))
 	fmt.Fprintf(w, "  messages out, direct: %s\n", countsLabel(c.DirectMsgsOut))
+	if len(c.IdleMsgsOut) > 0 {
+		fmt.Fprintf(w, "  messages out, chain idle for 3 s before (once quiet): %s\n", countsLabel(c.IdleMsgsOut))
+	}
 }
 
 func (c *chainResult) targets() []targetCheck {
