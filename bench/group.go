@@ -314,11 +314,11 @@ func runChain(ctx context.Context, o *options, dir, bin string, logf func(string
 	if o.chainKills > 0 {
 		ds[0].kill9()
 		for r := range o.chainKills {
-			ms, err := backTag(ctx, o, ds, lib, arr, fmt.Sprintf("back-%d", r))
+			took, err := backTag(ctx, o, ds, lib, arr, fmt.Sprintf("back-%d", r))
 			if err != nil {
 				return res, err
 			}
-			res.BackIdleMs = append(res.BackIdleMs, ms)
+			res.BackIdleMs = append(res.BackIdleMs, took)
 			time.Sleep(time.Second)
 		}
 		logf("scenario %s: tags made on device %d, device 1 long down: on device 2 after %s ms", chainScenario, n, joinFloats(res.BackIdleMs))
