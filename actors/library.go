@@ -59,6 +59,8 @@ type libraryActor struct {
 	// last one with each member failed.
 	memberSetup  map[messages.DeviceID]bool
 	memberFailed map[messages.DeviceID]time.Time
+	// groupRemoved: the devices removed from the library (member rows).
+	groupRemoved map[messages.DeviceID]memberRow
 
 	// A join in progress: join is its actor (nil when none), joinSt its
 	// last report. While it runs, live updates are buffered, never applied
@@ -181,6 +183,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.shown = PhaseReady
 	a.n.metrics.backfillPhase.WithLabelValues(a.id.String()).Set(PhaseReady.gauge())
 	a.reloadPartners()
+	a.groupRemoved = a.loadRemovals()
 
 	for _, model := range a.lib.Registry().DeviceOwned() {
 		a.appliers[model] = a.spawnApplier(ctx, model, false)

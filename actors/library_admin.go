@@ -134,7 +134,7 @@ func (n *Node) DeleteLibrary(ctx context.Context, id messages.LibraryID) (LeaveR
 func (n *Node) tellLeaving(ctx context.Context, dev messages.DeviceID, lib messages.LibraryID) error {
 	rctx, cancel := context.WithTimeout(ctx, leaveTimeout)
 	defer cancel()
-	m, err := n.request(rctx, dev, &messages.SyncLeaveRequest{Library: lib, Device: n.core.self})
+	m, err := n.request(rctx, dev, &messages.SyncLeaveRequest{Library: lib, Device: n.core.self, Left: true})
 	if err != nil {
 		return err
 	}

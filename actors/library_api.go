@@ -72,7 +72,9 @@ func (a *libraryActor) receiveWrite(ctx actor.Context) bool {
 	case *commitBatch:
 		v, err = a.commitBatch(ctx, m.writes)
 	case *addPartner:
-		err = a.addPartner(ctx, m.dev, m.name, m.join)
+		if err = a.addPartner(ctx, m.dev, m.name, m.join); err == nil {
+			err = a.readmit(ctx, m.dev) // by hand: back in the library
+		}
 	case *removePartner:
 		err = a.removePartner(ctx, m.dev)
 	case *startJoin:
@@ -184,7 +186,9 @@ func (a *libraryActor) addPartner(ctx actor.Context, dev messages.DeviceID, name
 	return nil
 }
 
-// removePartner stops syncing with dev on this device (sync-remove): what
+// removePartner removes dev from the library (sync-remove): this device
+// stops syncing with it, and so does every member once the member row
+// reaches it. What
 // this device kept for it is released at once (its log entries no longer
 // wait for dev's ACK, nor its tombstones for dev's report), dev is told
 // now if it is connected, and otherwise at its next request, which is
@@ -199,7 +203,8 @@ func (a *libraryActor) removePartner(ctx actor.Context, dev messages.DeviceID) e
 	if link, ok := a.peers[dev]; ok {
 		go a.tellRemoved(dev, link.conn)
 	}
-	return nil
+	// Every member drops it too (members.go).
+	return a.markMember(ctx, dev, a.n.self, true)
 }
 
 // tellRemoved tells dev, off the actor, that this device removed it.

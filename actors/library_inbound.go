@@ -218,7 +218,11 @@ func (a *libraryActor) onSetupPartner(ctx actor.Context, m *setupPartner) {
 			return
 		}
 	}
-	if err := a.addPartner(ctx, m.req.Device, m.req.DeviceName, false); err != nil {
+	err := a.addPartner(ctx, m.req.Device, m.req.DeviceName, false)
+	if err == nil && m.req.Action != ActionMember {
+		err = a.readmit(ctx, m.req.Device) // a sync-setup by hand: back in the library
+	}
+	if err != nil {
 		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeInternal, Message: err.Error()}, m.credit)
 		return
 	}
@@ -243,7 +247,13 @@ func (a *libraryActor) onLeavePartner(ctx actor.Context, m *leavePartner) {
 		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeInternal, Message: err.Error()}, m.credit)
 		return
 	}
-	a.n.log.Info("a partner left the library or removed this device", "library", a.id, "peer", m.from)
+	if m.left {
+		// Its member row tells every member it is gone.
+		if err := a.markMember(ctx, m.from, m.from, true); err != nil {
+			a.n.log.Warn("record that a member left", "library", a.id, "peer", m.from, "err", err)
+		}
+	}
+	a.n.log.Info("a partner left the library or removed this device", "library", a.id, "peer", m.from, "left", m.left)
 	a.n.events.emit(Event{Type: EventPartnerLeft, Library: a.id, Peer: m.from})
 	answerPeer(a.n, m.from, m.reply, &messages.SyncLeaveResponse{Library: a.id, Device: a.n.self}, m.credit)
 }

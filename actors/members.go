@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -47,8 +48,7 @@ func (a *libraryActor) reconcileMembers(ctx actor.Context) {
 	}
 	for _, dev := range members {
 		link, connected := a.peers[dev]
-		_, ended := a.removed[dev]
-		if dev == a.n.self || !connected || a.partners[dev] || ended || a.memberSetup[dev] ||
+		if dev == a.n.self || !connected || a.partners[dev] || a.refuseMemberSetup(dev) != nil || a.memberSetup[dev] ||
 			time.Since(a.memberFailed[dev]) < memberRetry {
 			continue
 		}
@@ -62,13 +62,20 @@ func (a *libraryActor) reconcileMembers(ctx actor.Context) {
 }
 
 // membersChanged reconciles when applied changes include device rows (a
-// member's, new or renamed).
+// member's, new or renamed) or member rows (a removal, or a return).
 func (a *libraryActor) membersChanged(ctx actor.Context, cs []persistence.Change) {
+	device := false
 	for _, c := range cs {
-		if c.Model == persistence.ModelDevice && !c.Deleted {
-			a.reconcileMembers(ctx)
+		switch c.Model {
+		case persistence.ModelMember:
+			a.applyRemovals(ctx) // reconciles too
 			return
+		case persistence.ModelDevice:
+			device = device || !c.Deleted
 		}
+	}
+	if device {
+		a.reconcileMembers(ctx)
 	}
 }
 
@@ -102,30 +109,165 @@ func (a *libraryActor) onMemberSetupDone(ctx actor.Context, m *memberSetupDone) 
 			a.onStoreFailed(ctx, m.err)
 			return
 		}
-		if removedBy(m.err) {
-			// The member ended a partnership with this device: not again.
-			if err := a.endPartnership(ctx, m.dev, false); err != nil {
-				a.n.log.Warn("end the partnership the member ended", "library", a.id, "peer", m.dev, "err", err)
-			}
-			return
-		}
-		a.n.log.Debug("automatic setup with a member failed", "library", a.id, "peer", m.dev, "err", m.err)
+		a.n.log.Debug("automatic setup with a member failed or was refused", "library", a.id, "peer", m.dev, "err", m.err)
 		return
 	}
 	delete(a.memberFailed, m.dev)
 	a.n.log.Info("a member of the library is a sync partner now", "library", a.id, "peer", m.dev, "name", m.resp.DeviceName)
 }
 
-// refuseMemberSetup says why an automatic setup from dev is refused: a
-// partnership between the two was ended (by either side).
+// refuseMemberSetup says why an automatic setup with dev is not made
+// (or, asked by dev, refused): the library removed dev, or this device;
+// or this device removed dev by hand. (That dev ended a partnership with
+// this device is its own to say: it refuses, if it still means it.)
 func (a *libraryActor) refuseMemberSetup(dev messages.DeviceID) *messages.Error {
-	bySelf, ended := a.removed[dev]
-	if !ended {
+	if g, gone := a.groupRemoved[dev]; gone {
+		return &messages.Error{Code: messages.CodeRemoved, Message: fmt.Sprintf("device %s was removed from library %s by %s at %s",
+			dev, a.id, g.by, g.at.UTC().Format(time.RFC3339))}
+	}
+	if g, out := a.groupRemoved[a.n.self]; out {
+		return &messages.Error{Code: messages.CodeRemoved, Message: fmt.Sprintf("device %s was removed from library %s by %s at %s",
+			a.n.self, a.id, g.by, g.at.UTC().Format(time.RFC3339))}
+	}
+	if a.removed[dev] {
+		return &messages.Error{Code: messages.CodeRemoved, Message: "device " + a.n.self.String() + " removed " + dev.String() + " from library " + a.id.String()}
+	}
+	return nil
+}
+
+// Removal from the group. `sync-remove` on any member writes the removed
+// device's member row (removed, by whom, when), and a member that hears a
+// partner leave writes it for the leaver; the row travels to every member
+// like any shared change, and each ends its partnership with the device,
+// refuses it (CodeRemoved: it stops asking) and never sets it up again by
+// itself. A sync-setup by hand with the device, on any member, writes the
+// row back (not removed), and every member forgets the removal.
+
+// memberRow is a device's member row: removed or back, by whom, when.
+type memberRow struct {
+	removed bool
+	by      messages.DeviceID
+	at      time.Time
+}
+
+// loadMembers reads the member rows.
+func (a *libraryActor) loadMembers() (map[messages.DeviceID]memberRow, error) {
+	rows, err := a.lib.Query(persistence.ModelMember)
+	if err != nil {
+		return nil, err
+	}
+	out := map[messages.DeviceID]memberRow{}
+	for _, r := range rows {
+		dev, err := messages.ParseDeviceID(fmt.Sprint(r["device_uuid"]))
+		if err != nil {
+			continue
+		}
+		var m memberRow
+		m.removed, _ = r["removed"].(bool)
+		if by, err := messages.ParseDeviceID(fmt.Sprint(r["by"])); err == nil {
+			m.by = by
+		}
+		if ms, ok := r["at"].(int64); ok {
+			m.at = time.UnixMilli(ms)
+		}
+		out[dev] = m
+	}
+	return out, nil
+}
+
+// loadRemovals reads the devices removed from the library.
+func (a *libraryActor) loadRemovals() map[messages.DeviceID]memberRow {
+	rows, err := a.loadMembers()
+	if err != nil {
+		a.n.log.Warn("read the library's member rows", "library", a.id, "err", err)
+		return a.groupRemoved
+	}
+	for dev, m := range rows {
+		if !m.removed {
+			delete(rows, dev)
+		}
+	}
+	return rows
+}
+
+// markMember writes dev's member row: removed (by this device's
+// sync-remove, or by dev itself leaving), or back in the library (a
+// sync-setup by hand on this device).
+func (a *libraryActor) markMember(ctx actor.Context, dev, by messages.DeviceID, removed bool) error {
+	fields := map[string]any{"device_uuid": messages.UUID(dev), "removed": removed, "by": messages.UUID(by), "at": time.Now().UnixMilli()}
+	if _, err := a.commit(ctx, &commitShared{model: persistence.ModelMember, op: messages.OpInsert, fields: fields}); err != nil {
+		return fmt.Errorf("member row of %s: %w", dev, err)
+	}
+	a.applyRemovals(ctx)
+	return nil
+}
+
+// readmit writes dev back into the library if the group removed it: a
+// sync-setup by hand overrides a removal.
+func (a *libraryActor) readmit(ctx actor.Context, dev messages.DeviceID) error {
+	if _, gone := a.groupRemoved[dev]; !gone {
 		return nil
 	}
-	msg := "device " + dev.String() + " left library " + a.id.String() + " or removed " + a.n.self.String() + "; only a new sync-setup sets it up again"
-	if bySelf {
-		msg = "device " + a.n.self.String() + " removed " + dev.String() + " from library " + a.id.String()
+	return a.markMember(ctx, dev, a.n.self, false)
+}
+
+// applyRemovals brings the partnerships in line with the member rows: a
+// removed partner is dropped (and told, if connected); a device back in
+// the library is forgotten as removed, so members set it up again; and
+// when this device is the one back, it forgets the partnerships that
+// ended when it was removed.
+func (a *libraryActor) applyRemovals(ctx actor.Context) {
+	now := a.loadRemovals()
+	if g, out := now[a.n.self]; out {
+		// This device was removed from the library: it stops syncing it.
+		for dev := range a.partners {
+			if err := a.endPartnership(ctx, dev, false); err != nil {
+				a.n.log.Warn("end a partnership after this device's removal", "library", a.id, "peer", dev, "err", err)
+			}
+		}
+		a.n.log.Info("this device was removed from the library", "library", a.id, "by", g.by)
 	}
-	return &messages.Error{Code: messages.CodeRemoved, Message: msg}
+	for dev, g := range now {
+		if dev == a.n.self || !a.partners[dev] {
+			continue
+		}
+		if err := a.endPartnership(ctx, dev, true); err != nil {
+			a.n.log.Warn("end the partnership with a removed member", "library", a.id, "peer", dev, "err", err)
+			continue
+		}
+		a.n.log.Info("a member was removed from the library; partnership ended", "library", a.id, "peer", dev, "by", g.by)
+		a.n.events.emit(Event{Type: EventPartnerLeft, Library: a.id, Peer: dev})
+		if link, ok := a.peers[dev]; ok {
+			go a.tellRemoved(dev, link.conn)
+		}
+	}
+	forget := func(dev messages.DeviceID) {
+		if err := a.lib.ForgetEndedPartnership(dev); err != nil {
+			a.n.log.Warn("forget a removal", "library", a.id, "peer", dev, "err", err)
+			return
+		}
+		delete(a.removed, dev)
+		delete(a.memberFailed, dev)
+	}
+	for dev := range a.groupRemoved {
+		if _, still := now[dev]; !still && !a.partners[dev] {
+			forget(dev) // back in the library
+		}
+	}
+	// This device back in the library: the partnerships that ended
+	// because the others dropped it (before it came back) are forgotten.
+	if rows, err := a.loadMembers(); err == nil {
+		if me, ok := rows[a.n.self]; ok && !me.removed {
+			if ended, err := a.lib.EndedPartnerships(); err == nil {
+				for _, e := range ended {
+					if _, gone := now[e.Device]; !e.BySelf && !gone && e.At.Before(me.at) {
+						forget(e.Device)
+					}
+				}
+			}
+		}
+	}
+	a.groupRemoved = now
+	a.n.auth.setRemoved(a.id, a.removed)
+	a.reconcileMembers(ctx)
 }

@@ -157,6 +157,7 @@ type setupPartner struct {
 // leavePartner: the node hands a library a partner's SyncLeaveRequest.
 type leavePartner struct {
 	from   messages.DeviceID
+	left   bool // it left the library (deleted its copy); else it removed this device
 	reply  func(messages.Message) error
 	credit *credit
 }

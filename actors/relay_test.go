@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -237,13 +238,72 @@ func TestMembersPairedWithEachOtherBecomePartners(t *testing.T) {
 			t.Fatalf("D's tag reached every device only after %v", time.Since(start))
 		}
 
-		// A removes B: no automatic setup brings them together again.
+		// A removes B from the library: every member stops syncing with
+		// B, B with every member, and no automatic setup undoes it.
 		if err := c.libs[0].RemovePartner(ctx, c.devs[1]); err != nil {
 			t.Fatal(err)
 		}
-		advance(3 * memberRetry)
-		if c.partnersOf(0)[c.devs[1]] || c.partnersOf(1)[c.devs[0]] {
-			t.Fatalf("A and B partners again after A removed B: %v / %v", c.partnersOf(0), c.partnersOf(1))
+		noB := func() bool {
+			for i := range 5 {
+				if i != 1 && c.partnersOf(i)[c.devs[1]] {
+					return false
+				}
+			}
+			return len(c.partnersOf(1)) == 0
 		}
+		testutil.Eventually(t, 5*time.Second, "every member to drop B, and B every member", noB)
+		advance(3 * memberRetry)
+		ctx = ctxT(t) // the fake clock moved past the first one's deadline
+		if !noB() {
+			t.Fatalf("B partnered again after its removal: B has %v", c.partnersOf(1))
+		}
+		st, err := c.libs[2].Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var said string
+		for _, r := range st.Removed {
+			if r.ID == c.devs[1] {
+				said = r.RemovedBy
+			}
+		}
+		if !strings.HasPrefix(said, c.devs[0].String()+" at ") {
+			t.Fatalf("C's status about B: removed by %q, want by A", said)
+		}
+		// A change made on B after its removal stays on B.
+		if _, err := c.libs[1].CreateTag(ctx, TagInput{Name: "after the removal"}); err != nil {
+			t.Fatal(err)
+		}
+		advance(5 * time.Second)
+		for i := range 5 {
+			if i != 1 && c.hasTag(i, "after the removal") {
+				t.Fatalf("device %d got B's tag made after B was removed", i)
+			}
+		}
+
+		// A sync-setup by hand, on any member, brings B back: every member
+		// paired with it is its partner again.
+		if _, err := c.nodes[1].SyncSetup(ctx, c.devs[3], c.libs[0].ID(), ActionRegisterOnly); err != nil {
+			t.Fatal(err)
+		}
+		if !testutil.Within(10*time.Second, func() bool {
+			ps := c.partnersOf(1)
+			return ps[c.devs[0]] && ps[c.devs[2]] && ps[c.devs[3]]
+		}) {
+			for i := range 4 {
+				st, _ := c.libs[i].Status(ctx)
+				rows, _ := c.libs[i].Store().Query(persistence.ModelMember)
+				t.Logf("device %d: partners %v, removed %+v, member rows %v", i, c.partnersOf(i), st.Removed, rows)
+			}
+			t.Fatal("B not back with A, C and D")
+		}
+		testutil.Eventually(t, 5*time.Second, "B's tag everywhere", func() bool {
+			for i := range 5 {
+				if !c.hasTag(i, "after the removal") {
+					return false
+				}
+			}
+			return true
+		})
 	})
 }

@@ -61,6 +61,9 @@ type RemovedPartner struct {
 	// device, or left the library.
 	ByThisDevice bool   `json:"by_this_device"`
 	At           string `json:"at"`
+	// RemovedBy, when the device was removed from the library as a whole
+	// (sync-remove on any member, or it left): who removed it and when.
+	RemovedBy string `json:"removed_by,omitempty"`
 }
 
 // Watermark is "holds everything of Device up to HLC".
@@ -138,7 +141,15 @@ func (a *libraryActor) status() (*Status, error) {
 		return nil, err
 	}
 	for _, e := range ended {
-		st.Removed = append(st.Removed, RemovedPartner{ID: e.Device, Name: e.Name, ByThisDevice: e.BySelf, At: e.At.UTC().Format(time.RFC3339)})
+		r := RemovedPartner{ID: e.Device, Name: e.Name, ByThisDevice: e.BySelf, At: e.At.UTC().Format(time.RFC3339)}
+		if g, ok := a.groupRemoved[e.Device]; ok {
+			by := g.by.String()
+			if g.by == e.Device {
+				by += " (it left)"
+			}
+			r.RemovedBy = by + " at " + g.at.UTC().Format(time.RFC3339)
+		}
+		st.Removed = append(st.Removed, r)
 	}
 	wms, err := a.lib.StateWatermarks()
 	if err != nil {

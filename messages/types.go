@@ -561,10 +561,15 @@ type SyncSetupResponse struct {
 // deleted its copy): the receiver stops syncing the library with the
 // sender and keeps its own copy. Like a sync-setup it must come from the
 // device it names.
+//
+// Left says Device leaves the library (it deleted its copy), so the
+// receiver tells every member (the member row); otherwise Device removed
+// the receiver.
 type SyncLeaveRequest struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Library  LibraryID
 	Device   DeviceID
+	Left     bool
 }
 
 // AddressBookRequest asks a paired device for the addresses it last saw

@@ -85,9 +85,9 @@ type Library struct {
 		selfState  messages.HLC // largest HLC of a committed own state write
 		// heldMax is, per owner, the largest HLC of its rows and deletes
 		// held here (HeldWatermarks).
-		heldMax map[messages.DeviceID]messages.HLC
-		sharedWM   map[messages.DeviceID]messages.HLC
-		stateWM    map[messages.DeviceID]messages.HLC
+		heldMax  map[messages.DeviceID]messages.HLC
+		sharedWM map[messages.DeviceID]messages.HLC
+		stateWM  map[messages.DeviceID]messages.HLC
 	}
 
 	rmu      sync.Mutex // guards readers bookkeeping

@@ -43,6 +43,18 @@ func (l *Library) AddPartner(p Partner) error {
 	return nil
 }
 
+// ForgetEndedPartnership forgets that a partnership with dev ended (the
+// device is back in the library): nothing refuses it any more.
+func (l *Library) ForgetEndedPartnership(dev messages.DeviceID) error {
+	if err := l.lockWriter(); err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	return l.writeTx(nil, func(tx *txn) error {
+		return tx.c.exec(`DELETE FROM partnerships_ended WHERE device = ?`, dev)
+	})
+}
+
 // EndedPartnership is a partnership of this library that ended.
 type EndedPartnership struct {
 	Device messages.DeviceID

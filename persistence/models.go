@@ -21,6 +21,10 @@ const (
 	ModelAlbumEntry      = "album_entry"
 	ModelUserMetadata    = "user_metadata"
 	ModelUserMetadataTag = "user_metadata_tag"
+	// ModelMember says a device was removed from the library (sync-remove
+	// on any member, or it left), or is back (a sync-setup by hand), by
+	// which device and when: one row per device, the newest word wins.
+	ModelMember = "member"
 )
 
 // Entry kinds (entry.kind).
@@ -111,6 +115,9 @@ func DefaultModels() []Model {
 				name("applied_context"), real("confidence"), short("source"), integer("created_at"),
 				uref("device_uuid", ModelDevice),
 			}},
+		{Name: ModelMember, Kind: Shared, DeterministicFrom: []string{"device_uuid"}, Columns: []Column{
+			required(uref("device_uuid", ModelDevice)), boolean("removed"), uref("by", ModelDevice), integer("at"),
+		}},
 	}
 }
 

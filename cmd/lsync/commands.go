@@ -448,8 +448,10 @@ is gone for good: until it is removed, this device keeps the shared changes
 and delete records that device has not acknowledged, waiting for it to come
 back. The other device is told: at once if it is connected, otherwise when
 it next asks this one for the library. It then stops too (it keeps its
-copy), and its sync status says "Removed by …" instead of retrying. Other
-devices that sync with it are not changed. A new sync-setup adds it again.
+copy), and its sync status says "Removed by …" instead of retrying. The
+removal is a fact of the library: it reaches every member, and each stops
+syncing with that device too. A new sync-setup with it, on any member,
+adds it back to the library.
 DEVICE is an id (paired or not) or the exact name of a paired device.`,
 		Example: `  lsync network sync-remove "Family photos" 3f1c9a2e-0b7d-8e45-9a61-5c2f0e7d1b34`,
 		Args:    args(cobra.ExactArgs(2)),
@@ -1206,9 +1208,12 @@ func printStatus(w io.Writer, st *actors.Status) {
 		if r.Name != "" {
 			who = fmt.Sprintf("%s (%s)", r.Name, r.ID)
 		}
-		if r.ByThisDevice {
+		switch {
+		case r.RemovedBy != "":
+			fmt.Fprintf(w, "Removed from the library by %s: %s; it no longer syncs this library with any member\n", r.RemovedBy, who)
+		case r.ByThisDevice:
 			fmt.Fprintf(w, "Removed here: %s at %s; it no longer syncs this library with this device\n", who, r.At)
-		} else {
+		default:
 			fmt.Fprintf(w, "Removed by %s at %s: it no longer syncs this library with this device (it removed this one, or left the library; lsync network sync-setup sets it up again)\n", who, r.At)
 		}
 	}
