@@ -214,3 +214,38 @@ func TestScanEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupEndToEnd runs the group scenarios small: the chain with 5 tags
+// and one offline-origin round, then one star seed of 3 s of operations
+// with restarts on new ports, each on real lsync daemons over QUIC on
+// 127.0.0.1. Every tag must arrive and the star must converge; a missed
+// target (latency, bytes) at this size is only reported.
+func TestGroupEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rep, table := runJSON(ctx, t, "--scenarios", "chain,star", "--work", t.TempDir(),
+		"--chain-tags", "5", "--chain-kills", "1", "--chain-await", "20s",
+		"--star-duration", "3s", "--star-seeds", "1", "--star-await", "30s")
+	c := rep.Chain
+	if c == nil || c.Status != "ok" || len(rep.Scenarios) != 0 || rep.Raw != nil {
+		t.Fatalf("chain alone: %+v, scenarios %+v", c, rep.Scenarios)
+	}
+	if c.Arrived != 5 || c.KillArrived != 1 || c.MedianMs <= 0 || c.P99Ms < c.MedianMs || c.KillMedianMs <= 0 || len(c.HopMedianMs) != 4 {
+		t.Fatalf("chain latencies: %+v", c)
+	}
+	if c.BytesPerChange <= 0 || c.DirectBytesPerChange <= 0 || c.XDirect <= 0 || c.XDirectPerReceiver != c.XDirect/4 || c.DirectMedianMs <= 0 {
+		t.Fatalf("chain bytes: %+v", c)
+	}
+	s := rep.Star
+	if s == nil || s.Status != "ok" || len(s.Seeds) != 1 || !s.Seeds[0].Converged || !s.NewPorts || len(s.Seeds[0].Ops) == 0 {
+		t.Fatalf("star: %+v", s)
+	}
+	for _, want := range []string{"chain of 5 devices", "origin offline:", "relay ÷ direct", "star: A, B, C", "seed 1 ", "targets:"} {
+		if !strings.Contains(table, want) {
+			t.Fatalf("table lacks %q:\n%s", want, table)
+		}
+	}
+}

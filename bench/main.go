@@ -33,6 +33,7 @@
 //	go run ./bench --cpuprofile /tmp/prof   # CPU profiles of both processes
 //	go run ./bench --scenarios flood        # 30 s of flood against a victim
 //	go run ./bench --scenarios rescan-unchanged,rescan-changes,remove-location
+//	go run ./bench --scenarios chain,star   # relay through a group (real lsync daemons)
 //
 // Hazard: the machine may be shared; absolute times move with its load,
 // ratios measured in one run (× raw insert, × file copy) much less.
@@ -135,6 +136,17 @@ type options struct {
 	scanRepeat   int
 	scanCatchUp  time.Duration
 	scanAwait    time.Duration
+
+	lsyncBin     string
+	chainTags    int
+	chainRate    float64
+	chainKills   int
+	chainAwait   time.Duration
+	starDuration time.Duration
+	starSeeds    int
+	starSeed     uint64
+	starPorts    string
+	starAwait    time.Duration
 }
 
 // allScenarios is the default list; flood and the scan scenarios run only
@@ -151,7 +163,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.work, "work", filepath.Join(os.TempDir(), "lsync-bench"), "work `dir`: cached libraries and scenario homes")
 	fs.BoolVar(&o.regen, "regen", false, "regenerate the libraries even if cached")
 	sc := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ", ")+
-		", and "+floodScenario+", "+strings.Join(scanScenarios, ", ")+" (not run unless named)")
+		", and "+floodScenario+", "+strings.Join(scanScenarios, ", ")+", "+strings.Join(groupScenarios, ", ")+" (not run unless named)")
 	fs.BoolVar(&o.baselines, "baselines", true, "measure the raw SQLite insert and file copy baselines")
 	fs.BoolVar(&o.json, "json", false, "print the results as one JSON document on stdout (the table goes to stderr)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write CPU profiles of both processes of every scenario into `dir`")
@@ -167,6 +179,16 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.scanRepeat, "scan-repeat", 3, "rescan-unchanged: walks and rescans measured (the medians count)")
 	fs.DurationVar(&o.scanCatchUp, "scan-catchup", 30*time.Second, "rescan-changes: both nodes' catch-up interval (remove-location has none: it restarts the partner for one)")
 	fs.DurationVar(&o.scanAwait, "scan-await", 10*time.Minute, "rescan-changes, remove-location: give up waiting for the partner after this long")
+	fs.StringVar(&o.lsyncBin, "lsync-bin", "", "chain, star: the lsync binary to run (default: go build ./cmd/lsync into the work dir)")
+	fs.IntVar(&o.chainTags, "chain-tags", 50, "chain: tags made on device 1 with every device up (and on one of a pair, for the direct baseline)")
+	fs.Float64Var(&o.chainRate, "chain-rate", 5, "chain: tags per second")
+	fs.IntVar(&o.chainKills, "chain-kills", 5, "chain: rounds of a tag on device 1, killed as soon as device 2 has it")
+	fs.DurationVar(&o.chainAwait, "chain-await", 30*time.Second, "chain: give up waiting for a tag after this long")
+	fs.DurationVar(&o.starDuration, "star-duration", 20*time.Second, "star: how long each seed's operations and kills last")
+	fs.IntVar(&o.starSeeds, "star-seeds", 3, "star: seeds to run (1..N)")
+	fs.Uint64Var(&o.starSeed, "star-seed", 0, "star: run only this seed")
+	fs.StringVar(&o.starPorts, "star-ports", "new", "star: restarted daemons listen on new ports (new) or their old ones (keep)")
+	fs.DurationVar(&o.starAwait, "star-await", 60*time.Second, "star: give up waiting for convergence after this long")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -178,9 +200,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		if s == "" {
 			continue
 		}
-		if _, _, ok := scenarioShape(s); !ok && s != floodScenario && !isScanScenario(s) {
-			return nil, fmt.Errorf("--scenarios: unknown %q (want %s, %s or %s)", s, strings.Join(allScenarios, ", "), floodScenario,
-				strings.Join(scanScenarios, ", "))
+		if _, _, ok := scenarioShape(s); !ok && s != floodScenario && !isScanScenario(s) && !isGroupScenario(s) {
+			return nil, fmt.Errorf("--scenarios: unknown %q (want %s, %s, %s or %s)", s, strings.Join(allScenarios, ", "), floodScenario,
+				strings.Join(scanScenarios, ", "), strings.Join(groupScenarios, ", "))
 		}
 		o.scenarios = append(o.scenarios, s)
 	}
@@ -192,6 +214,12 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.scanFiles < 4 || o.changesFiles < 4 || o.removeFiles < 4 || o.scanRepeat < 1 || o.scanCatchUp <= 0 || o.scanAwait <= 0 {
 		return nil, errors.New("--scan-files, --changes-files and --remove-files must be at least 4; --scan-repeat, --scan-catchup and --scan-await positive")
+	}
+	if o.chainTags < 1 || o.chainRate <= 0 || o.chainKills < 0 || o.chainAwait <= 0 || o.starDuration <= 0 || o.starSeeds < 1 || o.starAwait <= 0 {
+		return nil, errors.New("--chain-tags, --chain-rate, --chain-await, --star-duration, --star-seeds and --star-await must be positive, --chain-kills not negative")
+	}
+	if o.starPorts != "new" && o.starPorts != "keep" {
+		return nil, fmt.Errorf("--star-ports %q: want new or keep", o.starPorts)
 	}
 	o.subset = min(o.subset, o.entries)
 	o.command = "go run ./bench " + strings.Join(args, " ")
@@ -267,6 +295,16 @@ func runBench(ctx context.Context, o *options, logw io.Writer) (*report, error) 
 			}
 			continue
 		}
+		if isGroupScenario(name) {
+			logf("scenario %s: real lsync daemons", name)
+			if err := runGroupScenario(ctx, name, o, runDir, rep, logf); err != nil {
+				failed = append(failed, fmt.Sprintf("%s: %v", name, err))
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
 		if isScanScenario(name) {
 			if err := runScanScenario(ctx, name, o, runDir, rep, logf); err != nil {
 				failed = append(failed, fmt.Sprintf("%s: %v", name, err))
@@ -321,9 +359,9 @@ func runBench(ctx context.Context, o *options, logw io.Writer) (*report, error) 
 
 // libraries returns the generated library, and the subset the
 // individual-messages scenario runs on, when a join scenario is to run
-// (the flood and scan scenarios need neither).
+// (the flood, scan and group scenarios need neither).
 func libraries(o *options, logf func(string, ...any)) (full, sub *cachedLib, err error) {
-	if !slices.ContainsFunc(o.scenarios, func(s string) bool { return s != floodScenario && !isScanScenario(s) }) {
+	if !slices.ContainsFunc(o.scenarios, func(s string) bool { return s != floodScenario && !isScanScenario(s) && !isGroupScenario(s) }) {
 		return nil, nil, nil
 	}
 	if full, err = ensureLibrary(o.work, genParams{Entries: o.entries, Seed: o.seed}, o.regen, logf); err != nil {

@@ -20,6 +20,8 @@ type report struct {
 	Scenarios []scenarioResult `json:"scenarios"`
 	Flood     *floodResult     `json:"flood,omitempty"`
 	Scans     []scanResult     `json:"scans,omitempty"`
+	Chain     *chainResult     `json:"chain,omitempty"`
+	Star      *starResult      `json:"star,omitempty"`
 	Targets   []targetCheck    `json:"targets,omitempty"`
 }
 
@@ -138,6 +140,12 @@ func (rep *report) checkTargets() {
 			rep.Targets = append(rep.Targets, targetCheck{fmt.Sprintf("%s (%s files)", r.Name, countLabel(r.Files)), r.Target, r.Got, r.Met})
 		}
 	}
+	if rep.Chain != nil {
+		rep.Targets = append(rep.Targets, rep.Chain.targets()...)
+	}
+	if rep.Star != nil {
+		rep.Targets = append(rep.Targets, rep.Star.targets()...)
+	}
 	if rep.Library.Entries < 1_000_000 {
 		return
 	}
@@ -205,6 +213,18 @@ func (rep *report) writeTable(w io.Writer) {
 			fmt.Fprintln(w)
 		}
 		rep.writeScans(w)
+	}
+	if rep.Chain != nil {
+		if len(rep.Scenarios) > 0 || rep.Flood != nil || len(rep.Scans) > 0 {
+			fmt.Fprintln(w)
+		}
+		rep.Chain.write(w)
+	}
+	if rep.Star != nil {
+		if len(rep.Scenarios) > 0 || rep.Flood != nil || len(rep.Scans) > 0 || rep.Chain != nil {
+			fmt.Fprintln(w)
+		}
+		rep.Star.write(w)
 	}
 	if len(rep.Targets) > 0 {
 		fmt.Fprintln(w, "\ntargets:")
