@@ -169,7 +169,11 @@ func testJoinBuffersLiveWrites(t *testing.T) {
 	// the join finishes they were applied early, from the stream.
 	c.net.Partition(c.devs[0], c.devs[1])
 	testutil.Eventually(t, 10*time.Second, "device 1 a partner of the joiner", func() bool {
-		st, err := c.joinerLib().Status(ctx)
+		lib := c.joinerLib()
+		if lib == nil {
+			return false // the join's sync-setup has not returned yet
+		}
+		st, err := lib.Status(ctx)
 		if err != nil {
 			return false
 		}
