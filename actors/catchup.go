@@ -126,15 +126,28 @@ func (j *catchUpActor) ownersToScan(theirs []messages.OriginWatermark) []message
 // the peer reported holding more of than we do, or, when it has not
 // reported, every origin known here or among the owners it named (an
 // origin the peer has nothing of costs one empty answer). Never our own.
+// A shared-only pull after a report asks for what the report names only.
 func (j *catchUpActor) originsToPull() []messages.DeviceID {
-	out := []messages.DeviceID{j.peer}
-	seen := map[messages.DeviceID]bool{j.peer: true, j.n.self: true}
+	var out []messages.DeviceID
+	seen := map[messages.DeviceID]bool{j.n.self: true}
 	add := func(o messages.DeviceID) {
 		if !seen[o] {
 			seen[o] = true
 			out = append(out, o)
 		}
 	}
+	if j.report != nil && j.sharedOnly {
+		// A pull a report called for: only what the report says the peer
+		// holds more of (its own changes come pushed, and a gap in them
+		// is caught by the chain).
+		for _, w := range j.report.Shared {
+			if w.HLC.Compare(j.lib.SharedWatermark(w.Origin)) > 0 {
+				add(w.Origin)
+			}
+		}
+		return out
+	}
+	add(j.peer)
 	if j.report != nil {
 		for _, w := range j.report.Shared {
 			if w.HLC.Compare(j.lib.SharedWatermark(w.Origin)) > 0 {

@@ -92,8 +92,12 @@ func (a *libraryActor) startCatchUp(ctx actor.Context, dev messages.DeviceID, sh
 	if !sharedOnly {
 		a.lastFull[dev] = time.Now()
 	}
+	report := a.lastReport[dev]
+	if len(a.pending[dev]) > 0 {
+		report = nil // a gap in its own changes: its log first, whatever it last reported
+	}
 	a.jobs[dev] = ctx.SpawnPrefix(actor.PropsFromProducer(newCatchUpActor(a.n, a.lib, a.id, ctx.Self(), dev, link.conn, sharedOnly,
-		a.lastReport[dev])), "catchup-")
+		report)), "catchup-")
 }
 
 func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
@@ -142,7 +146,11 @@ func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
 	a.scheduleReport(ctx)
 	if full, again := a.jobAgain[m.peer]; again {
 		delete(a.jobAgain, m.peer)
-		a.startCatchUp(ctx, m.peer, !full)
+		// A shared-only catch-up asked for while this one ran (a report, a
+		// gap) may have been answered by it: run it only if still needed.
+		if r := a.lastReport[m.peer]; full || r == nil || len(a.pending[m.peer]) > 0 || a.behindShared(r) {
+			a.startCatchUp(ctx, m.peer, !full)
+		}
 	}
 }
 

@@ -64,10 +64,27 @@ func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *me
 	}
 	a.lastReport[from] = r
 	if shared, state := a.behind(r); shared || state {
-		// The changes the report counts may still be on their way to the
-		// appliers here (the origin's own push): look again shortly.
-		a.schedulePull(ctx, from, a.reportDelay())
+		// Changes of an origin connected here may still be on their way
+		// to the appliers (its own push): look again shortly. Those of
+		// others can only come by a pull: at once.
+		wait := time.Duration(0)
+		for _, w := range r.Shared {
+			if _, up := a.peers[w.Origin]; up && a.partners[w.Origin] && w.HLC.Compare(a.lib.SharedWatermark(w.Origin)) > 0 {
+				wait = a.reportDelay()
+			}
+		}
+		if state {
+			wait = a.reportDelay()
+		}
+		a.schedulePull(ctx, from, wait)
 	}
+}
+
+// behindShared says whether r holds shared changes of some origin other
+// than this device beyond what this device holds.
+func (a *libraryActor) behindShared(r *messages.WatermarkReport) bool {
+	shared, _ := a.behind(r)
+	return shared
 }
 
 // behind says whether r holds shared changes, or device-owned rows, of
