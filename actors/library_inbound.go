@@ -235,6 +235,12 @@ func (a *libraryActor) onSetupPartner(ctx actor.Context, m *setupPartner) {
 // and this device keeps its copy. Only a partner may leave; anyone else
 // is told it is not one.
 func (a *libraryActor) onLeavePartner(ctx actor.Context, m *leavePartner) {
+	if _, gone := a.groupRemoved[m.from]; gone && !a.partners[m.from] {
+		// Another member already told this one that it left (or was
+		// removed): done already.
+		answerPeer(a.n, m.from, m.reply, &messages.SyncLeaveResponse{Library: a.id, Device: a.n.self}, m.credit)
+		return
+	}
 	if !a.partners[m.from] {
 		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeNotFound,
 			Message: fmt.Sprintf("device %s is not a sync partner of library %s on %s", m.from, a.id, a.n.self)}, m.credit)
