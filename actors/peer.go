@@ -138,13 +138,21 @@ func (p *peerActor) adopt(ctx actor.Context, c net.Conn, outbound bool) {
 	p.use(ctx, c, outbound)
 }
 
+// aliveWait is how long checkAlive waits for the current connection to
+// answer: a few of its round trips, within bounds. A peer that was killed
+// and dialled again leaves a connection that never answers; each wait
+// delays its new one.
+func aliveWait(c net.Conn) time.Duration {
+	return min(max(4*c.RTT()+50*time.Millisecond, 100*time.Millisecond), time.Second)
+}
+
 // checkAlive pings current and reports whether it answered.
 func checkAlive(root *actor.RootContext, self *actor.PID, current, candidate net.Conn, outbound bool) {
 	alive := false
 	select {
 	case <-current.Done():
 	default:
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), aliveWait(current))
 		_, err := current.Request(ctx, messages.LibraryID{}, probe())
 		cancel()
 		alive = err == nil
