@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/lsync/lsync/internal/proc"
 )
 
 // The group scenarios (chain, star) drive the real lsync binary, as a user
@@ -43,9 +45,8 @@ type lsyncd struct {
 	bin, name, home, logPath string
 	id, listen, metrics      string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	mu sync.Mutex
+	p  *proc.Proc // the running `lsync serve`, if any
 }
 
 // newLsyncd runs `lsync init` in a fresh home under dir.
@@ -68,26 +69,14 @@ func newLsyncd(ctx context.Context, bin, dir, name string) (*lsyncd, error) {
 
 // start runs `lsync serve --listen listen` and waits until it answers.
 func (d *lsyncd) start(ctx context.Context, listen string) error {
-	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	cmd := exec.Command(d.bin, "--home", d.home, "serve", "--listen", listen, "--metrics", "127.0.0.1:0")
+	p, err := proc.Start(cmd, d.logPath) // the daemon dies with the harness, however it ends
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(d.bin, "--home", d.home, "serve", "--listen", listen, "--metrics", "127.0.0.1:0")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// The daemon dies with the harness, however the harness ends.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return err
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logf.Close()
-		close(done)
-	}()
+	done := p.Done()
 	d.mu.Lock()
-	d.cmd, d.done = cmd, done
+	d.p = p
 	d.mu.Unlock()
 	var info struct {
 		ID      string `json:"id"`
@@ -122,37 +111,29 @@ func (d *lsyncd) start(ctx context.Context, listen string) error {
 func (d *lsyncd) running() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.cmd != nil
+	return d.p != nil
+}
+
+// take hands over the running daemon's process to stop it (nil if none).
+func (d *lsyncd) take() *proc.Proc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.p
+	d.p = nil
+	return p
 }
 
 // kill9 kills the daemon with SIGKILL and waits for it to be gone.
 func (d *lsyncd) kill9() {
-	d.mu.Lock()
-	cmd, done := d.cmd, d.done
-	d.cmd = nil
-	d.mu.Unlock()
-	if cmd == nil {
-		return
+	if p := d.take(); p != nil {
+		p.Kill9()
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-done
 }
 
 // stop sends SIGTERM and waits, then SIGKILL after 10 s.
 func (d *lsyncd) stop() {
-	d.mu.Lock()
-	cmd, done := d.cmd, d.done
-	d.cmd = nil
-	d.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
+	if p := d.take(); p != nil {
+		p.Stop(10 * time.Second)
 	}
 }
 

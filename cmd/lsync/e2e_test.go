@@ -26,6 +26,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/lsync/lsync/internal/proc"
 	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
@@ -104,9 +105,8 @@ type daemon struct {
 	listen  string // host:port peers dial
 	metrics string // host:port of /metrics
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	mu sync.Mutex
+	p  *proc.Proc // the running `lsync serve`, if any
 }
 
 // newHome makes a short home directory (the control socket path must fit
@@ -184,36 +184,25 @@ func startDaemon(t *testing.T, name string, env ...string) *daemon {
 func (d *daemon) start(listen string) {
 	d.t.Helper()
 	d.mu.Lock()
-	running := d.cmd != nil
+	running := d.p != nil
 	d.mu.Unlock()
 	if running {
 		// Starting over a running daemon would lose track of its process.
 		d.t.Fatalf("%s: start: the daemon is running already", d.name)
 	}
-	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		d.t.Fatal(err)
-	}
 	cmd := exec.Command(lsyncBin, append([]string{"--home", d.home, "serve", "--listen", listen, "--metrics", "127.0.0.1:0", "--log-level", "debug"}, d.args...)...)
 	cmd.Env = append(os.Environ(), d.env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// A daemon dies with the test process, even one killed by -timeout
-	// (Go sets the signal after changing the user, which would clear it).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: d.cred}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: d.cred}
 	if d.cred != nil {
 		cmd.Dir = d.home // the checkout may lie under a folder closed to others
 	}
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(cmd, d.logPath)
+	if err != nil {
 		d.t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logf.Close()
-		close(done)
-	}()
+	done := p.Done()
 	d.mu.Lock()
-	d.cmd, d.done = cmd, done
+	d.p = p
 	d.mu.Unlock()
 	// Ready is the control socket answering `device show`; a daemon that
 	// exits first fails at once.
@@ -253,35 +242,26 @@ func (d *daemon) start(listen string) {
 	}
 }
 
+// take hands over the running daemon's process to stop it (nil if none).
+func (d *daemon) take() *proc.Proc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.p
+	d.p = nil
+	return p
+}
+
 // kill9 kills the daemon with SIGKILL and waits for it to be gone.
 func (d *daemon) kill9() {
-	d.mu.Lock()
-	cmd, done := d.cmd, d.done
-	d.cmd = nil
-	d.mu.Unlock()
-	if cmd == nil {
-		return
+	if p := d.take(); p != nil {
+		p.Kill9()
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-done
 }
 
 // stop sends SIGTERM and waits (then SIGKILL after 10 s).
 func (d *daemon) stop() {
-	d.mu.Lock()
-	cmd, done := d.cmd, d.done
-	d.cmd = nil
-	d.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
+	if p := d.take(); p != nil && !p.Stop(10*time.Second) {
 		d.t.Errorf("%s: daemon did not stop within 10s of SIGTERM", d.name)
-		_ = cmd.Process.Kill()
-		<-done
 	}
 }
 
