@@ -313,3 +313,92 @@ func TestAntiEntropyFailureShowsInStatus(t *testing.T) {
 		}
 	})
 }
+
+// A relay serves other origins' changes: a partner that answers a pull of
+// origin X with changes of another origin (refused as malformed), or with
+// X's changes that do not follow on from what is here (a gap), gets
+// nothing applied; X's changes in X's chain are applied as X's. (Whether
+// X really made them is issue 12's signed digests.)
+func TestHostileRelayCannotForgeAnOrigin(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := newQuietPair(t, 42)
+		lib := c.libs[0].ID()
+		conn := impostor(t, c, 1)
+		x, y := devID(7), devID(8)
+		xc := messages.NewClock(x.UUID(), nil, 0)
+		yc := messages.NewClock(y.UUID(), nil, 0)
+		tag := func(h, prev messages.HLC, name string) messages.SharedChange {
+			return messages.SharedChange{HLC: h, Prev: prev, Model: persistence.ModelTag, Record: testutil.UUID(int(h.Counter) + 100),
+				Op: messages.OpInsert, Fields: map[string]any{"canonical_name": name}}
+		}
+		x1, x2 := xc.Now(), xc.Now()
+		var answer atomic.Int32 // 0: forged origin, 1: gapped, 2: honest
+		go func() {
+			for {
+				in, err := conn.Recv(ctxT(t))
+				if err != nil {
+					return
+				}
+				if in.Reply == nil {
+					continue
+				}
+				var r *messages.SharedChangeRequest
+				switch m := in.Message.(type) {
+				case *messages.StateOwnersRequest:
+					_ = in.Reply(&messages.StateOwnersResponse{})
+					continue
+				case *messages.StateRequest:
+					_ = in.Reply(&messages.StateResponse{Owner: m.Owner})
+					continue
+				case *messages.SharedChangeRequest:
+					r = m
+				default:
+					_ = in.Reply(&messages.Error{Code: messages.CodeNotFound, Message: "no"})
+					continue
+				}
+				if r.Origin != x {
+					_ = in.Reply(&messages.SharedChangeResponse{Origin: r.Origin})
+					continue
+				}
+				var es []messages.SharedChange
+				switch answer.Load() {
+				case 0:
+					es = []messages.SharedChange{tag(yc.Now(), messages.HLC{}, "forged")}
+				case 1:
+					es = []messages.SharedChange{tag(x2, x1, "gapped")}
+				default:
+					es = []messages.SharedChange{tag(x1, messages.HLC{}, "honest 1"), tag(x2, x1, "honest 2")}
+				}
+				_ = in.Reply(&messages.SharedChangeResponse{Origin: x, Entries: es})
+			}
+		}()
+		report := func() {
+			send(t, conn, lib, &messages.WatermarkReport{Shared: []messages.OriginWatermark{{Origin: x, HLC: x2}}})
+			advance(time.Second)
+		}
+		// The wire already refuses an answer about X holding another
+		// origin's change (malformed); the catch-up checks it again.
+		refused := c.nodes[0].Metrics().Value("lsync_rejected_total", nil)
+		report()
+		if got := c.nodes[0].Metrics().Value("lsync_rejected_total", nil); got <= refused {
+			t.Fatalf("refusals %v, were %v: the forged answer was not counted", got, refused)
+		}
+		answer.Store(1)
+		advance(time.Minute) // past the back-off of the failed pull
+		report()
+		for _, name := range []string{"forged", "gapped"} {
+			if c.hasTag(0, name) {
+				t.Fatalf("device 0 applied the %s change", name)
+			}
+		}
+		if wm := c.libs[0].Store().SharedWatermark(x); !wm.IsZero() {
+			t.Fatalf("device 0's watermark for X moved to %s", wm)
+		}
+		answer.Store(2)
+		advance(time.Minute)
+		report()
+		testutil.Eventually(t, 5*time.Second, "X's changes, relayed in X's chain", func() bool {
+			return c.hasTag(0, "honest 1") && c.hasTag(0, "honest 2") && c.libs[0].Store().SharedWatermark(x) == x2
+		})
+	})
+}
