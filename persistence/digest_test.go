@@ -1,0 +1,76 @@
+package persistence
+
+import (
+	"testing"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// Two replicas that hold the same rows of an owner have the same digest;
+// a row that differs (a value, an HLC) or is missing changes it, and
+// putting it right brings the digest back. Another owner's rows and
+// deleted rows are not in it.
+func TestOwnerDigest(t *testing.T) {
+	a, b := newLib(t, devA), newLib(t, devC)
+	loc := recordFor(t, ModelLocation, uid(1), hlcAt(1, 0, devB), map[string]any{"path": "/b"})
+	var ents []messages.StateRecord
+	for k := range 30 {
+		ents = append(ents, recordFor(t, ModelEntry, uid(10+k), hlcAt(uint64(2+k), 0, devB), map[string]any{"location_uuid": loc.UUID, "name": "e"}))
+	}
+	for _, l := range []*Library{a, b} {
+		mustApply(t, l, devB, ModelLocation, loc)
+	}
+	mustApply(t, a, devB, ModelEntry, ents...)
+	// b gets them in another order.
+	for k := len(ents) - 1; k >= 0; k-- {
+		mustApply(t, b, devB, ModelEntry, ents[k])
+	}
+	digest := func(l *Library) (string, int) {
+		t.Helper()
+		h, n, err := l.OwnerDigest(devB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := h.Checksum()
+		return string(s[:]), n
+	}
+	da, na := digest(a)
+	db, nb := digest(b)
+	if da != db || na != 31 || nb != 31 {
+		t.Fatalf("same rows, digests differ (%d and %d rows)", na, nb)
+	}
+	// A newer value of one entry on b only.
+	changed := recordFor(t, ModelEntry, uid(10), hlcAt(100, 0, devB), map[string]any{"location_uuid": loc.UUID, "name": "renamed"})
+	mustApply(t, b, devB, ModelEntry, changed)
+	if d, _ := digest(b); d == da {
+		t.Fatal("a changed row left the digest as it was")
+	}
+	mustApply(t, a, devB, ModelEntry, changed)
+	if d, _ := digest(a); d == da {
+		t.Fatal("a changed row left the digest as it was")
+	}
+	if x, y := func() (string, string) { p, _ := digest(a); q, _ := digest(b); return p, q }(); x != y {
+		t.Fatal("the same change on both left the digests apart")
+	}
+	// A delete on a only: a row fewer, a different digest; on b too: equal.
+	del := messages.StateDelete{Model: ModelEntry, Owner: devB, UUID: uid(11), HLC: hlcAt(101, 0, devB)}
+	if _, err := a.ApplyStateDelete(del); err != nil {
+		t.Fatal(err)
+	}
+	d1, n1 := digest(a)
+	d2, _ := digest(b)
+	if d1 == d2 || n1 != 30 {
+		t.Fatalf("a delete on one replica: digests equal %v, %d rows", d1 == d2, n1)
+	}
+	if _, err := b.ApplyStateDelete(del); err != nil {
+		t.Fatal(err)
+	}
+	if d2, _ = digest(b); d1 != d2 {
+		t.Fatal("the same delete on both left the digests apart")
+	}
+	// Rows of another owner are not in B's digest.
+	mustApply(t, a, devC, ModelLocation, recordFor(t, ModelLocation, uid(2), hlcAt(5, 0, devC), map[string]any{"path": "/c"}))
+	if d, _ := digest(a); d != d1 {
+		t.Fatal("another owner's row changed B's digest")
+	}
+}
