@@ -100,7 +100,8 @@ func partnerType(typ messages.Type) bool {
 		messages.TypeSharedChange, messages.TypeSharedChangeBatch, messages.TypeAckSharedChanges,
 		messages.TypeWatermarkReport,
 		messages.TypeStateRequest, messages.TypeSharedChangeRequest, messages.TypeSharedStateRequest,
-		messages.TypeFingerprintRequest, messages.TypeSnapshotRequest, messages.TypeStateOwnersRequest:
+		messages.TypeFingerprintRequest, messages.TypeSnapshotRequest, messages.TypeStateOwnersRequest,
+		messages.TypeDigestRequest:
 		return true
 	}
 	return false

@@ -26,6 +26,8 @@ func (a *libraryActor) receiveAPI(ctx actor.Context) bool {
 	case *getStatus:
 		st, err := a.status()
 		respond(ctx, st, err)
+	case *verifyPeers:
+		a.onVerifyPeers(ctx)
 	case *getReadiness:
 		// READY is derived from what runs: no join, no catch-up, no retry.
 		r := readiness{phase: a.phase(), ready: a.phase() == PhaseReady}

@@ -22,6 +22,8 @@ type serveActor struct {
 	rowsN   uint64
 	rowsGen uint64
 	rowsOK  bool
+	// digests answered, per owner (digest).
+	digests map[messages.DeviceID]servedDigest
 }
 
 func newServeActor(n *nodeCore, lib *persistence.Library) actor.Producer {
@@ -85,6 +87,8 @@ func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messa
 		return s.fingerprints(m)
 	case *messages.SnapshotRequest:
 		return s.snapshotChunk(m)
+	case *messages.DigestRequest:
+		return s.digest(m.Owner)
 	case *messages.StateOwnersRequest:
 		owners, err := s.lib.Owners()
 		if err != nil {
@@ -115,6 +119,33 @@ func (s *serveActor) rows() uint64 {
 		s.rowsGen, s.rowsOK = gen, true
 	}
 	return s.rowsN
+}
+
+// digest answers a DigestRequest. Computing one is a full pass over the
+// owner's rows: an answer is kept, per owner, until the library changes,
+// so asking again costs nothing.
+func (s *serveActor) digest(owner messages.DeviceID) (*messages.DigestResponse, error) {
+	gen := s.lib.Generation()
+	if d, ok := s.digests[owner]; ok && d.gen == gen {
+		return d.resp, nil
+	}
+	wm := s.lib.StateWatermark(owner)
+	h, n, err := s.lib.OwnerDigest(owner)
+	if err != nil {
+		return nil, err
+	}
+	resp := &messages.DigestResponse{Owner: owner, Watermark: wm, Rows: uint64(n), Digest: h.Bytes()}
+	if s.digests == nil {
+		s.digests = map[messages.DeviceID]servedDigest{}
+	}
+	s.digests[owner] = servedDigest{gen: gen, resp: resp}
+	return resp, nil
+}
+
+// servedDigest is a digest answer and the library generation it is of.
+type servedDigest struct {
+	gen  uint64
+	resp *messages.DigestResponse
 }
 
 // statePage serves one page of Owner's rows, walking Models in order and

@@ -53,6 +53,8 @@ func sampleMessages() []Message {
 		&AddressBookResponse{Entries: []AddressEntry{{Device: DeviceID(devA), Addr: "192.0.2.7:7700"}}},
 		&WatermarkReport{State: []OriginWatermark{{Origin: DeviceID(devA), HLC: h1}}, Shared: []OriginWatermark{{Origin: DeviceID(devB), HLC: h2}}},
 		&StateOwnersResponse{Owners: []OriginWatermark{{Origin: DeviceID(devA), HLC: h1}}, Rows: 1_331_450},
+		&DigestRequest{Owner: DeviceID(devB)},
+		&DigestResponse{Owner: DeviceID(devB), Watermark: h1, Rows: 31, Digest: make([]byte, DigestSize)},
 	}
 }
 

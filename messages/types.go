@@ -57,6 +57,8 @@ const (
 	TypeSyncLeaveResponse    Type = 29
 	TypeAddressBookRequest   Type = 30
 	TypeAddressBookResponse  Type = 31
+	TypeDigestRequest        Type = 32
+	TypeDigestResponse       Type = 33
 )
 
 // typeTable is the one list the codec derives everything per type from:
@@ -95,6 +97,8 @@ var typeTable = [...]typeInfo{
 	TypeSyncLeaveResponse:    row[SyncLeaveResponse]("sync_leave_response", 0),
 	TypeAddressBookRequest:   row[AddressBookRequest]("address_book_request", 0),
 	TypeAddressBookResponse:  row[AddressBookResponse]("address_book_response", 0),
+	TypeDigestRequest:        row[DigestRequest]("digest_request", 0),
+	TypeDigestResponse:       row[DigestResponse]("digest_response", 0),
 }
 
 // typeInfo is one row of typeTable.
@@ -572,6 +576,29 @@ type SyncLeaveRequest struct {
 	Left     bool
 }
 
+// DigestRequest asks a partner for its digest of Owner's device-owned
+// rows (issue 12): a homomorphic hash of every row it holds of Owner, so
+// two replicas can tell whether they hold the same rows without sending
+// them.
+type DigestRequest struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Owner    DeviceID
+}
+
+// DigestResponse answers a DigestRequest: the digest (DigestSize bytes,
+// LtHash16), how many rows it covers, and the answering device's state
+// watermark for Owner when it was computed.
+type DigestResponse struct {
+	_msgpack  struct{} `msgpack:",as_array"`
+	Owner     DeviceID
+	Watermark HLC
+	Rows      uint64
+	Digest    []byte
+}
+
+// DigestSize is the length of a DigestResponse's Digest.
+const DigestSize = 2048
+
 // AddressBookRequest asks a paired device for the addresses it last saw
 // Devices at: a device whose address changed (a new network, a new port)
 // is found again through any device it has reached since.
@@ -633,3 +660,5 @@ func (*SyncLeaveRequest) MessageType() Type     { return TypeSyncLeaveRequest }
 func (*SyncLeaveResponse) MessageType() Type    { return TypeSyncLeaveResponse }
 func (*AddressBookRequest) MessageType() Type   { return TypeAddressBookRequest }
 func (*AddressBookResponse) MessageType() Type  { return TypeAddressBookResponse }
+func (*DigestRequest) MessageType() Type        { return TypeDigestRequest }
+func (*DigestResponse) MessageType() Type       { return TypeDigestResponse }

@@ -57,6 +57,7 @@ func init() {
 		opSyncStatus:    onLibrary(func(ctx context.Context, l *actors.Library) (any, error) { return l.Status(ctx) }),
 		opSyncFailed:    onLibrary(func(ctx context.Context, l *actors.Library) (any, error) { return l.FailedRecords(ctx) }),
 		opSyncRetry:     onLibrary(func(ctx context.Context, l *actors.Library) (any, error) { return l.RetryFailed(ctx) }),
+		opSyncVerify:    onLibrary(func(ctx context.Context, l *actors.Library) (any, error) { return l.Verify(ctx) }),
 		opLibraryRepair: onLibrary(func(ctx context.Context, l *actors.Library) (any, error) {
 			return l.Repair(ctx)
 		}),

@@ -38,6 +38,7 @@ const (
 	opSyncStatus    = "sync.status"
 	opSyncFailed    = "sync.failed"
 	opSyncRetry     = "sync.retry"
+	opSyncVerify    = "sync.verify"
 	opLibraryRepair = "library.repair"
 	opSyncRemove    = "network.sync_remove"
 	opWatch         = "watch"
