@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/lsync/lsync/internal/lthash"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
 )
@@ -129,8 +130,18 @@ func (s *serveActor) digest(owner messages.DeviceID) (*messages.DigestResponse, 
 	if d, ok := s.digests[owner]; ok && d.gen == gen {
 		return d.resp, nil
 	}
-	wm := s.lib.StateWatermark(owner)
-	h, n, err := s.lib.OwnerDigest(owner)
+	var (
+		wm  messages.HLC
+		h   lthash.Hash
+		n   int
+		err error
+	)
+	if owner.IsZero() {
+		h, n, err = s.lib.SharedDigest()
+	} else {
+		wm = s.lib.StateWatermark(owner)
+		h, n, err = s.lib.OwnerDigest(owner)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -31,12 +31,15 @@ const (
 
 // OwnerVerdict is the comparison of one owner's rows with each partner.
 type OwnerVerdict struct {
-	Owner     messages.DeviceID `json:"owner"`
-	Rows      int               `json:"rows"`
-	Watermark string            `json:"watermark,omitempty"`
-	Digest    string            `json:"digest"` // short: hex of its checksum's first 8 bytes
-	Verdict   string            `json:"verdict"`
-	Partners  []PartnerVerdict  `json:"partners,omitempty"`
+	Owner messages.DeviceID `json:"owner"` // zero for the shared models
+	// Shared: the verdict is on the shared models' rows (tags, albums,
+	// metadata), which have no owner; Rows then counts row changes.
+	Shared    bool             `json:"shared,omitempty"`
+	Rows      int              `json:"rows"`
+	Watermark string           `json:"watermark,omitempty"`
+	Digest    string           `json:"digest"` // short: hex of its checksum's first 8 bytes
+	Verdict   string           `json:"verdict"`
+	Partners  []PartnerVerdict `json:"partners,omitempty"`
 }
 
 // PartnerVerdict is one partner's answer for an owner.
@@ -67,10 +70,12 @@ func (a *libraryActor) onVerifyPeers(ctx actor.Context) {
 	respond(ctx, out, nil)
 }
 
-// Verify compares this device's digest of every owner's rows with each
-// connected partner's, and gives one verdict per owner: match when every
-// partner holds the same rows, differs when one at the same watermark
-// holds other rows, behind when watermarks differ (sync is not done).
+// Verify compares this device's digest of the shared models' rows, and
+// of every owner's rows, with each connected partner's, and gives one
+// verdict for each: match when every partner holds the same rows, differs
+// when one at the same watermark holds other rows, behind when
+// watermarks differ (sync is not done). Shared rows have no watermark: a
+// difference there reads differs, also while changes are on their way.
 func (l *Library) Verify(ctx context.Context) ([]OwnerVerdict, error) {
 	peers, err := ask[[]verifyPeer](ctx, l.node, l.pid, &verifyPeers{})
 	if err != nil {
@@ -80,15 +85,26 @@ func (l *Library) Verify(ctx context.Context) ([]OwnerVerdict, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]OwnerVerdict, 0, len(owners))
-	for _, owner := range owners {
-		wm := l.store.StateWatermark(owner)
-		h, n, err := l.store.OwnerDigest(owner)
+	out := make([]OwnerVerdict, 0, len(owners)+1)
+	// The shared models' rows first (owner zero), then each owner's.
+	for _, owner := range append([]messages.DeviceID{{}}, owners...) {
+		var (
+			wm  messages.HLC
+			h   lthash.Hash
+			n   int
+			err error
+		)
+		if owner.IsZero() {
+			h, n, err = l.store.SharedDigest()
+		} else {
+			wm = l.store.StateWatermark(owner)
+			h, n, err = l.store.OwnerDigest(owner)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("verify: %w", err)
 		}
 		sum := h.Checksum()
-		v := OwnerVerdict{Owner: owner, Rows: n, Digest: fmt.Sprintf("%x", sum[:8])}
+		v := OwnerVerdict{Owner: owner, Shared: owner.IsZero(), Rows: n, Digest: fmt.Sprintf("%x", sum[:8])}
 		if !wm.IsZero() {
 			v.Watermark = wm.String()
 		}

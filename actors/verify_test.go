@@ -62,5 +62,23 @@ func TestVerifyFindsALostRow(t *testing.T) {
 		if v := verdictOf(t, c, 0, c.devs[1]); v.Verdict != VerdictMatch {
 			t.Fatalf("device 1's own rows: %+v", v)
 		}
+		// The shared models: a tag on both matches; one lost behind
+		// lsync's back on device 1 differs.
+		tag, err := c.libs[0].CreateTag(ctxT(t), TagInput{Name: "kept"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 10*time.Second, "the tag on both, shared verdict match", func() bool {
+			return verdictOf(t, c, 0, messages.DeviceID{}).Verdict == VerdictMatch && c.hasTag(1, "kept")
+		})
+		c.stopNode(1)
+		loseRow(t, c, 1, persistence.ModelTag, tag)
+		c.start(1)
+		testutil.Eventually(t, 10*time.Second, "device 1 connected again", func() bool {
+			return len(verdictOf(t, c, 0, messages.DeviceID{}).Partners) == 1
+		})
+		if v := verdictOf(t, c, 0, messages.DeviceID{}); v.Verdict != VerdictDiffers || !v.Shared {
+			t.Fatalf("shared models after device 1 lost a tag: %+v", v)
+		}
 	})
 }

@@ -579,15 +579,16 @@ type SyncLeaveRequest struct {
 // DigestRequest asks a partner for its digest of Owner's device-owned
 // rows (issue 12): a homomorphic hash of every row it holds of Owner, so
 // two replicas can tell whether they hold the same rows without sending
-// them.
+// them. A zero Owner asks for the digest of the shared models' rows.
 type DigestRequest struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Owner    DeviceID
 }
 
 // DigestResponse answers a DigestRequest: the digest (DigestSize bytes,
-// LtHash16), how many rows it covers, and the answering device's state
-// watermark for Owner when it was computed.
+// LtHash16), how many rows (for shared models: row changes) it covers,
+// and the answering device's state watermark for Owner when it was
+// computed (zero for shared models).
 type DigestResponse struct {
 	_msgpack  struct{} `msgpack:",as_array"`
 	Owner     DeviceID

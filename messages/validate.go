@@ -235,17 +235,7 @@ func (m *SyncSetupRequest) Validate() error {
 	return nil
 }
 
-func (m *DigestRequest) Validate() error {
-	if m.Owner.IsZero() {
-		return errors.New("digest request needs an owner")
-	}
-	return nil
-}
-
 func (m *DigestResponse) Validate() error {
-	if m.Owner.IsZero() {
-		return errors.New("digest response needs an owner")
-	}
 	if len(m.Digest) != DigestSize {
 		return fmt.Errorf("digest of %d bytes, want %d", len(m.Digest), DigestSize)
 	}

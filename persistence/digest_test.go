@@ -74,3 +74,46 @@ func TestOwnerDigest(t *testing.T) {
 		t.Fatal("another owner's row changed B's digest")
 	}
 }
+
+// Replicas that applied the same shared changes, in any order, have the
+// same shared digest; one change more on one side, or a field of another
+// HLC, sets them apart until the other has it too.
+func TestSharedDigest(t *testing.T) {
+	b := newLib(t, devB)
+	cs := commitTags(t, b, 20)
+	x, y := newLib(t, devA), newLib(t, devC)
+	applyChain(t, x, cs...)
+	for k := len(cs) - 1; k >= 0; k-- {
+		// y gets them as shared state, newest first.
+		c := cs[k]
+		c.Prev = messages.HLC{}
+		wms := []messages.OriginWatermark{{Origin: devB, HLC: cs[len(cs)-1].HLC}}
+		if _, err := y.ApplySharedState([]messages.SharedChange{c}, wms, ApplyOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := func(l *Library) [32]byte {
+		t.Helper()
+		h, _, err := l.SharedDigest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.Checksum()
+	}
+	if sum(x) != sum(y) {
+		t.Fatal("the same shared state, different digests")
+	}
+	up, _, err := b.CommitShared(ModelTag, cs[3].Record, messages.OpUpdate, map[string]any{"color": "red"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyChain(t, x, up)
+	if sum(x) == sum(y) {
+		t.Fatal("a field changed on one replica only left the digests equal")
+	}
+	applyChain(t, y, up) // y's watermark is B's last change: the chain goes on
+
+	if sum(x) != sum(y) {
+		t.Fatal("the same update on both left the digests apart")
+	}
+}

@@ -1165,15 +1165,17 @@ The daemon also does this on its own every few minutes.`,
 	}, &cobra.Command{
 		Use:   "verify LIB",
 		Short: "Check, without sending rows, that connected partners hold the same rows",
-		Long: `Compare this device's digest of each owner's device-owned rows with the
-digest each connected partner computes of the same rows. A digest is a
+		Long: `Compare this device's digest of the shared models' rows (tags, albums,
+metadata) and of each owner's device-owned rows with the digest each
+connected partner computes of the same rows. A digest is a
 homomorphic hash of every row (uuid, HLC, values): equal exactly when the
 rows are, and a few kilobytes whatever the size of the library. One line
 per owner: match (every partner holds the same rows), differs (a partner
 at the same watermark holds other rows: a replica is damaged; anti-entropy
 repairs it), behind (a partner's watermark differs: sync has not finished),
-no_answer, or no_partner (none connected). Shared models and owners'
-signatures are not checked yet.
+no_answer, or no_partner (none connected). Shared rows have no
+watermark: while changes are on their way they read differs. Owners do
+not sign their digests yet.
 Exit status 0 whatever the verdicts; use --json to script on them.`,
 		Example: `  lsync sync verify "Family photos"
   lsync --json sync verify "Family photos" | jq '.[] | select(.verdict != "match")'`,
@@ -1199,7 +1201,11 @@ Exit status 0 whatever the verdicts; use --json to script on them.`,
 						}
 						ps = append(ps, s)
 					}
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", v.Owner, v.Rows, v.Digest, v.Verdict, dash(strings.Join(ps, "; ")))
+					owner := v.Owner.String()
+					if v.Shared {
+						owner = "shared models"
+					}
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", owner, v.Rows, v.Digest, v.Verdict, dash(strings.Join(ps, "; ")))
 				}
 				tw.Flush()
 			})

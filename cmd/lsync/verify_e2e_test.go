@@ -8,8 +8,9 @@ import (
 	"github.com/lsync/lsync/actors"
 )
 
-// `lsync sync verify` on two converged daemons: every owner's rows match
-// the partner's, from both sides, and the text output says so per owner.
+// `lsync sync verify` on two converged daemons: the shared models' rows
+// and every owner's match the partner's, from both sides, and the text
+// output says so per line.
 func TestE2ESyncVerify(t *testing.T) {
 	needBinary(t)
 	a, b := startDaemon(t, "A"), startDaemon(t, "B")
@@ -25,7 +26,7 @@ func TestE2ESyncVerify(t *testing.T) {
 		ok := false
 		for deadline := time.Now().Add(45 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 			d.mustJSON(&vs, "sync", "verify", lib)
-			ok = len(vs) == 2
+			ok = len(vs) == 3 && vs[0].Shared
 			for _, v := range vs {
 				ok = ok && v.Verdict == actors.VerdictMatch && len(v.Partners) == 1
 			}
@@ -38,7 +39,7 @@ func TestE2ESyncVerify(t *testing.T) {
 		}
 	}
 	out := a.mustRun("sync", "verify", lib)
-	if strings.Count(out, "B: match") != 2 {
+	if strings.Count(out, "B: match") != 3 || !strings.Contains(out, "shared models") {
 		t.Fatalf("sync verify said:\n%s", out)
 	}
 }
