@@ -263,10 +263,16 @@ func (s *star) killable() []*daemon {
 	return up
 }
 
-// reconnected waits until a and b show each other connected.
+// reconnected waits until a and b show each other connected and each
+// has recorded where the other listens now. (Connected alone can be a
+// connection to the other's killed process that a has not noticed yet:
+// a then still knows only the old address, and once a moves too neither
+// can find the other.)
 func (s *star) reconnected(a, b *daemon) {
 	s.t.Helper()
-	if !testutil.Within(20*time.Second, func() bool { return connectedTo(a, b.id) && connectedTo(b, a.id) }) {
+	if !testutil.Within(20*time.Second, func() bool {
+		return connectedTo(a, b.id) && connectedTo(b, a.id) && knowsAddr(a, b) && knowsAddr(b, a)
+	}) {
 		s.t.Logf("operations so far:\n  %s", strings.Join(s.trace, "\n  "))
 		s.t.Fatalf("%s (%s) and %s (%s) not connected 20 s after the last restart", a.name, a.listen, b.name, b.listen)
 	}
@@ -555,4 +561,16 @@ func TestE2EChainOfFive(t *testing.T) {
 	if t.Failed() {
 		t.Logf("state of devices 2..5:\n%s", groupDiff(t, lib, ds[1:]))
 	}
+}
+
+// knowsAddr reports whether a has recorded b's current listen address.
+func knowsAddr(a, b *daemon) bool {
+	var ps []peerInfo
+	a.mustJSON(&ps, "network", "peers")
+	for _, p := range ps {
+		if p.ID == b.id {
+			return p.Addr == b.listen
+		}
+	}
+	return false
 }
