@@ -136,18 +136,12 @@ func (j *catchUpActor) originsToPull() []messages.DeviceID {
 			out = append(out, o)
 		}
 	}
-	if j.report != nil && j.sharedOnly {
-		// A pull a report called for: only what the report says the peer
-		// holds more of (its own changes come pushed, and a gap in them
-		// is caught by the chain).
-		for _, w := range j.report.Shared {
-			if w.HLC.Compare(j.lib.SharedWatermark(w.Origin)) > 0 {
-				add(w.Origin)
-			}
-		}
-		return out
+	// A pull a report called for asks only for what the report names
+	// (the peer's own changes come pushed, and a gap in them is caught by
+	// the chain); any other catch-up starts with the peer's own log.
+	if j.report == nil || !j.sharedOnly {
+		add(j.peer)
 	}
-	add(j.peer)
 	if j.report != nil {
 		for _, w := range j.report.Shared {
 			if w.HLC.Compare(j.lib.SharedWatermark(w.Origin)) > 0 {

@@ -183,7 +183,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.shown = PhaseReady
 	a.n.metrics.backfillPhase.WithLabelValues(a.id.String()).Set(PhaseReady.gauge())
 	a.reloadPartners()
-	a.groupRemoved = a.loadRemovals()
+	a.groupRemoved, _ = a.loadRemovals()
 
 	for _, model := range a.lib.Registry().DeviceOwned() {
 		a.appliers[model] = a.spawnApplier(ctx, model, false)

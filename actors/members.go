@@ -175,19 +175,21 @@ func (a *libraryActor) loadMembers() (map[messages.DeviceID]memberRow, error) {
 	return out, nil
 }
 
-// loadRemovals reads the devices removed from the library.
-func (a *libraryActor) loadRemovals() map[messages.DeviceID]memberRow {
-	rows, err := a.loadMembers()
+// loadRemovals reads the devices removed from the library (all member
+// rows too, nil on a failure to read them).
+func (a *libraryActor) loadRemovals() (removed, all map[messages.DeviceID]memberRow) {
+	all, err := a.loadMembers()
 	if err != nil {
 		a.n.log.Warn("read the library's member rows", "library", a.id, "err", err)
-		return a.groupRemoved
+		return a.groupRemoved, nil
 	}
-	for dev, m := range rows {
-		if !m.removed {
-			delete(rows, dev)
+	removed = map[messages.DeviceID]memberRow{}
+	for dev, m := range all {
+		if m.removed {
+			removed[dev] = m
 		}
 	}
-	return rows
+	return removed, all
 }
 
 // markMember writes dev's member row: removed (by this device's
@@ -217,7 +219,7 @@ func (a *libraryActor) readmit(ctx actor.Context, dev messages.DeviceID) error {
 // when this device is the one back, it forgets the partnerships that
 // ended when it was removed.
 func (a *libraryActor) applyRemovals(ctx actor.Context) {
-	now := a.loadRemovals()
+	now, rows := a.loadRemovals()
 	if g, out := now[a.n.self]; out {
 		// This device was removed from the library: it stops syncing it.
 		for dev := range a.partners {
@@ -256,14 +258,14 @@ func (a *libraryActor) applyRemovals(ctx actor.Context) {
 	}
 	// This device back in the library: the partnerships that ended
 	// because the others dropped it (before it came back) are forgotten.
-	if rows, err := a.loadMembers(); err == nil {
-		if me, ok := rows[a.n.self]; ok && !me.removed {
-			if ended, err := a.lib.EndedPartnerships(); err == nil {
-				for _, e := range ended {
-					if _, gone := now[e.Device]; !e.BySelf && !gone && e.At.Before(me.at) {
-						forget(e.Device)
-					}
-				}
+	if me, ok := rows[a.n.self]; ok && !me.removed {
+		ended, err := a.lib.EndedPartnerships()
+		if err != nil {
+			a.n.log.Warn("list ended partnerships", "library", a.id, "err", err)
+		}
+		for _, e := range ended {
+			if _, gone := now[e.Device]; !e.BySelf && !gone && e.At.Before(me.at) {
+				forget(e.Device)
 			}
 		}
 	}

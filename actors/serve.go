@@ -7,7 +7,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/lsync/lsync/internal/lthash"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
 )
@@ -130,18 +129,7 @@ func (s *serveActor) digest(owner messages.DeviceID) (*messages.DigestResponse, 
 	if d, ok := s.digests[owner]; ok && d.gen == gen {
 		return d.resp, nil
 	}
-	var (
-		wm  messages.HLC
-		h   lthash.Hash
-		n   int
-		err error
-	)
-	if owner.IsZero() {
-		h, n, err = s.lib.SharedDigest()
-	} else {
-		wm = s.lib.StateWatermark(owner)
-		h, n, err = s.lib.OwnerDigest(owner)
-	}
+	h, n, wm, err := s.lib.Digest(owner)
 	if err != nil {
 		return nil, err
 	}

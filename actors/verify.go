@@ -88,18 +88,7 @@ func (l *Library) Verify(ctx context.Context) ([]OwnerVerdict, error) {
 	out := make([]OwnerVerdict, 0, len(owners)+1)
 	// The shared models' rows first (owner zero), then each owner's.
 	for _, owner := range append([]messages.DeviceID{{}}, owners...) {
-		var (
-			wm  messages.HLC
-			h   lthash.Hash
-			n   int
-			err error
-		)
-		if owner.IsZero() {
-			h, n, err = l.store.SharedDigest()
-		} else {
-			wm = l.store.StateWatermark(owner)
-			h, n, err = l.store.OwnerDigest(owner)
-		}
+		h, n, wm, err := l.store.Digest(owner)
 		if err != nil {
 			return nil, fmt.Errorf("verify: %w", err)
 		}

@@ -107,3 +107,16 @@ func (l *Library) SharedDigest() (lthash.Hash, int, error) {
 	}
 	return h, n, nil
 }
+
+// Digest is the digest of an owner's rows, or with a zero owner of the
+// shared models' rows, with the rows it covers and this device's state
+// watermark for the owner (zero for the shared models) read before it.
+func (l *Library) Digest(owner messages.DeviceID) (h lthash.Hash, rows int, wm messages.HLC, err error) {
+	if owner.IsZero() {
+		h, rows, err = l.SharedDigest()
+		return h, rows, wm, err
+	}
+	wm = l.StateWatermark(owner)
+	h, rows, err = l.OwnerDigest(owner)
+	return h, rows, wm, err
+}
