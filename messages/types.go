@@ -376,6 +376,9 @@ type WatermarkReport struct {
 	State    []OriginWatermark
 	Shared   []OriginWatermark
 	Rows     []OriginWatermark
+	// Digests are the newest signed digests the sender holds: its own
+	// (its word on its rows) and those it relays of other owners.
+	Digests []SignedDigest
 }
 
 // OriginWatermark is "holds every change of Origin up to HLC".

@@ -235,6 +235,22 @@ func (m *SyncSetupRequest) Validate() error {
 	return nil
 }
 
+// MaxReportDigests bounds a WatermarkReport's signed digests (one per
+// member).
+const MaxReportDigests = 4096
+
+func (m *WatermarkReport) Validate() error {
+	if len(m.Digests) > MaxReportDigests {
+		return fmt.Errorf("watermark report with %d signed digests (at most %d)", len(m.Digests), MaxReportDigests)
+	}
+	for i := range m.Digests {
+		if err := m.Digests[i].Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (m *DigestResponse) Validate() error {
 	if len(m.Digest) != DigestSize {
 		return fmt.Errorf("digest of %d bytes, want %d", len(m.Digest), DigestSize)

@@ -49,17 +49,9 @@ type Identity struct {
 	name string // guarded by mu
 }
 
-// deviceIDFromKey derives a device id from an Ed25519 public key: the first
-// 16 bytes of SHA-256(key) with the UUID version 8 and RFC 4122 variant bits
-// set.
-func deviceIDFromKey(pub ed25519.PublicKey) messages.DeviceID {
-	sum := sha256.Sum256(pub)
-	var id messages.DeviceID
-	copy(id[:], sum[:16])
-	id[6] = id[6]&0x0f | 0x80 // version 8 (custom)
-	id[8] = id[8]&0x3f | 0x80 // variant 10 (RFC 4122)
-	return id
-}
+// deviceIDFromKey derives a device id from an Ed25519 public key
+// (messages.DeviceIDFromKey): a signed digest names its owner the same way.
+func deviceIDFromKey(pub ed25519.PublicKey) messages.DeviceID { return messages.DeviceIDFromKey(pub) }
 
 // deviceIDFromCert derives the device id from a DER certificate. Only
 // Ed25519 certificates are lsync device certificates.

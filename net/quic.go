@@ -2,6 +2,7 @@ package net
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -237,6 +238,11 @@ func (t *QUICTransport) listen(listen string) error {
 
 // LocalID is this node's device id.
 func (t *QUICTransport) LocalID() messages.DeviceID { return t.id.DeviceID }
+
+// SigningKey is the device's key (Signer).
+func (t *QUICTransport) SigningKey() ed25519.PrivateKey {
+	return t.id.Certificate.PrivateKey.(ed25519.PrivateKey)
+}
 
 // sent counts a frame written to peer.
 func (t *QUICTransport) sent(peer messages.DeviceID, f outFrame) {

@@ -2,6 +2,7 @@ package net
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"sync/atomic"
 	"time"
@@ -111,6 +112,13 @@ type Authorizer func(peer messages.DeviceID, lib messages.LibraryID, t messages.
 // applies to frames read from then on; nil admits everything again.
 type AuthorizerSetter interface {
 	SetAuthorizer(Authorizer)
+}
+
+// Signer is a transport that holds its device's key: the node signs its
+// digests with it (issue 12). The device id derives from the key's public
+// half (messages.DeviceIDFromKey).
+type Signer interface {
+	SigningKey() ed25519.PrivateKey
 }
 
 // AuthorizerSlot holds a transport's Authorizer; embedded, it gives the
