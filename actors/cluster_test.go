@@ -3,6 +3,8 @@ package actors
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -156,8 +158,32 @@ func (c *cluster) hooks(i int) testHooks {
 				(*h)(i, actor, msg)
 			}
 		},
+		signKey:  testKey(i),
+		keyOwner: testKeyOwner,
 	}
 }
+
+// testKey is test device i's signing key. Test device ids are not derived
+// from keys (devID), so testKeyOwner maps the keys back.
+func testKey(i int) ed25519.PrivateKey {
+	seed := sha256.Sum256([]byte(fmt.Sprintf("lsync test device %d", i)))
+	return ed25519.NewKeyFromSeed(seed[:])
+}
+
+func testKeyOwner(pub ed25519.PublicKey) messages.DeviceID {
+	if dev, ok := testKeyOwners()[string(pub)]; ok {
+		return dev
+	}
+	return messages.DeviceIDFromKey(pub)
+}
+
+var testKeyOwners = sync.OnceValue(func() map[string]messages.DeviceID {
+	m := map[string]messages.DeviceID{}
+	for i := range 64 {
+		m[string(testKey(i).Public().(ed25519.PublicKey))] = devID(i)
+	}
+	return m
+})
 
 // served records the bulk requests node i answers: shared-state
 // snapshots, and full-history state pages (a join's) by requester and

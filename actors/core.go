@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"crypto/ed25519"
 	"fmt"
 	"log/slog"
 
@@ -24,6 +25,11 @@ type nodeCore struct {
 	stopped chan struct{}   // closed once the actor tree is down
 	auth    *authTable      // who may send what, for the transport (authorize.go)
 	logs    *net.LogLimiter // refusals are counted every time, logged at a bounded rate
+	// key signs this device's digests (words.go); nil with a transport
+	// that holds none. keyOwner says whose a public key is (nil: the id
+	// it derives to; tests whose ids are not derived set a table).
+	key      ed25519.PrivateKey
+	keyOwner func(ed25519.PublicKey) messages.DeviceID
 
 	testHooks
 }
@@ -49,6 +55,10 @@ type testHooks struct {
 	// receiveHook runs at the top of the library actor's Receive; a panic
 	// in it crashes the library actor.
 	receiveHook func(actor string, msg any)
+	// signKey and keyOwner stand in for a key-derived device id with a
+	// custom transport (words.go).
+	signKey  ed25519.PrivateKey
+	keyOwner func(ed25519.PublicKey) messages.DeviceID
 }
 
 func (n *nodeCore) traceShared(stage string, cs []messages.SharedChange) {

@@ -22,6 +22,7 @@ const (
 	EventPaired           EventType = "paired"            // a device was paired
 	EventBackfillProgress EventType = "backfill_progress" // pages done during a join
 	EventPartnerLeft      EventType = "partner_left"      // a partner deleted its copy and stopped syncing with us
+	EventVerification     EventType = "verification"      // an owner's rows here became unverified (or verified again); Peer is the owner
 )
 
 // Event is one notification for host apps.

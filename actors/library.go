@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"fmt"
 	"iter"
 	"time"
@@ -61,6 +62,16 @@ type libraryActor struct {
 	memberFailed map[messages.DeviceID]time.Time
 	// groupRemoved: the devices removed from the library (member rows).
 	groupRemoved map[messages.DeviceID]memberRow
+	// Verified replicas (words.go): the newest signed digest of each
+	// owner, this device's own included; each owner's verification
+	// state; repairs running.
+	words      map[messages.DeviceID]*messages.SignedDigest
+	checks     map[messages.DeviceID]*ownerCheck
+	checkTimer *time.Timer
+	repairing  map[messages.DeviceID]bool
+	repairStop map[messages.DeviceID]context.CancelFunc
+	repairNext map[messages.DeviceID]time.Time     // no repair of the owner before
+	repairWait map[messages.DeviceID]time.Duration // the last wait between its repairs
 
 	// A join in progress: join is its actor (nil when none), joinSt its
 	// last report. While it runs, live updates are buffered, never applied
@@ -152,6 +163,10 @@ func (a *libraryActor) receivePeers(ctx actor.Context) bool {
 		a.onRelayPull(ctx, m)
 	case *memberSetupDone:
 		a.onMemberSetupDone(ctx, m)
+	case *checkWords:
+		a.onCheckWords(ctx)
+	case *repairDone:
+		a.onRepairDone(ctx, m)
 	default:
 		return false
 	}
@@ -172,6 +187,12 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.pullAt = map[messages.DeviceID]*time.Timer{}
 	a.fullAt = map[messages.DeviceID]*time.Timer{}
 	a.memberSetup = map[messages.DeviceID]bool{}
+	a.words = map[messages.DeviceID]*messages.SignedDigest{}
+	a.checks = map[messages.DeviceID]*ownerCheck{}
+	a.repairing = map[messages.DeviceID]bool{}
+	a.repairStop = map[messages.DeviceID]context.CancelFunc{}
+	a.repairNext = map[messages.DeviceID]time.Time{}
+	a.repairWait = map[messages.DeviceID]time.Duration{}
 	a.memberFailed = map[messages.DeviceID]time.Time{}
 	a.retry = map[messages.DeviceID]*backoff{}
 	a.retryAt = map[messages.DeviceID]*time.Timer{}
@@ -231,6 +252,12 @@ func (a *libraryActor) stopTimers() {
 	}
 	for _, t := range a.fullAt {
 		t.Stop()
+	}
+	if a.checkTimer != nil {
+		a.checkTimer.Stop()
+	}
+	for _, cancel := range a.repairStop {
+		cancel()
 	}
 }
 
@@ -410,12 +437,16 @@ func (a *libraryActor) reportWatermarks(ctx actor.Context) {
 		return
 	}
 	rows := a.lib.HeldWatermarks()
+	words := a.reportedWords()
 	digest := fmt.Sprint(st, sh, rows)
+	for _, w := range words {
+		digest += w.Owner.String() + w.Watermark.String()
+	}
 	for dev := range a.connectedPartners() {
 		if a.reported[dev] == digest {
 			continue
 		}
-		if a.sendTo(ctx, dev, &messages.WatermarkReport{State: st, Shared: sh, Rows: rows}) {
+		if a.sendTo(ctx, dev, &messages.WatermarkReport{State: st, Shared: sh, Rows: rows, Digests: words}) {
 			a.reported[dev] = digest
 		}
 	}

@@ -39,6 +39,8 @@ type Metrics struct {
 	aeRuns         *prometheus.CounterVec // result: ok, failed
 	relayed        prometheus.Counter     // other origins' shared changes served
 	relayPulls     *prometheus.CounterVec // kind: shared, full
+	digestMismatch prometheus.Counter     // an owner's rows found to differ from its signed digest
+	digestRepairs  *prometheus.CounterVec // result: ok, failed
 }
 
 func newMetrics() *Metrics {
@@ -112,7 +114,16 @@ func newMetrics() *Metrics {
 	m.relayPulls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lsync_relay_pulls_total", Help: "Catch-ups started because a partner reported holding more than this device, by kind (shared: its logs only; full: device-owned state too).",
 	}, []string{"kind"})
-	m.Registry.MustRegister(m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.digestMismatch = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lsync_digest_mismatches_total", Help: "Times an owner's rows here were found to differ from the owner's signed digest (damaged or forged rows).",
+	})
+	m.digestRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lsync_digest_repairs_total", Help: "Repairs of an owner's rows from the owner or a member that holds them as the owner signed, by result (ok, failed).",
+	}, []string{"result"})
+	for _, r := range []string{"ok", "failed"} {
+		m.digestRepairs.WithLabelValues(r)
+	}
+	m.Registry.MustRegister(m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

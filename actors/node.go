@@ -78,6 +78,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}))
 	core := &nodeCore{self: self, name: name, cfg: cfg, sync: cfg.Sync, metrics: metrics,
 		events: newEvents(metrics), log: log, sys: sys, stopped: make(chan struct{}), auth: newAuthTable(), logs: net.NewLogLimiter(0, cfg.Wall), testHooks: cfg.hooks}
+	core.key, core.keyOwner = cfg.hooks.signKey, cfg.hooks.keyOwner
+	if s, ok := tr.(net.Signer); ok {
+		core.key = s.SigningKey()
+	}
 	metrics.watchSystem(sys)
 	sys.EventStream.Subscribe(releaseDeadLetter)
 	// The transport asks who may send what before it decodes a frame.

@@ -53,6 +53,7 @@ func (a *libraryActor) scheduleReport(ctx actor.Context) {
 
 func (a *libraryActor) onReportFlush(ctx actor.Context) {
 	a.reportTimer = nil
+	a.checkOwners(ctx)
 	a.reportWatermarks(ctx)
 }
 
@@ -63,6 +64,8 @@ func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *me
 		a.n.log.Warn("record a partner's watermarks", "library", a.id, "from", from, "err", err)
 	}
 	a.lastReport[from] = r
+	a.takeWords(from, r.Digests)
+	a.checkOwners(ctx)
 	if shared, state := a.behind(r); shared || state {
 		// Changes of an origin connected here may still be on their way
 		// to the appliers (its own push): look again shortly. Those of

@@ -35,6 +35,9 @@ type Status struct {
 	// not finished (running, or interrupted: the daemon resumes them).
 	Scans        []ScanJob       `json:"unfinished_scans,omitempty"`
 	LastBackfill *BackfillStatus `json:"last_backfill,omitempty"` // the join that finished last, since the node started
+	// Verification is, per owner whose signed digest reached this device,
+	// whether its rows here are the ones it signed (words.go).
+	Verification []OwnerVerification `json:"verification,omitempty"`
 	// Error says why the library stopped syncing (phase stopped): a
 	// storage failure such as a full disk.
 	Error string `json:"error,omitempty"`
@@ -205,7 +208,11 @@ func (a *libraryActor) status() (*Status, error) {
 	if a.lastJoin != nil {
 		st.LastBackfill = backfillStatus(a.lastJoin, PhaseReady)
 	}
+	for owner := range a.repairing {
+		st.Jobs = append(st.Jobs, "repair/"+owner.String())
+	}
 	slices.Sort(st.Jobs)
+	st.Verification = a.verifications()
 	return st, nil
 }
 

@@ -40,6 +40,16 @@ type OwnerVerdict struct {
 	Digest    string           `json:"digest"` // short: hex of its checksum's first 8 bytes
 	Verdict   string           `json:"verdict"`
 	Partners  []PartnerVerdict `json:"partners,omitempty"`
+	// Signed is the verdict against the owner's signed digest (words.go),
+	// with this device's digest by a full pass: verified, unverified
+	// (repairing), verifying, unsigned; "own" for this device's rows.
+	// SignedAt is the watermark of the owner's word.
+	Signed   string `json:"signed,omitempty"`
+	SignedAt string `json:"signed_at,omitempty"`
+	// Damaged: the full pass differs from the digest kept as rows were
+	// written: a row changed behind lsync's back (the kept digest is
+	// rebuilt, and a repair follows).
+	Damaged bool `json:"damaged,omitempty"`
 }
 
 // PartnerVerdict is one partner's answer for an owner.
@@ -61,12 +71,24 @@ type verifyPeer struct {
 	conn net.Conn
 }
 
+// verifyState is what Verify needs of the library actor: the connected
+// partners and the owners' words.
+type verifyState struct {
+	peers []verifyPeer
+	words map[messages.DeviceID]messages.SignedDigest
+}
+
 func (a *libraryActor) onVerifyPeers(ctx actor.Context) {
-	var out []verifyPeer
+	var out verifyState
 	for dev, link := range a.connectedPartners() {
-		out = append(out, verifyPeer{dev: dev, name: link.name, conn: link.conn})
+		out.peers = append(out.peers, verifyPeer{dev: dev, name: link.name, conn: link.conn})
 	}
-	slices.SortFunc(out, func(x, y verifyPeer) int { return compareIDs(x.dev, y.dev) })
+	slices.SortFunc(out.peers, func(x, y verifyPeer) int { return compareIDs(x.dev, y.dev) })
+	a.ownWord()
+	out.words = make(map[messages.DeviceID]messages.SignedDigest, len(a.words))
+	for owner, w := range a.words {
+		out.words[owner] = *w
+	}
 	respond(ctx, out, nil)
 }
 
@@ -76,11 +98,18 @@ func (a *libraryActor) onVerifyPeers(ctx actor.Context) {
 // when one at the same watermark holds other rows, behind when
 // watermarks differ (sync is not done). Shared rows have no watermark: a
 // difference there reads differs, also while changes are on their way.
+//
+// Each owner's rows are also checked against the owner's signed digest
+// (Signed), by a full pass: a row changed behind lsync's back shows here
+// (Damaged) even though the digest kept as rows are written did not see
+// it; the kept digest is then rebuilt, and the library repairs the rows.
 func (l *Library) Verify(ctx context.Context) ([]OwnerVerdict, error) {
-	peers, err := ask[[]verifyPeer](ctx, l.node, l.pid, &verifyPeers{})
+	vs, err := ask[verifyState](ctx, l.node, l.pid, &verifyPeers{})
 	if err != nil {
 		return nil, err
 	}
+	peers := vs.peers
+	damaged := false
 	owners, err := l.store.Owners()
 	if err != nil {
 		return nil, err
@@ -101,9 +130,44 @@ func (l *Library) Verify(ctx context.Context) ([]OwnerVerdict, error) {
 			v.Partners = append(v.Partners, comparePartner(ctx, l.id, p, owner, wm, &h))
 		}
 		v.Verdict = overall(v)
+		if !owner.IsZero() {
+			kept, _, _, held := l.store.MaintainedDigest(owner)
+			if !kept.Equal(&h) {
+				v.Damaged, damaged = true, true
+				if err := l.store.RebuildDigest(owner); err != nil {
+					return nil, fmt.Errorf("verify: %w", err)
+				}
+			}
+			v.Signed, v.SignedAt = signedVerdict(owner == l.node.self, vs.words, owner, &h, n, wm, held)
+		}
 		out = append(out, v)
 	}
+	if damaged {
+		l.node.sys.Root.Send(l.pid, &checkWords{})
+	}
 	return out, nil
+}
+
+// signedVerdict compares the digest h of owner's rows (n rows, held up to
+// wm, none newer than held) with the owner's word, as checkOwner does.
+func signedVerdict(own bool, words map[messages.DeviceID]messages.SignedDigest, owner messages.DeviceID,
+	h *lthash.Hash, n int, wm, held messages.HLC) (string, string) {
+	if own {
+		return "own", ""
+	}
+	w, ok := words[owner]
+	if !ok {
+		return WordUnsigned, ""
+	}
+	at := w.Watermark.String()
+	if held.Compare(w.Watermark) > 0 || wm.Compare(w.Watermark) < 0 {
+		return WordVerifying, at
+	}
+	sum := h.Checksum()
+	if string(sum[:]) == string(w.Digest) && uint64(n) == w.Rows {
+		return WordVerified, at
+	}
+	return WordUnverified, at
 }
 
 // comparePartner asks p for its digest of owner's rows in library lib,

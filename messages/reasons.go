@@ -39,6 +39,7 @@ const (
 	ReasonForgedOwner    Reason = "forged_owner"    // device-owned data not sent (or owned) by its owner
 	ReasonForgedOrigin   Reason = "forged_origin"   // a live shared change not sent by its origin
 	ReasonForgedSetup    Reason = "forged_setup"    // a sync-setup naming another device than the sender
+	ReasonBadSignature   Reason = "bad_signature"   // a signed digest whose key is not its owner's or whose signature fails
 	ReasonBadAck         Reason = "bad_ack"         // an ACK for another device's log, or from another sender
 
 	// Content: a record the receiver cannot take.
@@ -60,7 +61,7 @@ var reasons = [...]Reason{
 	ReasonFrameTooLarge, ReasonMalformed, ReasonTruncated, ReasonUnknownType, ReasonSchemaMismatch,
 	ReasonUnexpected, ReasonUnknownStream, ReasonUnpaired, ReasonWrongPeer, ReasonPairingFailed, ReasonHandshake,
 	ReasonNoCertificate, ReasonWrongALPN, ReasonPairingBusy, ReasonPairingLocked, ReasonPairingTimeout,
-	ReasonUnauthorized, ReasonUnknownLibrary, ReasonForgedOwner, ReasonForgedOrigin, ReasonForgedSetup, ReasonBadAck,
+	ReasonUnauthorized, ReasonUnknownLibrary, ReasonForgedOwner, ReasonForgedOrigin, ReasonForgedSetup, ReasonBadSignature, ReasonBadAck,
 	ReasonUnknownModel, ReasonWrongKind, ReasonBadValue, ReasonClockSkew, ReasonPoisonRecord,
 	ReasonTooLarge, ReasonBadUUID, ReasonParkingFull,
 	ReasonBackfillBufferFull, ReasonSnapshotChunkChecksum,

@@ -1164,18 +1164,28 @@ The daemon also does this on its own every few minutes.`,
 		}),
 	}, &cobra.Command{
 		Use:   "verify LIB",
-		Short: "Check, without sending rows, that connected partners hold the same rows",
-		Long: `Compare this device's digest of the shared models' rows (tags, albums,
-metadata) and of each owner's device-owned rows with the digest each
-connected partner computes of the same rows. A digest is a
-homomorphic hash of every row (uuid, HLC, values): equal exactly when the
-rows are, and a few kilobytes whatever the size of the library. One line
-per owner: match (every partner holds the same rows), differs (a partner
-at the same watermark holds other rows: a replica is damaged; anti-entropy
-repairs it), behind (a partner's watermark differs: sync has not finished),
-no_answer, or no_partner (none connected). Shared rows have no
-watermark: while changes are on their way they read differs. Owners do
-not sign their digests yet.
+		Short: "Check every owner's rows against its signed digest, and against each partner's",
+		Long: `Check, without sending rows, that this device holds each owner's rows as
+the owner signed them, and the same rows as every connected partner.
+
+A digest is a homomorphic hash of rows (uuid, HLC, values): equal exactly
+when the rows are, 2 KB whatever the size of the library. Every device
+keeps one per owner as rows arrive; an owner signs its own with its device
+key and every member passes the newest word on. This command computes
+this device's digests by a full pass (reading every row), so it also finds
+rows changed behind lsync's back.
+
+One line per owner. SIGNED compares with the owner's signed digest:
+verified (the rows here are the owner's), unverified (a row here is
+damaged or forged: the library repairs it from the owner or from a member
+that holds the owner's rows; see sync status), verifying (catch-up not
+done, or rows newer than the owner's last word), unsigned (no word from
+the owner yet), own (this device's rows). DAMAGED marks rows changed behind
+lsync's back. PARTNERS compares with each connected partner: match,
+differs (same watermark, other rows), behind (sync not finished),
+no_answer. The shared models (tags, albums, metadata) have many writers
+and no signature: their digest proves agreement with partners, not
+authorship, and reads differs while changes are on their way.
 Exit status 0 whatever the verdicts; use --json to script on them.`,
 		Example: `  lsync sync verify "Family photos"
   lsync --json sync verify "Family photos" | jq '.[] | select(.verdict != "match")'`,
@@ -1187,7 +1197,7 @@ Exit status 0 whatever the verdicts; use --json to script on them.`,
 			}
 			return g.output(vs, func(w io.Writer) {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "OWNER	ROWS	DIGEST	VERDICT	PARTNERS")
+				fmt.Fprintln(tw, "OWNER	ROWS	DIGEST	SIGNED	PARTNERS	DETAIL")
 				for _, v := range vs {
 					var ps []string
 					for _, p := range v.Partners {
@@ -1205,7 +1215,11 @@ Exit status 0 whatever the verdicts; use --json to script on them.`,
 					if v.Shared {
 						owner = "shared models"
 					}
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", owner, v.Rows, v.Digest, v.Verdict, dash(strings.Join(ps, "; ")))
+					detail := ""
+					if v.Damaged {
+						detail = "DAMAGED: rows changed behind lsync's back (repairing); "
+					}
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", owner, v.Rows, v.Digest, dash(v.Signed), v.Verdict, dash(detail+strings.Join(ps, "; ")))
 				}
 				tw.Flush()
 			})
@@ -1306,11 +1320,27 @@ func printStatus(w io.Writer, st *actors.Status) {
 		slices.Sort(devs)
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ORIGIN\tSTATE WATERMARK\tSHARED WATERMARK")
+		fmt.Fprintln(tw, "ORIGIN\tSTATE WATERMARK\tSHARED WATERMARK\tROWS HERE")
+		verified := map[string]actors.OwnerVerification{}
+		for _, v := range st.Verification {
+			verified[v.Owner.String()] = v
+		}
 		for _, d := range devs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", d, dash(wm[d][0]), dash(wm[d][1]))
+			rows := "-"
+			if v, ok := verified[d]; ok {
+				rows = v.State
+				if v.Reason != "" {
+					rows += ": " + v.Reason
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", d, dash(wm[d][0]), dash(wm[d][1]), rows)
 		}
 		tw.Flush()
+		for _, v := range st.Verification {
+			if v.Repair != "" {
+				fmt.Fprintf(w, "Last repair of %s's rows: %s\n", v.Owner, v.Repair)
+			}
+		}
 	}
 }
 
