@@ -34,6 +34,9 @@ type cluster struct {
 	dir       StaticDirectory
 	sync      SyncConfig
 	retention persistence.RetentionPolicy
+	// unsigned: nodes have no signing key, so no owner's word and no
+	// repair by words (tests of anti-entropy alone).
+	unsigned bool
 
 	// Hooks tests may set while nodes run.
 	servedHook  atomic.Pointer[func(messages.DeviceID, messages.Message)]
@@ -158,9 +161,16 @@ func (c *cluster) hooks(i int) testHooks {
 				(*h)(i, actor, msg)
 			}
 		},
-		signKey:  testKey(i),
+		signKey:  c.signKey(i),
 		keyOwner: testKeyOwner,
 	}
+}
+
+func (c *cluster) signKey(i int) ed25519.PrivateKey {
+	if c.unsigned {
+		return nil
+	}
+	return testKey(i)
 }
 
 // testKey is test device i's signing key. Test device ids are not derived
