@@ -29,6 +29,16 @@ func TestE2ESyncVerify(t *testing.T) {
 			ok = len(vs) == 3 && vs[0].Shared
 			for _, v := range vs {
 				ok = ok && v.Verdict == actors.VerdictMatch && len(v.Partners) == 1
+				// Each owner's rows against its signed digest: this
+				// device's own, the partner's verified once its word
+				// has arrived.
+				switch {
+				case v.Shared:
+				case v.Owner.String() == d.id:
+					ok = ok && v.Signed == "own"
+				default:
+					ok = ok && v.Signed == actors.WordVerified
+				}
 			}
 			if ok {
 				break
@@ -41,5 +51,19 @@ func TestE2ESyncVerify(t *testing.T) {
 	out := a.mustRun("sync", "verify", lib)
 	if strings.Count(out, "B: match") != 3 || !strings.Contains(out, "shared models") {
 		t.Fatalf("sync verify said:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if h := strings.Join(strings.Fields(lines[0]), " "); h != "OWNER ROWS DIGEST SIGNED PARTNERS DETAIL" {
+		t.Fatalf("sync verify header %q, want OWNER ROWS DIGEST SIGNED PARTNERS DETAIL:\n%s", lines[0], out)
+	}
+	// The SIGNED column: own on this device's line, verified on B's.
+	signed := map[string]string{}
+	for _, l := range lines[1:] {
+		if f := strings.Fields(l); len(f) >= 4 {
+			signed[f[0]] = f[3]
+		}
+	}
+	if signed[a.id] != "own" || signed[b.id] != actors.WordVerified {
+		t.Fatalf("sync verify SIGNED column: %v (want own for %s, verified for %s):\n%s", signed, a.id, b.id, out)
 	}
 }
