@@ -342,7 +342,15 @@ func TestMaintainedDigestOddValues(t *testing.T) {
 // The element encoder gives rowElement's bytes.
 func TestElementEncoder(t *testing.T) {
 	e := newElementEncoder()
-	for _, rec := range []messages.StateRecord{typicalEntry(t), {UUID: uid(1), HLC: hlcAt(1, 0, devB), Values: []any{"x", nil, int64(-3), true}}} {
+	long := string(make([]byte, 70_000))
+	for _, rec := range []messages.StateRecord{
+		typicalEntry(t),
+		{UUID: uid(1), HLC: hlcAt(1, 0, devB), Values: []any{"x", nil, int64(-3), true}},
+		{UUID: uid(2), HLC: hlcAt(2, 7, devC), Values: []any{int64(math.MaxInt64), int64(math.MinInt64), int64(127), int64(128), int64(-33), int64(1 << 40)}},
+		{UUID: uid(3), HLC: hlcAt(3, 0, devB), Values: []any{1.5, math.Inf(1), float64(0), 1e-300, messages.UUID(devA), false, long, "", "é"}},
+		{UUID: uid(4), HLC: hlcAt(4, 0, devB), Values: []any{}},
+		{UUID: uid(5), HLC: hlcAt(5, 0, devB), Deleted: true},
+	} {
 		want, err := rowElement(ModelEntry, &rec)
 		if err != nil {
 			t.Fatal(err)
@@ -376,10 +384,10 @@ func BenchmarkDigestRow(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		w := messages.StateRecord{UUID: rec.UUID, HLC: rec.HLC, Values: e.wireValues(m, vals, sqlVals)}
-		k, err := e.key(m, &w)
+		elem, err := e.build(m, &w)
 		if err != nil {
 			b.Fatal(err)
 		}
-		h.AddKey(&k)
+		h.Add(elem)
 	}
 }
