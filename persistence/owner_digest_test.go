@@ -417,3 +417,49 @@ func BenchmarkDigestElement(b *testing.B) {
 		batch.ops = append(batch.ops, digestOp{ownerID: 1, end: len(batch.elems)})
 	}
 }
+
+// Transactions large enough to hash in hashLoop keep the digest right:
+// bulk pages, a location's delete cascading to thousands of entries,
+// and a transaction rolled back after it hashed (its changes must not
+// stay in the published digest).
+func TestMaintainedDigestLargeTransactions(t *testing.T) {
+	l, loc := benchLibrary(t)
+	w := newEntryWalker(devA, loc.UUID)
+	var first []messages.StateRecord
+	for i := range 3 {
+		page := w.page(t, 1500)
+		if i == 0 {
+			first = page
+		}
+		mustApply(t, l, devA, ModelEntry, page...)
+		checkMaintained(t, l, "bulk page", devA)
+	}
+	// A page whose checkpoint is refused rolls back.
+	before, n, _, _ := l.MaintainedDigest(devA)
+	if _, err := l.ApplyState(devA, ModelEntry, w.page(t, 1500), ApplyOptions{Checkpoint: &Checkpoint{}}); err == nil {
+		t.Fatal("a checkpoint without a job was taken")
+	}
+	after, m, _, _ := l.MaintainedDigest(devA)
+	if m != n || !after.Equal(&before) {
+		t.Fatal("a rolled-back transaction changed the digest")
+	}
+	checkMaintained(t, l, "rolled back", devA)
+	// Renames of a thousand entries (updates), then the location's delete.
+	name := DefaultRegistry().models[ModelEntry].colIdx["name"]
+	var recs []messages.StateRecord
+	for i, rec := range first[:1000] {
+		rec.HLC = hlcAt(uint64(100_000+i), 0, devA)
+		rec.Values = slices.Clone(rec.Values)
+		rec.Values[name] = fmt.Sprint("renamed ", i)
+		recs = append(recs, rec)
+	}
+	mustApply(t, l, devA, ModelEntry, recs...)
+	checkMaintained(t, l, "renamed", devA)
+	if _, err := l.ApplyStateDelete(messages.StateDelete{Model: ModelLocation, Owner: devA, UUID: loc.UUID, HLC: hlcAt(200_000, 0, devA)}); err != nil {
+		t.Fatal(err)
+	}
+	checkMaintained(t, l, "location deleted", devA)
+	if _, n, _, _ := l.MaintainedDigest(devA); n != 0 {
+		t.Fatalf("%d rows left after the location's delete", n)
+	}
+}
