@@ -15,7 +15,11 @@ import (
 // build of version 1 would serve as its own; a SharedChangeRequest may
 // name any origin; WatermarkReport carries Rows; sync-setup has the
 // action "member".
-const SchemaVersion uint16 = 2
+//
+// 3 (issue 12, verifiable convergence): database.db keeps a digest of
+// each owner's rows (owner_digests), and LtHash elements expand by
+// AES-256-CTR: a digest of version 2 means nothing to version 3.
+const SchemaVersion uint16 = 3
 
 // Type tags a message on the wire. The list is append-only: a number, once
 // given, is never reused or renumbered.

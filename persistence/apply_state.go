@@ -65,12 +65,12 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 	// its uuid turns out to be here.
 	switch v.kind {
 	case verdictBulkInsert:
-		return tx.bulkAdd(m, own, rec, sqlVals, mode)
+		return tx.bulkAdd(m, own, rec, vals, sqlVals, mode)
 	case verdictTryInsert:
 		if err := tx.flushBulk(); err != nil {
 			return 0, err
 		}
-		id, inserted, err := tx.insertRow(m, rec.UUID, own.id, rec.HLC, sqlVals)
+		id, inserted, err := tx.insertRow(m, rec.UUID, own.id, rec.HLC, vals, sqlVals)
 		if err != nil {
 			return 0, err
 		}
@@ -187,7 +187,7 @@ func (tx *txn) carryOut(v stateVerdict, m *modelInfo, own ownerRef, rec messages
 		}
 		return outApplied, tx.parkedDeleted(m, u, v.at, v.floor, mode)
 	case verdictInsert, verdictUpdate:
-		id, err := tx.writeRow(v, m, own, rec, ex, sqlVals)
+		id, err := tx.writeRow(v, m, own, rec, ex, vals, sqlVals)
 		if err != nil {
 			return 0, err
 		}
@@ -200,15 +200,15 @@ func (tx *txn) carryOut(v stateVerdict, m *modelInfo, own ownerRef, rec messages
 	panic(fmt.Sprintf("persistence: %s %s: verdict %v after gathering", m.Name, u, v.kind))
 }
 
-// writeRow inserts rec's row or updates ex (v.kind), lifting its
-// tombstone if v says so, and returns its id.
-func (tx *txn) writeRow(v stateVerdict, m *modelInfo, own ownerRef, rec messages.StateRecord, ex *stateRow, sqlVals []any) (int64, error) {
+// writeRow inserts rec's row or updates ex (v.kind) with vals (in SQL
+// form sqlVals), lifting its tombstone if v says so, and returns its id.
+func (tx *txn) writeRow(v stateVerdict, m *modelInfo, own ownerRef, rec messages.StateRecord, ex *stateRow, vals, sqlVals []any) (int64, error) {
 	u := rec.UUID
 	var id int64
 	if v.kind == verdictInsert {
 		var inserted bool
 		var err error
-		if id, inserted, err = tx.insertRow(m, u, own.id, rec.HLC, sqlVals); err != nil {
+		if id, inserted, err = tx.insertRow(m, u, own.id, rec.HLC, vals, sqlVals); err != nil {
 			return 0, err
 		}
 		if !inserted {
@@ -216,7 +216,7 @@ func (tx *txn) writeRow(v stateVerdict, m *modelInfo, own ownerRef, rec messages
 		}
 	} else {
 		id = ex.id
-		if err := tx.updateRow(m, id, rec.HLC, sqlVals); err != nil {
+		if err := tx.updateRow(m, ex, u, rec.HLC, vals, sqlVals); err != nil {
 			return 0, err
 		}
 	}
@@ -254,7 +254,9 @@ func (tx *txn) afterWrite(m *modelInfo, id int64, u messages.UUID, own ownerRef,
 	return nil
 }
 
-func (tx *txn) insertRow(m *modelInfo, u messages.UUID, ownerID int64, h messages.HLC, sqlVals []any) (int64, bool, error) {
+// insertRow inserts the row (m, u) of ownerID at h with vals (in SQL form
+// sqlVals) unless its uuid is here, and puts it in its owner's digest.
+func (tx *txn) insertRow(m *modelInfo, u messages.UUID, ownerID int64, h messages.HLC, vals, sqlVals []any) (int64, bool, error) {
 	s, temp, err := tx.c.prep(m.sql.insert)
 	if err != nil {
 		return 0, false, err
@@ -274,10 +276,20 @@ func (tx *txn) insertRow(m *modelInfo, u messages.UUID, ownerID int64, h message
 	if tx.c.c.Changes() == 0 {
 		return 0, false, nil
 	}
-	return tx.c.c.LastInsertRowID(), true, nil
+	return tx.c.c.LastInsertRowID(), true, tx.digestWritten(m, ownerID, u, h, vals, sqlVals)
 }
 
-func (tx *txn) updateRow(m *modelInfo, id int64, h messages.HLC, sqlVals []any) error {
+// updateRow writes h and vals (in SQL form sqlVals) over the stored row
+// ex (m, u), and swaps its element in its owner's digest.
+func (tx *txn) updateRow(m *modelInfo, ex *stateRow, u messages.UUID, h messages.HLC, vals, sqlVals []any) error {
+	id := ex.id
+	old, _, err := tx.readRecord(m, u)
+	if err != nil {
+		return err
+	}
+	if err := tx.digestRemoved(m, ex.ownerID, old); err != nil {
+		return err
+	}
 	s, temp, err := tx.c.prep(m.sql.update)
 	if err != nil {
 		return err
@@ -297,7 +309,7 @@ func (tx *txn) updateRow(m *modelInfo, id int64, h messages.HLC, sqlVals []any) 
 	if err := s.Exec(); err != nil {
 		return fmt.Errorf("update %s: %w", m.Name, err)
 	}
-	return nil
+	return tx.digestWritten(m, ex.ownerID, u, h, vals, sqlVals)
 }
 
 func (tx *txn) readRow(m *modelInfo, u messages.UUID) (*stateRow, error) {

@@ -27,9 +27,9 @@ type bulkBatch struct {
 }
 
 type bulkRow struct {
-	id      int64
-	rec     messages.StateRecord
-	sqlVals []any
+	id            int64
+	rec           messages.StateRecord
+	vals, sqlVals []any // normalised, and in SQL form
 }
 
 // maxBulkRows is the most rows a batch holds (and a statement inserts).
@@ -37,7 +37,7 @@ const maxBulkRows = 64
 
 // bulkAdd adds a record on the fast path to the batch; it is counted as
 // applied (flushBulk corrects the count if it was not).
-func (tx *txn) bulkAdd(m *modelInfo, own ownerRef, rec messages.StateRecord, sqlVals []any, mode applyMode) (outcome, error) {
+func (tx *txn) bulkAdd(m *modelInfo, own ownerRef, rec messages.StateRecord, vals, sqlVals []any, mode applyMode) (outcome, error) {
 	b := &tx.bulk
 	if len(b.rows) > 0 && (b.m != m || b.own != own || b.mode != mode) {
 		if err := tx.flushBulk(); err != nil {
@@ -51,7 +51,7 @@ func (tx *txn) bulkAdd(m *modelInfo, own ownerRef, rec messages.StateRecord, sql
 		}
 		b.m, b.own, b.mode, b.next = m, own, mode, last+1
 	}
-	b.rows = append(b.rows, bulkRow{id: b.next, rec: rec, sqlVals: sqlVals})
+	b.rows = append(b.rows, bulkRow{id: b.next, rec: rec, vals: vals, sqlVals: sqlVals})
 	tx.cacheRef(m, rec.UUID, refInfo{id: b.next, ownerID: own.id})
 	b.next++
 	if len(b.rows) == maxBulkRows {
@@ -108,8 +108,11 @@ func (tx *txn) flushBulk() error {
 
 // bulkInsert inserts rows with explicit ids in statements of up to
 // maxBulkRows rows (sizes are powers of two: few statements are ever
-// prepared). It returns how many rows were inserted.
+// prepared), and puts them in their owner's digest. It returns how many
+// rows were inserted; unless all were, the caller rolls the batch back
+// and the digest must not count it: rows go in the digest only then.
 func (tx *txn) bulkInsert(m *modelInfo, ownerID int64, rows []bulkRow) (int, error) {
+	all := rows
 	inserted := 0
 	per := 4 + len(m.Columns)
 	for len(rows) > 0 {
@@ -142,6 +145,14 @@ func (tx *txn) bulkInsert(m *modelInfo, ownerID int64, rows []bulkRow) (int, err
 		}
 		inserted += int(tx.c.c.Changes())
 		rows = rows[n:]
+	}
+	if inserted == len(all) {
+		for i := range all {
+			r := &all[i]
+			if err := tx.digestWritten(m, ownerID, r.rec.UUID, r.rec.HLC, r.vals, r.sqlVals); err != nil {
+				return 0, err
+			}
+		}
 	}
 	return inserted, nil
 }

@@ -54,6 +54,9 @@ type victim struct {
 	u     messages.UUID
 	floor messages.HLC // its tombstone's
 	held  *heldRecord  // its record, to hold (nil: none)
+	// rec is its stored record (nil: a placeholder), read before the
+	// cascade removes anything: a removed row's references read NULL.
+	rec *messages.StateRecord
 }
 
 // removeCascade deletes root (a row of m) at T and, through every TypeRef
@@ -64,8 +67,13 @@ type victim struct {
 // its parent returns. Unless the delete is this device's own, each removed
 // dependant's record is held (see doc.go and decideDependant).
 func (tx *txn) removeCascade(m *modelInfo, root *stateRow, u messages.UUID, T, rootFloor messages.HLC, rootHeld *heldRecord, mode applyMode) error {
-	// Collect the rows the delete takes (parking those written after it).
-	queue, err := tx.cascadeVictims(victim{m: m, row: root, u: u, floor: maxHLC(root.hlc, rootFloor), held: rootHeld}, T, mode)
+	// Collect the rows the delete takes (parking those written after it),
+	// each with its stored record.
+	rec, _, err := tx.readRecord(m, u)
+	if err != nil {
+		return err
+	}
+	queue, err := tx.cascadeVictims(victim{m: m, row: root, u: u, floor: maxHLC(root.hlc, rootFloor), held: rootHeld, rec: rec}, T, mode)
 	if err != nil {
 		return err
 	}
@@ -75,7 +83,7 @@ func (tx *txn) removeCascade(m *modelInfo, root *stateRow, u messages.UUID, T, r
 		if err != nil {
 			return err
 		}
-		if err := tx.removeRow(v.m, v.row.id, v.u); err != nil {
+		if err := tx.removeRow(v.m, v.row.id, v.u, v.row.ownerID, v.rec); err != nil {
 			return err
 		}
 		if err := tx.putTomb(v.m, v.u, v.row.ownerID, T, v.floor, tb != nil); err != nil {
@@ -123,14 +131,13 @@ func (tx *txn) cascadeVictims(root victim, T messages.HLC, mode applyMode) ([]vi
 					continue
 				}
 				nv := victim{m: rb.m, row: &stateRow{id: ch.id, ownerID: ch.ownerID, hlc: ch.hlc}, u: ch.u, floor: fate.floor}
-				if fate.hold {
-					rec, _, err := tx.readRecord(rb.m, ch.u)
-					if err != nil {
-						return nil, err
-					}
-					if rec != nil {
-						nv.held = &heldRecord{rec: *rec, vals: rec.Values, wait: parent}
-					}
+				rec, _, err := tx.readRecord(rb.m, ch.u)
+				if err != nil {
+					return nil, err
+				}
+				nv.rec = rec
+				if fate.hold && rec != nil {
+					nv.held = &heldRecord{rec: *rec, vals: rec.Values, wait: parent}
 				}
 				queue = append(queue, nv)
 			}
@@ -177,7 +184,7 @@ func (tx *txn) parkAway(m *modelInfo, ch childRow, wait landing, seen map[rowKey
 		return err
 	}
 	for _, it := range items {
-		if err := tx.removeRow(it.m, it.c.id, it.c.u); err != nil {
+		if err := tx.removeRow(it.m, it.c.id, it.c.u, it.c.ownerID, &it.rec); err != nil {
 			return err
 		}
 		if _, err := tx.parkRecord(it.m, it.c.ownerID, it.rec, it.rec.Values, it.wait, false); err != nil {
@@ -201,9 +208,15 @@ func (tx *txn) children(m *modelInfo, k int, id int64) ([]childRow, error) {
 	return out, err
 }
 
-// removeRow deletes one row and its derived cache entries. A device row
-// becomes a placeholder again: it still anchors its owner's rows.
-func (tx *txn) removeRow(m *modelInfo, id int64, u messages.UUID) error {
+// removeRow deletes one row of ownerID, and its derived cache entries,
+// and takes its stored record old (read before any row of the cascade
+// was removed; nil for a placeholder) out of its owner's digest. A
+// device row becomes a placeholder again: it still anchors its owner's
+// rows.
+func (tx *txn) removeRow(m *modelInfo, id int64, u messages.UUID, ownerID int64, old *messages.StateRecord) error {
+	if err := tx.digestRemoved(m, ownerID, old); err != nil {
+		return err
+	}
 	tx.uncacheRef(m, u)
 	switch m.derived {
 	case derivedEntry:

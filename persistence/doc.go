@@ -250,4 +250,13 @@
 // RangeSummary fingerprints (uuid, hlc) pairs of a uuid range: their count
 // and the XOR of ItemFingerprint over rows and tombstones (a tombstone with
 // its delete's HLC and a marked hash), so a missed delete shows too.
+//
+// # Owner digests
+//
+// owner_digests keeps, per owner, the LtHash of its live device-owned rows
+// (OwnerDigest's elements) and their number, changed in the transaction
+// of every write of such a row, so at every commit it equals the full
+// pass. MaintainedDigest reads it with the owner's watermarks of the same
+// commit; CheckDigests compares it with a full pass; RebuildDigest
+// repairs it. See owner_digest.go for its hazards.
 package persistence

@@ -77,6 +77,8 @@ type Library struct {
 	// afterLogAppend, when set by a test, runs between the log append and
 	// the apply of CommitShared; an error simulates a crash there.
 	afterLogAppend func() error
+	// elems builds the digest elements of the rows the writer writes.
+	elems *elementEncoder
 
 	// pub holds values published after commit, read without taking mu.
 	pub struct {
@@ -88,6 +90,9 @@ type Library struct {
 		heldMax  map[messages.DeviceID]messages.HLC
 		sharedWM map[messages.DeviceID]messages.HLC
 		stateWM  map[messages.DeviceID]messages.HLC
+		// digests holds each owner's maintained digest (owner_digest.go),
+		// published with the watermarks of the same commit.
+		digests map[messages.DeviceID]ownerDigest
 	}
 
 	rmu      sync.Mutex // guards readers bookkeeping
@@ -217,7 +222,8 @@ func (l *Library) init() error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	// Load counters, owners and watermarks.
+	l.elems = newElementEncoder()
+	// Load counters, owners, watermarks and digests.
 	if err := l.reloadLocked(); err != nil {
 		return err
 	}
@@ -225,6 +231,11 @@ func (l *Library) init() error {
 		if err := l.resumeChainLocked(); err != nil {
 			return err
 		}
+	}
+	// Build the digests a library of schema 2 lacks, before anything
+	// writes a row.
+	if err := l.buildMissingDigestsLocked(); err != nil {
+		return err
 	}
 	// Seed the clock above everything stored, even if the wall clock was
 	// set back: the wall never reads below the largest stored timestamp.
@@ -375,6 +386,10 @@ func (l *Library) reloadLocked() error {
 	if err != nil {
 		return err
 	}
+	digests, err := loadDigests(c)
+	if err != nil {
+		return err
+	}
 	selfState := messages.HLC{}
 	held := map[messages.DeviceID]messages.HLC{}
 	for dev, id := range l.owners {
@@ -393,6 +408,7 @@ func (l *Library) reloadLocked() error {
 	l.pub.heldMax = held
 	l.pub.sharedWM = shared
 	l.pub.stateWM = state
+	l.pub.digests = digests
 	l.pub.Unlock()
 	return nil
 }
@@ -564,6 +580,7 @@ func (l *Library) writeTx(res *ApplyResult, fn func(tx *txn) error) error {
 		err = l.w.c.Exec(`COMMIT`)
 	}
 	if err != nil {
+		tx.digest.abandon()
 		if !l.w.c.GetAutocommit() {
 			if rerr := l.w.c.Exec(`ROLLBACK`); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("rollback: %w", rerr))

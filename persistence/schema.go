@@ -107,6 +107,17 @@ var migrations = []migration{
 			origin BLOB PRIMARY KEY,
 			complete_after BLOB NOT NULL) WITHOUT ROWID`,
 	}},
+	// Per-owner digests (issue 12; owner_digest.go): lanes is the LtHash
+	// of the owner's live device-owned rows (lthash wire form), rows their
+	// number, both kept in the transaction of every write. owner_id is
+	// the owner's device row. A library migrated from 2 has none: Open
+	// builds them by a full pass.
+	{version: 3, main: []string{
+		`CREATE TABLE owner_digests (
+			owner_id INTEGER PRIMARY KEY,
+			lanes BLOB NOT NULL,
+			rows INTEGER NOT NULL)`,
+	}},
 }
 
 // migrate brings both databases to SchemaVersion and creates the tables of
@@ -222,6 +233,7 @@ type modelSQL struct {
 	get        string
 	delete     string
 	maxOwner   string // owner_id -> max(hlc)
+	ownerRows  string // owner_id -> every live row (recordCols)
 
 	// shared
 	sharedGet    string // uuid -> id, hlc, (col, col_hlc)...
@@ -328,6 +340,7 @@ func deviceOwnedSQL(mi *modelInfo) modelSQL {
 	from := fmt.Sprintf(`FROM %s t JOIN %s o ON o.id = t.owner_id`, t, quote(ModelDevice))
 	q.query = fmt.Sprintf(`SELECT %s %s WHERE t.hlc IS NOT NULL ORDER BY t.uuid`, q.recordCols, from)
 	q.get = fmt.Sprintf(`SELECT %s %s WHERE t.uuid = ? AND t.hlc IS NOT NULL`, q.recordCols, from)
+	q.ownerRows = fmt.Sprintf(`SELECT %s %s WHERE t.owner_id = ? AND t.hlc IS NOT NULL`, q.recordCols, from)
 	// One row-value bound, so the index seek starts at the page (a
 	// separate hlc > since term would make it start at since and skip
 	// every earlier page's rows again).

@@ -45,6 +45,12 @@ type txn struct {
 	// relayed notes the origins whose changes this transaction logged for
 	// the relay (logRelayed).
 	relayed map[messages.DeviceID]bool
+	// digest gathers the changes to owners' digests (owner_digest.go);
+	// digestSet holds digests replaced whole (by a full pass); digestOut
+	// what finish stored, for publish.
+	digest    digestSums
+	digestSet map[int64]ownerDigest
+	digestOut map[messages.DeviceID]ownerDigest
 }
 
 type refInfo struct{ id, ownerID int64 }
@@ -135,6 +141,9 @@ func (tx *txn) finish() error {
 	if err := tx.finishTagGraph(); err != nil {
 		return fmt.Errorf("tag graph: %w", err)
 	}
+	if err := tx.finishDigests(); err != nil {
+		return err
+	}
 	if tx.maxHLC.Compare(tx.l.maxStored) > 0 {
 		if err := tx.c.exec(`INSERT INTO kv (key, value) VALUES ('max_hlc', ?)
 			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, tx.maxHLC); err != nil {
@@ -163,6 +172,9 @@ func (tx *txn) publish() {
 		if dev, ok := l.ownerDev[id]; ok && h.Compare(l.pub.heldMax[dev]) > 0 {
 			l.pub.heldMax[dev] = h
 		}
+	}
+	for dev, d := range tx.digestOut {
+		l.pub.digests[dev] = d
 	}
 }
 
