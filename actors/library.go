@@ -167,6 +167,8 @@ func (a *libraryActor) receivePeers(ctx actor.Context) bool {
 		a.onCheckWords(ctx)
 	case *repairDone:
 		a.onRepairDone(ctx, m)
+	case *auditDone:
+		a.onAuditDone(ctx, m)
 	default:
 		return false
 	}
@@ -216,6 +218,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 		a.n.metrics.sharedLog.WithLabelValues(a.id.String()).Set(float64(n))
 	}
 	a.ensureDeviceRow(ctx)
+	a.auditDigests(ctx)
 	a.n.updateParked(a.lib)
 	// A join that did not finish resumes from its checkpoint.
 	if st, err := loadBackfill(a.lib); err != nil {

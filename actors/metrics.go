@@ -41,6 +41,7 @@ type Metrics struct {
 	relayPulls     *prometheus.CounterVec // kind: shared, full
 	digestMismatch prometheus.Counter     // an owner's rows found to differ from its signed digest
 	digestRepairs  *prometheus.CounterVec // result: ok, failed
+	digestDamaged  prometheus.Counter     // kept digests that a full pass found wrong (rows changed behind lsync's back)
 }
 
 func newMetrics() *Metrics {
@@ -123,7 +124,10 @@ func newMetrics() *Metrics {
 	for _, r := range []string{"ok", "failed"} {
 		m.digestRepairs.WithLabelValues(r)
 	}
-	m.Registry.MustRegister(m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.digestDamaged = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lsync_digest_audit_damaged_total", Help: "Owners whose kept digest a full pass found wrong: rows changed behind lsync's back (the digest is rebuilt; a repair follows if the owner's word differs).",
+	})
+	m.Registry.MustRegister(m.digestDamaged, m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -179,6 +179,41 @@ func (a *libraryActor) checkOwner(ctx actor.Context, owner messages.DeviceID, w 
 	}
 }
 
+// auditDigests checks, off the actor, every owner's kept digest against a
+// full pass over its rows (the library just opened: a row may have been
+// changed behind lsync's back while it was closed), and rebuilds those
+// that differ; the owner's word then finds the damage and the repair
+// follows. The kept digests cannot see such a change by themselves.
+func (a *libraryActor) auditDigests(ctx actor.Context) {
+	lib, self, root := a.lib, ctx.Self(), ctx.ActorSystem().Root
+	go func() {
+		bad, err := lib.CheckDigests()
+		for _, owner := range bad {
+			if err == nil {
+				err = lib.RebuildDigest(owner)
+			}
+		}
+		root.Send(self, &auditDone{damaged: bad, err: err})
+	}()
+}
+
+// auditDone ends auditDigests.
+type auditDone struct {
+	damaged []messages.DeviceID
+	err     error
+}
+
+func (a *libraryActor) onAuditDone(ctx actor.Context, m *auditDone) {
+	if m.err != nil {
+		a.n.log.Warn("audit of the kept digests failed", "library", a.id, "err", m.err)
+	}
+	for _, owner := range m.damaged {
+		a.n.log.Warn("rows changed behind lsync's back: the kept digest is rebuilt, the owner's word decides", "library", a.id, "owner", owner)
+		a.n.metrics.digestDamaged.Inc()
+	}
+	a.checkOwners(ctx)
+}
+
 // scheduleCheck runs checkOwners again after d.
 func (a *libraryActor) scheduleCheck(ctx actor.Context, d time.Duration) {
 	if a.checkTimer != nil {
