@@ -332,6 +332,9 @@ func (a *libraryActor) onRepairDone(ctx actor.Context, m *repairDone) {
 	a.n.metrics.digestRepairs.WithLabelValues("ok").Inc()
 	c.repair = fmt.Sprintf("from %s at %s: %d replaced, %d added, %d removed", m.source, time.Now().UTC().Format(time.RFC3339),
 		m.res.Replaced, m.res.Added, m.res.Removed)
+	if m.res.Skipped > 0 {
+		c.repair += fmt.Sprintf(", %d left to failed_records' retries", m.res.Skipped)
+	}
 	a.n.log.Info("repaired an owner's rows", "library", a.id, "owner", m.owner, "source", m.source,
 		"replaced", m.res.Replaced, "added", m.res.Added, "removed", m.res.Removed)
 	a.emitChanges(m.res.Changes, m.source)
@@ -425,6 +428,7 @@ func repairFrom(ctx context.Context, lib *persistence.Library, libID messages.Li
 		total.Replaced += res.Replaced
 		total.Added += res.Added
 		total.Removed += res.Removed
+		total.Skipped += res.Skipped
 		total.Changes = append(total.Changes, res.Changes...)
 	}
 	return total, wm, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
+	"github.com/ncruces/go-sqlite3"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lsync/lsync/internal/lthash"
@@ -25,38 +26,29 @@ func rowElement(model string, rec *messages.StateRecord) ([]byte, error) {
 	return append(append([]byte(model), 0), b...), nil
 }
 
-// OwnerDigest computes, by a full pass, the homomorphic digest of owner's
-// device-owned rows held here, and how many rows it covers. Two replicas
-// that hold the same rows of owner, at the same HLCs and with the same
-// values, have the same digest.
+// OwnerDigest computes, by a full pass in one read transaction, the
+// homomorphic digest of owner's device-owned rows held here, and how many
+// rows it covers. Two replicas that hold the same rows of owner, at the
+// same HLCs and with the same values, have the same digest. Hashing runs
+// beside the reads (fullDigest).
 func (l *Library) OwnerDigest(owner messages.DeviceID) (lthash.Hash, int, error) {
-	var h lthash.Hash
-	n := 0
-	for _, model := range l.reg.DeviceOwned() {
-		var cursor messages.Cursor
-		for {
-			recs, next, more, err := l.StatePage(owner, model, messages.HLC{}, cursor, 10_000)
-			if err != nil {
-				return h, n, fmt.Errorf("digest of %s: %w", owner, err)
-			}
-			for i := range recs {
-				if recs[i].Deleted {
-					continue
-				}
-				e, err := rowElement(model, &recs[i])
-				if err != nil {
-					return h, n, fmt.Errorf("digest of %s: %w", owner, err)
-				}
-				h.Add(e)
-				n++
-			}
-			if !more {
-				break
-			}
-			cursor = next
+	var d ownerDigest
+	err := l.readTx(func(c *conn) error {
+		var id int64
+		found, err := c.queryRow(`SELECT id FROM "device" WHERE uuid = ?`, []any{owner}, func(s *sqlite3.Stmt) error {
+			id = s.ColumnInt64(0)
+			return nil
+		})
+		if err != nil || !found {
+			return err
 		}
+		d, err = l.fullDigest(c, id)
+		return err
+	})
+	if err != nil {
+		return lthash.Hash{}, 0, fmt.Errorf("digest of %s: %w", owner, err)
 	}
-	return h, n, nil
+	return d.h, d.rows, nil
 }
 
 // sharedElement is the digest element of one change of a shared row's

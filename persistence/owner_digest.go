@@ -503,3 +503,35 @@ func (l *Library) RebuildDigest(owner messages.DeviceID) error {
 	}
 	return nil
 }
+
+// ScanOwnerRows reads every live row of owner as OwnerDigest's full pass
+// does (one read transaction, the same statements), without hashing, and
+// returns how many there are: the baseline a full check is measured
+// against (bench).
+func (l *Library) ScanOwnerRows(owner messages.DeviceID) (int, error) {
+	n := 0
+	err := l.readTx(func(c *conn) error {
+		var id int64
+		found, err := c.queryRow(`SELECT id FROM "device" WHERE uuid = ?`, []any{owner}, func(s *sqlite3.Stmt) error {
+			id = s.ColumnInt64(0)
+			return nil
+		})
+		if err != nil || !found {
+			return err
+		}
+		for _, name := range l.reg.deviceOwned {
+			m := l.reg.models[name]
+			if err := c.query(m.sql.ownerRows, []any{id}, func(s *sqlite3.Stmt) error {
+				if _, _, err := scanRecord(m, s); err != nil {
+					return err
+				}
+				n++
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return n, err
+}

@@ -3,6 +3,7 @@ package persistence
 import (
 	"bytes"
 	"fmt"
+	"slices"
 
 	"github.com/lsync/lsync/messages"
 )
@@ -37,6 +38,7 @@ type RepairResult struct {
 	Replaced int // rows held otherwise here, now the source's
 	Added    int // rows the source holds that were missing here
 	Removed  int // rows held here that the source lacks
+	Skipped  int // the source's rows left out: they are in failed_records
 	ApplyResult
 }
 
@@ -53,6 +55,25 @@ func (l *Library) RepairOwner(owner messages.DeviceID, model string, recs []mess
 	if owner.IsZero() || owner == l.self {
 		return res, fmt.Errorf("repair: %w: owner %s", ErrBadValue, owner)
 	}
+	// A record in failed_records (a poison record) stays there: its
+	// retries apply it, not a repair around the isolation.
+	failures, err := l.Failures()
+	if err != nil {
+		return res, fmt.Errorf("repair: %w", err)
+	}
+	poison := map[messages.UUID]bool{}
+	for _, f := range failures {
+		if f.Model == model {
+			poison[f.UUID] = true
+		}
+	}
+	recs = slices.DeleteFunc(slices.Clone(recs), func(r messages.StateRecord) bool {
+		if poison[r.UUID] {
+			res.Skipped++
+			return true
+		}
+		return false
+	})
 	src := make(map[messages.UUID]*messages.StateRecord, len(recs))
 	for i := range recs {
 		if messages.DeviceID(recs[i].HLC.Device) != owner {
@@ -78,7 +99,7 @@ func (l *Library) RepairOwner(owner messages.DeviceID, model string, recs []mess
 		}
 		cursor = next
 	}
-	err := l.writeTx(&res.ApplyResult, func(tx *txn) error {
+	err = l.writeTx(&res.ApplyResult, func(tx *txn) error {
 		own, err := tx.owner(owner)
 		if err != nil {
 			return err
@@ -88,7 +109,7 @@ func (l *Library) RepairOwner(owner messages.DeviceID, model string, recs []mess
 			mine := &local[i]
 			theirs, held := src[mine.UUID]
 			switch {
-			case !held && mine.Deleted:
+			case !held && mine.Deleted, !held && poison[mine.UUID]:
 				continue // a tombstone the source pruned: harmless
 			case !held:
 				gone = append(gone, mine.UUID)
