@@ -38,6 +38,12 @@ type Status struct {
 	// Verification is, per owner whose signed digest reached this device,
 	// whether its rows here are the ones it signed (words.go).
 	Verification []OwnerVerification `json:"verification,omitempty"`
+	// Shared is whether each connected partner's digest of the shared
+	// models' rows (tags, albums, metadata) is this device's: they have
+	// many writers and no owner's word, so agreement is what there is to
+	// check. SharedRows counts the row changes the digest covers.
+	Shared     []PartnerVerdict `json:"shared_models,omitempty"`
+	SharedRows int              `json:"shared_rows"`
 	// Error says why the library stopped syncing (phase stopped): a
 	// storage failure such as a full disk.
 	Error string `json:"error,omitempty"`
@@ -107,7 +113,31 @@ func (l *Library) Status(ctx context.Context) (*Status, error) {
 		st.Scans = append(st.Scans, j)
 	}
 	slices.SortFunc(st.Scans, func(a, b ScanJob) int { return a.Started.Compare(b.Started) })
+	if err := l.compareShared(ctx, st); err != nil {
+		return nil, err
+	}
 	return st, nil
+}
+
+// compareShared fills st.Shared: this device's digest of the shared
+// models (kept until the library changes) against each connected
+// partner's (kept likewise there), a second at most per partner.
+func (l *Library) compareShared(ctx context.Context, st *Status) error {
+	vs, err := ask[verifyState](ctx, l.node, l.pid, &verifyPeers{})
+	if err != nil {
+		return err
+	}
+	h, n, err := l.store.SharedDigest()
+	if err != nil {
+		return err
+	}
+	st.SharedRows = n
+	for _, p := range vs.peers {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		st.Shared = append(st.Shared, comparePartner(pctx, l.id, p, messages.DeviceID{}, messages.HLC{}, &h))
+		cancel()
+	}
+	return nil
 }
 
 func (a *libraryActor) status() (*Status, error) {

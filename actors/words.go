@@ -183,8 +183,14 @@ func (a *libraryActor) checkOwner(ctx actor.Context, owner messages.DeviceID, w 
 // full pass over its rows (the library just opened: a row may have been
 // changed behind lsync's back while it was closed), and rebuilds those
 // that differ; the owner's word then finds the damage and the repair
-// follows. The kept digests cannot see such a change by themselves.
+// follows. The kept digests cannot see such a change by themselves. A
+// library whose database.db is exactly as lsync closed it (size and
+// modification time, no WAL left) is not audited: `lsync sync verify`
+// makes the same full pass on demand.
 func (a *libraryActor) auditDigests(ctx actor.Context) {
+	if a.lib.ClosedCleanly() {
+		return // database.db is as lsync closed it: nothing to audit
+	}
 	lib, self, root := a.lib, ctx.Self(), ctx.ActorSystem().Root
 	go func() {
 		bad, err := lib.CheckDigests()

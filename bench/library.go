@@ -249,8 +249,13 @@ func copyTree(src, dst string) error {
 		if err != nil {
 			return err
 		}
-		_, err = copyFile(path, target, info.Mode().Perm())
-		return err
+		if _, err = copyFile(path, target, info.Mode().Perm()); err != nil {
+			return err
+		}
+		// Keep the modification time: a library copied whole is as lsync
+		// closed it, and opens without a full audit (persistence's
+		// closed.json note).
+		return os.Chtimes(target, info.ModTime(), info.ModTime())
 	})
 }
 

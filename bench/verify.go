@@ -291,4 +291,3 @@ func verifyDigests(srv, jn *persistence.Library, owners []messages.DeviceID) (st
 	return fmt.Sprintf("kept digests = server's = full pass for %d owners (%d rows); verify's full pass %.2fs vs plain read %.2fs (%.2fx)",
 		len(owners), rows, hashT.Seconds(), readT.Seconds(), hashT.Seconds()/max(readT.Seconds(), 1e-9)), nil
 }
-

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 
-	"github.com/ncruces/go-sqlite3"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/lsync/lsync/internal/lthash"
@@ -34,11 +33,7 @@ func rowElement(model string, rec *messages.StateRecord) ([]byte, error) {
 func (l *Library) OwnerDigest(owner messages.DeviceID) (lthash.Hash, int, error) {
 	var d ownerDigest
 	err := l.readTx(func(c *conn) error {
-		var id int64
-		found, err := c.queryRow(`SELECT id FROM "device" WHERE uuid = ?`, []any{owner}, func(s *sqlite3.Stmt) error {
-			id = s.ColumnInt64(0)
-			return nil
-		})
+		id, found, err := deviceRowID(c, owner)
 		if err != nil || !found {
 			return err
 		}
@@ -70,7 +65,29 @@ func sharedElement(model string, c *messages.SharedChange) ([]byte, error) {
 // shared models' rows held here (every row's fields with their HLCs; no
 // tombstones), and how many row changes it covers. Replicas that hold the
 // same shared state have the same digest.
+//
+// A full pass costs a second per few hundred thousand rows: the result is
+// kept until the library changes (Generation), so status and partners
+// asking again cost nothing.
 func (l *Library) SharedDigest() (lthash.Hash, int, error) {
+	gen := l.gen.Load()
+	l.sharedMu.Lock()
+	if l.sharedOK && l.sharedGen == gen {
+		h, n := l.sharedH, l.sharedN
+		l.sharedMu.Unlock()
+		return h, n, nil
+	}
+	l.sharedMu.Unlock()
+	h, n, err := l.sharedDigest()
+	if err == nil && l.gen.Load() == gen {
+		l.sharedMu.Lock()
+		l.sharedH, l.sharedN, l.sharedGen, l.sharedOK = h, n, gen, true
+		l.sharedMu.Unlock()
+	}
+	return h, n, err
+}
+
+func (l *Library) sharedDigest() (lthash.Hash, int, error) {
 	var h lthash.Hash
 	n := 0
 	for _, model := range l.reg.SharedModels() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ncruces/go-sqlite3"
 
+	"github.com/lsync/lsync/internal/lthash"
 	"github.com/lsync/lsync/messages"
 )
 
@@ -74,6 +75,14 @@ type Library struct {
 	maxStored messages.HLC
 	// gen counts committed write transactions (Generation).
 	gen atomic.Uint64
+	// closedCleanly: database.db was as lsync closed it (closed.go).
+	closedCleanly bool
+	// The shared models' digest as of generation sharedGen (SharedDigest).
+	sharedMu  sync.Mutex
+	sharedOK  bool
+	sharedGen uint64
+	sharedH   lthash.Hash
+	sharedN   int
 	// afterLogAppend, when set by a test, runs between the log append and
 	// the apply of CommitShared; an error simulates a crash there.
 	afterLogAppend func() error
@@ -195,6 +204,7 @@ func Open(dir string, opts Options) (*Library, error) {
 	if l.wall == nil {
 		l.wall = time.Now
 	}
+	l.closedCleanly = takeClosedNote(dir)
 	l.w, err = openConn(filepath.Join(dir, DatabaseFile), filepath.Join(dir, LogFile), false, opts.CacheMiB)
 	if errors.Is(err, errLogDamaged) {
 		// sync.db cannot be read: set it aside and start a fresh log
@@ -455,7 +465,11 @@ func (l *Library) Close() error {
 	}
 	l.rmu.Unlock()
 	errs = append(errs, l.w.close())
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	writeClosedNote(l.dir)
+	return nil
 }
 
 // Meta is the library's library.json as opened.

@@ -404,11 +404,9 @@ func (l *Library) buildMissingDigestsLocked() error {
 	}
 	err := l.writeTx(nil, func(tx *txn) error {
 		for _, id := range missing {
-			d, err := l.fullDigest(tx.c, id)
-			if err != nil {
+			if err := tx.rebuildDigest(id); err != nil {
 				return err
 			}
-			tx.setDigest(id, d)
 		}
 		return nil
 	})
@@ -490,14 +488,7 @@ func (l *Library) RebuildDigest(owner messages.DeviceID) error {
 	if !ok {
 		return nil // no device row: no rows, no digest
 	}
-	err := l.writeTx(nil, func(tx *txn) error {
-		d, err := l.fullDigest(tx.c, id)
-		if err != nil {
-			return err
-		}
-		tx.setDigest(id, d)
-		return nil
-	})
+	err := l.writeTx(nil, func(tx *txn) error { return tx.rebuildDigest(id) })
 	if err != nil {
 		return fmt.Errorf("rebuild digest of %s: %w", owner, err)
 	}
@@ -511,11 +502,7 @@ func (l *Library) RebuildDigest(owner messages.DeviceID) error {
 func (l *Library) ScanOwnerRows(owner messages.DeviceID) (int, error) {
 	n := 0
 	err := l.readTx(func(c *conn) error {
-		var id int64
-		found, err := c.queryRow(`SELECT id FROM "device" WHERE uuid = ?`, []any{owner}, func(s *sqlite3.Stmt) error {
-			id = s.ColumnInt64(0)
-			return nil
-		})
+		id, found, err := deviceRowID(c, owner)
 		if err != nil || !found {
 			return err
 		}
@@ -534,4 +521,23 @@ func (l *Library) ScanOwnerRows(owner messages.DeviceID) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// rebuildDigest recomputes ownerID's digest by a full pass and keeps it.
+func (tx *txn) rebuildDigest(ownerID int64) error {
+	d, err := tx.l.fullDigest(tx.c, ownerID)
+	if err != nil {
+		return err
+	}
+	tx.setDigest(ownerID, d)
+	return nil
+}
+
+// deviceRowID is the local id of owner's device row on c, if it has one.
+func deviceRowID(c *conn, owner messages.DeviceID) (id int64, found bool, err error) {
+	found, err = c.queryRow(`SELECT id FROM "device" WHERE uuid = ?`, []any{owner}, func(s *sqlite3.Stmt) error {
+		id = s.ColumnInt64(0)
+		return nil
+	})
+	return id, found, err
 }

@@ -1316,6 +1316,17 @@ func printStatus(w io.Writer, st *actors.Status) {
 		v[1] = x.HLC
 		wm[k] = v
 	}
+	if len(st.Shared) > 0 {
+		var ps []string
+		for _, p := range st.Shared {
+			who := p.Name
+			if who == "" {
+				who = p.Device.String()
+			}
+			ps = append(ps, who+": "+p.Verdict)
+		}
+		fmt.Fprintf(w, "\nShared models (%d row changes) against each connected partner: %s\n", st.SharedRows, strings.Join(ps, ", "))
+	}
 	if len(devs) > 0 {
 		slices.Sort(devs)
 		fmt.Fprintln(w)
