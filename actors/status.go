@@ -113,16 +113,19 @@ func (l *Library) Status(ctx context.Context) (*Status, error) {
 		st.Scans = append(st.Scans, j)
 	}
 	slices.SortFunc(st.Scans, func(a, b ScanJob) int { return a.Started.Compare(b.Started) })
-	if err := l.compareShared(ctx, st); err != nil {
-		return nil, err
-	}
 	return st, nil
 }
 
-// compareShared fills st.Shared: this device's digest of the shared
+// CompareShared fills st.Shared: this device's digest of the shared
 // models (kept until the library changes) against each connected
-// partner's (kept likewise there), a second at most per partner.
-func (l *Library) compareShared(ctx context.Context, st *Status) error {
+// partner's (kept likewise there), a second at most per partner. It
+// reads every shared row when the library changed since the last call,
+// so it is for `sync status`, not for polling; during a join (st not
+// ready) it does nothing.
+func (l *Library) CompareShared(ctx context.Context, st *Status) error {
+	if st.Phase != PhaseReady {
+		return nil
+	}
 	vs, err := ask[verifyState](ctx, l.node, l.pid, &verifyPeers{})
 	if err != nil {
 		return err

@@ -54,7 +54,7 @@ func init() {
 		opAlbumRemove:   hAlbumEntry(false),
 		opMetaSet:       hMetaSet,
 		opQuery:         libHandler(hQuery),
-		opSyncStatus:    onLibrary(func(ctx context.Context, l *actors.Library) (any, error) { return l.Status(ctx) }),
+		opSyncStatus:    onLibrary(statusWithShared),
 		opSyncFailed:    onLibrary(func(ctx context.Context, l *actors.Library) (any, error) { return l.FailedRecords(ctx) }),
 		opSyncRetry:     onLibrary(func(ctx context.Context, l *actors.Library) (any, error) { return l.RetryFailed(ctx) }),
 		opSyncVerify:    onLibrary(func(ctx context.Context, l *actors.Library) (any, error) { return l.Verify(ctx) }),
@@ -1108,4 +1108,17 @@ func eventToDoc(e actors.Event) eventDoc {
 		d.UUID = e.UUID.String()
 	}
 	return d
+}
+
+// statusWithShared is `lsync sync status`: the library's status and, once it is
+// ready, whether its shared models agree with each connected partner's.
+func statusWithShared(ctx context.Context, l *actors.Library) (any, error) {
+	st, err := l.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.CompareShared(ctx, st); err != nil {
+		return nil, err
+	}
+	return st, nil
 }

@@ -66,4 +66,21 @@ func TestE2ESyncVerify(t *testing.T) {
 	if signed[a.id] != "own" || signed[b.id] != actors.WordVerified {
 		t.Fatalf("sync verify SIGNED column: %v (want own for %s, verified for %s):\n%s", signed, a.id, b.id, out)
 	}
+	// sync status says the shared models agree with the partner, and
+	// that B's rows here are verified.
+	var st actors.Status
+	a.mustJSON(&st, "sync", "status", lib)
+	if len(st.Shared) != 1 || st.Shared[0].Verdict != actors.VerdictMatch || st.SharedRows == 0 {
+		t.Fatalf("sync status on the shared models: %+v (%d rows)", st.Shared, st.SharedRows)
+	}
+	verified := false
+	for _, v := range st.Verification {
+		verified = verified || (v.Owner.String() == b.id && v.State == actors.WordVerified)
+	}
+	if !verified {
+		t.Fatalf("sync status verification: %+v", st.Verification)
+	}
+	if text := a.mustRun("sync", "status", lib); !strings.Contains(text, "against each connected partner: B: match") {
+		t.Fatalf("sync status text:\n%s", text)
+	}
 }
