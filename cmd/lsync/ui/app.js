@@ -138,12 +138,20 @@ function showError(msg) {
   $("#error").textContent = msg;
 }
 
+let following = false;
+
 async function poll() {
   try {
     const r = await fetch("api/status", { cache: "no-store" });
     if (!r.ok) throw new Error(r.status + " " + (await r.text()));
     render(await r.json());
     setConn(true);
+    // Follow the events once names are known, so the feed can use them.
+    if (!following) {
+      following = true;
+      follow();
+    }
+    renderFeed();
   } catch (e) {
     setConn(false);
     showError("cannot read the daemon's status: " + e.message);
@@ -162,23 +170,25 @@ function describe(e) {
   if (e.library) parts.push(libNames[e.library] || short(e.library));
   if (e.peer) parts.push(who(e.peer));
   if (e.model) parts.push(e.model + (e.count > 1 ? " ×" + e.count : ""));
-  if (e.phase) parts.push("→ " + e.phase);
+  else if (e.type === "backfill_progress") parts.push(num(e.count) + " records");
+  if (e.phase && e.type !== "backfill_progress") parts.push("→ " + e.phase);
   if (e.detail) parts.push(e.detail);
   return parts.join(" · ");
 }
 
+const events = []; // newest first, at most 200
+
+function renderFeed() {
+  $("#feed").innerHTML = events.map((e) => `<li class="event ev-${esc(e.type)}"><span class="t">${esc(new Date(e.time).toLocaleTimeString("en-GB"))}</span><span class="ty">${esc(e.type)}</span> ${esc(describe(e))}</li>`).join("");
+}
+
 function follow() {
-  const feed = $("#feed");
   const es = new EventSource("api/events");
   es.onmessage = (m) => {
-    const e = JSON.parse(m.data);
-    const li = document.createElement("li");
-    li.className = "event ev-" + e.type;
-    li.innerHTML = `<span class="t">${esc(new Date(e.time).toLocaleTimeString("en-GB"))}</span><span class="ty">${esc(e.type)}</span> ${esc(describe(e))}`;
-    feed.prepend(li);
-    while (feed.children.length > 200) feed.lastChild.remove();
+    events.unshift(JSON.parse(m.data));
+    events.length = Math.min(events.length, 200);
+    renderFeed();
   };
 }
 
 poll();
-follow();
