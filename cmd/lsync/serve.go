@@ -186,9 +186,13 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	}
 	stopUI := func() {}
 	if uln != nil {
-		srv.uiURL = uiURL(uln, uiTok)
+		srv.uiURL = uiURL(uln)
 		stopUI = startUI(srv, uln, uiTok)
-		log.Info("status page", "url", srv.uiURL)
+		if uiTok != "" {
+			log.Info("status page", "url", srv.uiURL, "token", "required: open the url with ?token=TOKEN, from lsync ui token")
+		} else {
+			log.Info("status page", "url", srv.uiURL)
+		}
 	}
 	// Finish the location scans the last daemon did not; then follow the
 	// disk: each location is rescanned (what changed while the daemon was

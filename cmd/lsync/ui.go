@@ -175,15 +175,9 @@ func listenUI(home, addr string, isDefault bool) (ln stdnet.Listener, token stri
 	return ln, token, nil
 }
 
-// uiURL is the address a browser opens (with the token placeholder when
-// one is needed: the log must not carry the token itself).
-func uiURL(ln stdnet.Listener, token string) string {
-	u := "http://" + ln.Addr().String() + "/"
-	if token != "" {
-		u += "?token=$(lsync ui token)"
-	}
-	return u
-}
+// uiURL is the address a browser opens (never with the token: it goes in
+// logs).
+func uiURL(ln stdnet.Listener) string { return "http://" + ln.Addr().String() + "/" }
 
 // startUI serves the status page on ln until the returned stop is called.
 func startUI(s *server, ln stdnet.Listener, token string) (stop func()) {
