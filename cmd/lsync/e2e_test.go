@@ -190,7 +190,7 @@ func (d *daemon) start(listen string) {
 		// Starting over a running daemon would lose track of its process.
 		d.t.Fatalf("%s: start: the daemon is running already", d.name)
 	}
-	cmd := exec.Command(lsyncBin, append([]string{"--home", d.home, "serve", "--listen", listen, "--metrics", "127.0.0.1:0", "--log-level", "debug"}, d.args...)...)
+	cmd := exec.Command(lsyncBin, append([]string{"--home", d.home, "serve", "--listen", listen, "--metrics", "127.0.0.1:0", "--ui", "", "--log-level", "debug"}, d.args...)...)
 	cmd.Env = append(os.Environ(), d.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: d.cred}
 	if d.cred != nil {

@@ -230,7 +230,7 @@ func parseUUIDArg(what, s string) (messages.UUID, error) {
 // ---- device and libraries ----
 
 func hDeviceShow(ctx context.Context, s *server, _ json.RawMessage, _ func(any)) (any, error) {
-	return deviceInfo{ID: s.node.ID().String(), Name: s.node.Name(), Listen: s.node.Addr(), Metrics: s.metricsAddr,
+	return deviceInfo{ID: s.node.ID().String(), Name: s.node.Name(), Listen: s.node.Addr(), Metrics: s.metricsAddr, UI: s.uiURL,
 		Home: s.home, PID: os.Getpid(), SchemaVersion: s.schema}, nil
 }
 

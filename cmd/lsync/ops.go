@@ -60,6 +60,7 @@ type deviceInfo struct {
 	Name          string `json:"name"`
 	Listen        string `json:"listen"`
 	Metrics       string `json:"metrics,omitempty"`
+	UI            string `json:"ui,omitempty"` // the status page's URL
 	Home          string `json:"home"`
 	PID           int    `json:"pid"`
 	SchemaVersion int    `json:"schema_version"`

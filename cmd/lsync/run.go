@@ -123,7 +123,7 @@ stderr, starting with "lsync: ".
 	root.AddCommand(
 		newInitCmd(g), newServeCmd(g), newDeviceCmd(g), newLibraryCmd(g), newNetworkCmd(g),
 		newLocationCmd(g), newTagCmd(g), newAlbumCmd(g), newMetaCmd(g), newQueryCmd(g),
-		newSyncCmd(g), newWatchCmd(g), newDemoCmd(g), newLogCmd(g),
+		newSyncCmd(g), newWatchCmd(g), newDemoCmd(g), newLogCmd(g), newUICmd(g),
 	)
 	return root
 }

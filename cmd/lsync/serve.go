@@ -35,7 +35,7 @@ const defaultListen = ":7700"
 const schemaEnv = "LSYNC_TEST_SCHEMA_VERSION"
 
 func newServeCmd(g *globals) *cobra.Command {
-	var listen, metrics, level string
+	var listen, metrics, level, ui string
 	var pageSize int
 	var bandwidth int64
 	cmd := &cobra.Command{
@@ -48,7 +48,9 @@ was open when it last stopped, listens for QUIC connections from paired
 devices on --listen (UDP, default ` + defaultListen + `) and dials them, and
 serves the control socket ` + socketName + ` in --home that every other lsync
 command talks to. With --metrics it serves Prometheus metrics on
-http://ADDR/metrics. Only one daemon may serve a home (` + lockName + `).
+http://ADDR/metrics. With --ui (default ` + defaultUI + `, "" for none) it serves
+a read-only status page; a non-loopback --ui needs the token of
+lsync ui token. Only one daemon may serve a home (` + lockName + `).
 Logs go to stderr.
 
 The environment variable ` + schemaEnv + ` is for tests only: it makes the
@@ -67,11 +69,13 @@ daemon speak another wire schema version.`,
 			if bandwidth < 0 {
 				return usageErrorf("--bandwidth-limit %d: want bytes per second, 0 for none", bandwidth)
 			}
-			return serve(cmd.Context(), g, serveOptions{listen: listen, metrics: metrics, level: lvl, pageSize: pageSize, bandwidth: bandwidth})
+			return serve(cmd.Context(), g, serveOptions{listen: listen, metrics: metrics, level: lvl, pageSize: pageSize, bandwidth: bandwidth,
+				ui: ui, uiDefault: !cmd.Flags().Changed("ui")})
 		}),
 	}
 	cmd.Flags().StringVar(&listen, "listen", defaultListen, "QUIC (UDP) address to listen on for peers")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this HTTP address (off when empty)")
+	cmd.Flags().StringVar(&ui, "ui", defaultUI, "serve the status page on this HTTP address (off when empty; a non-loopback one needs `lsync ui token`)")
 	cmd.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().IntVar(&pageSize, "page-size", 10_000, "rows per page when catching up or joining (smaller pages suit slow links)")
 	cmd.Flags().Int64Var(&bandwidth, "bandwidth-limit", 0, "cap outgoing sync traffic at this many bytes per second (0: no cap)")
@@ -92,6 +96,8 @@ type serveOptions struct {
 	level     slog.Level
 	pageSize  int
 	bandwidth int64
+	ui        string
+	uiDefault bool // ui is the default: a busy port only warns
 }
 
 // serve runs the daemon until ctx is done.
@@ -118,6 +124,15 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 			return fmt.Errorf("metrics: %w", err)
 		}
 		defer mln.Close()
+	}
+	uln, uiTok, err := listenUI(g.home, opt.ui, opt.uiDefault)
+	if err != nil {
+		return err
+	}
+	if uln != nil {
+		defer uln.Close()
+	} else if opt.ui != "" {
+		log.Warn("status page off: its default address is busy (another daemon?); choose one with --ui", "ui", opt.ui)
 	}
 	schema, err := schemaFromEnv()
 	if err != nil {
@@ -169,6 +184,16 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	if mln != nil {
 		srv.metricsAddr = mln.Addr().String()
 	}
+	stopUI := func() {}
+	if uln != nil {
+		srv.uiURL = uiURL(uln)
+		stopUI = startUI(srv, uln, uiTok)
+		if uiTok != "" {
+			log.Info("status page", "url", srv.uiURL, "token", "required: open the url with ?token=TOKEN, from lsync ui token")
+		} else {
+			log.Info("status page", "url", srv.uiURL)
+		}
+	}
 	// Finish the location scans the last daemon did not; then follow the
 	// disk: each location is rescanned (what changed while the daemon was
 	// down) and watched.
@@ -186,7 +211,7 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 		srv.acceptLoop(cln)
 	}()
 	log.Info("lsync daemon ready", "device", node.ID(), "name", node.Name(), "listen", node.Addr(),
-		"control", sock, "metrics", srv.metricsAddr, "home", g.home)
+		"control", sock, "metrics", srv.metricsAddr, "ui", srv.uiURL, "home", g.home)
 
 	<-ctx.Done()
 	// A second signal ends the process at once.
@@ -194,6 +219,7 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	log.Info("shutting down")
 	_ = cln.Close()
 	<-acceptDone
+	stopUI()
 	cancelHandlers()
 	<-watchDone
 	srv.wait(5 * time.Second)
@@ -265,6 +291,7 @@ type server struct {
 	node        *actors.Node
 	home        string
 	metricsAddr string
+	uiURL       string // of the status page ("" when off)
 	schema      int
 	log         *slog.Logger
 	ctx         context.Context // cancelled at shutdown; parent of every request and scan job

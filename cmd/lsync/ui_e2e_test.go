@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// chromiumPaths are where the end-to-end UI test looks for a browser.
+var chromiumPaths = []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"}
+
+// needChromium returns a headless Chromium's path, or skips the test.
+func needChromium(t *testing.T) string {
+	t.Helper()
+	for _, p := range chromiumPaths {
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	t.Skip("no Chromium for the browser test of the status page: install it with apt-get install -y chromium")
+	return ""
+}
+
+// uiPage is what the status page shows, read from its DOM.
+type uiPage struct {
+	Device   string `json:"device"`
+	DeviceID string `json:"device_id"`
+	Peer     string `json:"peer"`
+	Library  string `json:"library"`
+	Phase    string `json:"phase"`
+	Running  bool   `json:"running"` // a join's progress bar is moving
+	Joined   string `json:"joined"`  // records of the finished join
+	Verified string `json:"verified"`
+	Member   bool   `json:"member"` // the partner is in the library's members
+	Events   int    `json:"events"`
+	EventTxt string `json:"event_text"`
+	Error    string `json:"error"`
+}
+
+// readPage is the script that fills a uiPage; %[1]q is the partner's id.
+const readPage = `(() => {
+  const q = (s) => document.querySelector(s);
+  const txt = (s) => (q(s)?.textContent || "").trim();
+  const feed = document.querySelectorAll("#feed li");
+  return {
+    device: txt("#device-name"),
+    device_id: txt("#device-id"),
+    peer: txt('tr.peer[data-id=%[1]q] .peer-state'),
+    library: txt(".library .lib-name"),
+    phase: txt(".library .lib-phase"),
+    running: !!q(".library .join.running .progress.moving"),
+    joined: txt(".library .join.finished .join-records"),
+    verified: txt('.library tr.verification[data-owner=%[1]q] .verify-state'),
+    member: !!q('.library tr.member[data-id=%[1]q]'),
+    events: feed.length,
+    event_text: feed.length ? feed[feed.length - 1].textContent : "",
+    error: q("#error")?.hidden ? "" : txt("#error"),
+  };
+})()`
+
+// The status page in a real browser: bravo's page, open while bravo joins
+// alpha's library, ends up showing the library ready, the join finished,
+// alpha connected and its rows verified, and events in its feed.
+func TestE2EUIStatusPage(t *testing.T) {
+	needBinary(t)
+	browser := needChromium(t)
+	// Alpha sends slowly, so the page sees the join under way.
+	a := initDaemon(t, "alpha")
+	a.args = []string{"--bandwidth-limit", "50000"}
+	a.start("127.0.0.1:0")
+	b := initDaemon(t, "bravo")
+	b.args = []string{"--ui", "127.0.0.1:0", "--page-size", "50"}
+	b.start("127.0.0.1:0")
+	pair(t, a, b)
+	var l libraryInfo
+	a.mustJSON(&l, "library", "create", "Photos")
+	root, n := makeTree(t, 10, 40)
+	a.mustRun("location", "add", l.UUID, root, "--index")
+	var info deviceInfo
+	b.mustJSON(&info, "device", "show")
+	if !strings.HasPrefix(info.UI, "http://127.0.0.1:") {
+		t.Fatalf("device show: ui %q, want the status page's URL on 127.0.0.1", info.UI)
+	}
+	if !strings.Contains(b.logText(), "status page") {
+		t.Errorf("bravo's log does not name the status page's URL:\n%s", tail(b.logText(), 20))
+	}
+
+	// A headless browser at a modest size (the screenshot goes in the docs).
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1000, 700),
+		chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancelTimeout()
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1000, 700), chromedp.Navigate(info.UI),
+		chromedp.WaitVisible("#device-name")); err != nil {
+		t.Fatalf("open %s: %v", info.UI, err)
+	}
+
+	// Bravo joins alpha's library with the page open.
+	join := exec.Command(lsyncBin, "--home", b.home, "network", "sync-setup", "--remote-device", a.id, "--remote-library", l.UUID, "--action", "join")
+	join.Env = append(os.Environ(), b.env...)
+	background(t, join)
+
+	shots := t.TempDir()
+	var page uiPage
+	var sawRunning bool
+	script := fmt.Sprintf(readPage, a.id)
+	done := func() bool {
+		var err error
+		if page, err = chromedp.Run(ctx, chromedp.Evaluate[uiPage](script)); err != nil {
+			t.Logf("read the page: %v", err)
+			return false
+		}
+		if page.Running && !sawRunning {
+			sawRunning = true
+			// A picture of the join under way.
+			if png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot()); err == nil {
+				joining := filepath.Join(shots, "status-page-joining.png")
+				if os.WriteFile(joining, png, 0o644) == nil {
+					t.Logf("screenshot of the join: %s", joining)
+				}
+				if keep := os.Getenv("LSYNC_UI_SCREENSHOT"); keep != "" {
+					_ = os.WriteFile(strings.TrimSuffix(keep, ".png")+"-joining.png", png, 0o644)
+				}
+			}
+		}
+		return page.Phase == "ready" && page.Joined != "" && page.Verified == "verified" && page.Events > 0
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the page never showed the join finished and verified; it shows %+v", page)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := join.Wait(); err != nil {
+		t.Fatalf("sync-setup --action join: %v", err)
+	}
+
+	// What it shows.
+	if page.Device != "bravo" || page.DeviceID != b.id {
+		t.Errorf("device %q %q, want bravo %s", page.Device, page.DeviceID, b.id)
+	}
+	if page.Peer != "connected" {
+		t.Errorf("alpha's state %q, want connected", page.Peer)
+	}
+	if page.Library != "Photos" || !page.Member {
+		t.Errorf("library %q (alpha a member: %v), want Photos with alpha", page.Library, page.Member)
+	}
+	if recs, err := strconv.ParseInt(strings.ReplaceAll(page.Joined, ",", ""), 10, 64); err != nil || recs < int64(n) {
+		t.Errorf("join finished with %q records, want at least the %d entries", page.Joined, n)
+	}
+	if !sawRunning {
+		t.Errorf("the page never showed the join's progress bar under way")
+	}
+	if page.Error != "" {
+		t.Errorf("the page shows an error: %s", page.Error)
+	}
+	t.Logf("page: %+v (a moving join bar seen: %v)", page, sawRunning)
+
+	// A picture of it.
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	shot := filepath.Join(shots, "status-page.png")
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
+	// LSYNC_UI_SCREENSHOT keeps a copy (how docs/status-page.png is made).
+	if keep := os.Getenv("LSYNC_UI_SCREENSHOT"); keep != "" {
+		if err := os.WriteFile(keep, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
