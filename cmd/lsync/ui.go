@@ -266,7 +266,21 @@ func sameToken(got, want string) bool {
 type uiServer struct {
 	s    *server
 	feed *eventFeed
+
+	// The shared models' comparison with partners reads every shared row
+	// when the library changed: the page refreshes it at most every
+	// uiSharedEvery per library and shows the last one between.
+	sharedMu sync.Mutex
+	shared   map[string]uiShared
 }
+
+type uiShared struct {
+	at   time.Time
+	vs   []actors.PartnerVerdict
+	rows int
+}
+
+const uiSharedEvery = 15 * time.Second
 
 func (u *uiServer) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -366,6 +380,21 @@ func (u *uiServer) library(ctx context.Context, ul *uiLibrary, now time.Time) er
 	if ul.Status, err = lib.Status(ctx); err != nil {
 		return err
 	}
+	u.sharedMu.Lock()
+	last, ok := u.shared[ul.UUID]
+	u.sharedMu.Unlock()
+	if !ok || now.Sub(last.at) >= uiSharedEvery {
+		if err := lib.CompareShared(ctx, ul.Status); err == nil && ul.Status.Phase == actors.PhaseReady {
+			last = uiShared{at: now, vs: ul.Status.Shared, rows: ul.Status.SharedRows}
+			u.sharedMu.Lock()
+			if u.shared == nil {
+				u.shared = map[string]uiShared{}
+			}
+			u.shared[ul.UUID] = last
+			u.sharedMu.Unlock()
+		}
+	}
+	ul.Status.Shared, ul.Status.SharedRows = last.vs, last.rows
 	ms, err := hMembers(ctx, u.s, lib, libArgs{}, nil)
 	if err != nil {
 		return err
