@@ -277,23 +277,26 @@ short one-time code: one device generates the code, the other joins with it.`,
 		Use:   "generate [--wait]",
 		Short: "Print a one-time pairing code",
 		Long: `Print a one-time pairing code (like WXYZ-1234) at once. The daemon keeps it
-valid for --ttl and a few attempts; enter it on the other device with
+valid for --ttl (1s to 24h) and a few attempts; enter it on the other device with
 "lsync network pair join CODE --addr THIS-HOST:PORT". With --wait the command
 blocks until the code is used (and prints the paired device) or expires.`,
 		Example: `  lsync network pair generate
   lsync network pair generate --wait --ttl 2m`,
 		Args: args(cobra.NoArgs),
 		RunE: g.runE(func(cmd *cobra.Command, _ []string) error {
+			if err := checkPairTTL(ttl); err != nil {
+				return &exitErr{code: exitUsage, err: err}
+			}
 			progress := func(p json.RawMessage) error {
 				var pc pairCode
 				if err := json.Unmarshal(p, &pc); err != nil {
 					return err
 				}
 				if g.json {
-					fmt.Fprintf(g.stderr, "pairing code %s (waiting until %s)\n", pc.Code, pc.Expires.Local().Format(time.TimeOnly))
+					fmt.Fprintf(g.stderr, "pairing code %s (waiting until %s)\n", pc.Code, pc.Expires.Local().Format(time.RFC3339))
 					return nil
 				}
-				fmt.Fprintf(g.stdout, "Pairing code: %s\nValid until %s. Waiting for the other device to join…\n", pc.Code, pc.Expires.Local().Format(time.TimeOnly))
+				fmt.Fprintf(g.stdout, "Pairing code: %s\nValid until %s. Waiting for the other device to join…\n", pc.Code, pc.Expires.Local().Format(time.RFC3339))
 				return nil
 			}
 			res, err := g.call(cmd.Context(), opPairGenerate, pairGenerateArgs{Wait: wait, TTL: ttl}, progress)
@@ -310,12 +313,12 @@ blocks until the code is used (and prints the paired device) or expires.`,
 					return
 				}
 				fmt.Fprintf(w, "Pairing code: %s\nValid until %s. On the other device run:\n  lsync network pair join %s --addr %s\n",
-					pc.Code, pc.Expires.Local().Format(time.TimeOnly), pc.Code, joinAddr(pc.Listen))
+					pc.Code, pc.Expires.Local().Format(time.RFC3339), pc.Code, joinAddr(pc.Listen))
 			})
 		}),
 	}
 	gen.Flags().BoolVar(&wait, "wait", false, "wait until the code is used or expires")
-	gen.Flags().DurationVar(&ttl, "ttl", 5*time.Minute, "how long the code stays valid")
+	gen.Flags().DurationVar(&ttl, "ttl", 5*time.Minute, "how long the code stays valid (1s to 24h)")
 	var addr string
 	join := &cobra.Command{
 		Use:   "join CODE --addr HOST:PORT",
