@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lsync/lsync/actors"
+	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
 )
 
@@ -36,6 +37,11 @@ per device; it needs no daemon. Run again, it shows the existing identity
   lsync --home /tmp/b init --name desktop`,
 		Args: args(cobra.NoArgs),
 		RunE: g.runE(func(cmd *cobra.Command, _ []string) error {
+			if name != "" {
+				if err := messages.CheckName("device", strings.TrimSpace(name)); err != nil {
+					return &exitErr{code: exitUsage, err: err}
+				}
+			}
 			_, statErr := os.Stat(filepath.Join(g.home, "device.key"))
 			created := errors.Is(statErr, fs.ErrNotExist)
 			if name != "" && !created && daemonRunning(g.home) {
@@ -947,7 +953,7 @@ func newMetaCmd(g *globals) *cobra.Command {
 		Use:   "set LIB (--entry ENTRY | --content UUID) key=value ...",
 		Short: "Set metadata fields",
 		Long: `Set user metadata fields. Keys: favorite (bool), hidden (bool), note (text),
-rating (integer, content only).
+rating (integer 0 to 5, content only).
 
   --content UUID  metadata of a content identity: shared, every device may set
                   it, last writer wins per field
@@ -1018,8 +1024,8 @@ func parseMeta(kvs []string) (metaFields, error) {
 			f.Note = &s
 		case "rating":
 			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				return f, usageErrorf("rating=%q: want an integer", v)
+			if err != nil || n < actors.MinRating || n > actors.MaxRating {
+				return f, usageErrorf("rating=%q: want an integer from %d to %d", v, actors.MinRating, actors.MaxRating)
 			}
 			f.Rating = &n
 		default:

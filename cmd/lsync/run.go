@@ -59,12 +59,17 @@ type globals struct {
 // Run runs the lsync command line args and returns the exit status. It
 // prints results on stdout and at most one error line on stderr.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	g := &globals{stdout: stdout, stderr: stderr}
+	out := &errWriter{w: stdout}
+	g := &globals{stdout: out, stderr: stderr}
 	root := newRootCmd(g)
 	root.SetArgs(args)
-	root.SetOut(stdout)
+	root.SetOut(out)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
+	if err == nil && out.err != nil {
+		// Output that did not arrive (a full disk, a closed pipe) is a failure.
+		err = &exitErr{code: exitError, err: fmt.Errorf("write stdout: %w", out.err)}
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -80,6 +85,22 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "lsync: %s\n", oneLine(err.Error()))
 	return code
+}
+
+// errWriter remembers the first error writing to w, and fails every
+// write after it.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
 }
 
 // oneLine folds a multi-line message into one line.
