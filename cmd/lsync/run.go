@@ -66,7 +66,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(out)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
-	if err == nil && out.err != nil {
+	if out.err != nil && (err == nil || errors.Is(err, out.err)) {
 		// Output that did not arrive (a full disk, a closed pipe) is a failure.
 		err = &exitErr{code: exitError, err: fmt.Errorf("write stdout: %w", out.err)}
 	}
@@ -153,6 +153,7 @@ stderr, starting with "lsync: ".
 		newLocationCmd(g), newTagCmd(g), newAlbumCmd(g), newMetaCmd(g), newQueryCmd(g),
 		newSyncCmd(g), newWatchCmd(g), newDemoCmd(g), newLogCmd(g), newVersionCmd(g),
 	)
+	root.SetOut(g.stdout) // the completion command takes its writer now
 	addCompletionCmd(root)
 	return root
 }
