@@ -54,7 +54,8 @@ func newVersionCmd(g *globals) *cobra.Command {
 		Long: `Print the module version, the VCS revision it was built from and the Go
 toolchain. All of it is read from the binary's build information, which
 "go build" records by itself (no -ldflags needed); a build without VCS
-information (-buildvcs=false, or outside a repository) prints no revision.
+information (-buildvcs=false, outside a repository, or in a linked git
+worktree) prints no revision.
 No daemon is needed.`,
 		Example: `  lsync version
   lsync --json version`,
