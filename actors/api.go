@@ -153,8 +153,8 @@ type TagInput struct {
 // CreateTag creates a tag. Two devices creating the same name get two tags
 // (creation is a union); CreateUniqueTag refuses a name this device knows.
 func (l *Library) CreateTag(ctx context.Context, t TagInput) (messages.UUID, error) {
-	if t.Name == "" {
-		return messages.UUID{}, errors.New("create tag: a name is required")
+	if err := messages.CheckName("tag", t.Name); err != nil {
+		return messages.UUID{}, fmt.Errorf("create tag: %w", err)
 	}
 	u, err := l.Commit(ctx, persistence.ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{
 		"canonical_name": t.Name, "namespace": t.Namespace, "display_name": t.DisplayName, "color": t.Color,
@@ -221,8 +221,8 @@ func (l *Library) UpdateTag(ctx context.Context, tag messages.UUID, fields map[s
 // RenameTag changes a tag's canonical name (last writer wins). A name
 // another tag of the namespace has is refused (persistence.ErrExists).
 func (l *Library) RenameTag(ctx context.Context, tag messages.UUID, name string) error {
-	if name == "" {
-		return errors.New("rename tag: a name is required")
+	if err := messages.CheckName("tag", name); err != nil {
+		return fmt.Errorf("rename tag: %w", err)
 	}
 	row, err := l.store.Get(persistence.ModelTag, tag)
 	if err != nil {
@@ -287,8 +287,8 @@ func (l *Library) pairUUID(model string, fields map[string]any) (messages.UUID, 
 
 // CreateAlbum creates an album.
 func (l *Library) CreateAlbum(ctx context.Context, name, description string) (messages.UUID, error) {
-	if name == "" {
-		return messages.UUID{}, errors.New("create album: a name is required")
+	if err := messages.CheckName("album", name); err != nil {
+		return messages.UUID{}, fmt.Errorf("create album: %w", err)
 	}
 	u, err := l.Commit(ctx, persistence.ModelAlbum, messages.UUID{}, messages.OpInsert, map[string]any{
 		"name": name, "description": description, "created_at": nowMS(), "created_by_device": ub(messages.UUID(l.node.self))})
@@ -300,8 +300,8 @@ func (l *Library) CreateAlbum(ctx context.Context, name, description string) (me
 
 // RenameAlbum changes an album's name (last writer wins).
 func (l *Library) RenameAlbum(ctx context.Context, album messages.UUID, name string) error {
-	if name == "" {
-		return errors.New("rename album: a name is required")
+	if err := messages.CheckName("album", name); err != nil {
+		return fmt.Errorf("rename album: %w", err)
 	}
 	row, err := l.store.Get(persistence.ModelAlbum, album)
 	if err != nil {
@@ -425,10 +425,40 @@ func (l *Library) RemoveTag(ctx context.Context, tag, entry messages.UUID) error
 	return nil
 }
 
+// The range of a content's rating (user_metadata.rating): 0 to 5 stars.
+const (
+	MinRating = 0
+	MaxRating = 5
+)
+
+// checkRating refuses a rating outside MinRating..MaxRating; nil (unset)
+// is fine.
+func checkRating(v any) error {
+	var n int64
+	switch v := v.(type) {
+	case nil:
+		return nil
+	case int:
+		n = int64(v)
+	case int64:
+		n = v
+	default:
+		return fmt.Errorf("rating %v: want an integer", v)
+	}
+	if n < MinRating || n > MaxRating {
+		return fmt.Errorf("rating %d: want %d to %d", n, MinRating, MaxRating)
+	}
+	return nil
+}
+
 // SetContentMeta sets shared metadata (favorite, hidden, note, rating) of a
 // content identity; last writer wins per field. A nil value unsets the
-// field (null), which wins or loses like any other write.
+// field (null), which wins or loses like any other write. A rating is
+// MinRating to MaxRating.
 func (l *Library) SetContentMeta(ctx context.Context, content messages.UUID, fields map[string]any) error {
+	if err := checkRating(fields["rating"]); err != nil {
+		return fmt.Errorf("set metadata: %w", err)
+	}
 	meta, err := l.ensureContentMeta(ctx, content)
 	if err != nil {
 		return err

@@ -42,8 +42,8 @@ func (na *nodeActor) renameLibrary(id messages.LibraryID, name string) error {
 // label for the library: it is not synced (partners keep theirs). An open
 // library records the rename in its audit log.
 func (n *Node) RenameLibrary(ctx context.Context, id messages.LibraryID, name string) error {
-	if name == "" {
-		return errors.New("rename library: a name is required")
+	if err := messages.CheckName("library", name); err != nil {
+		return fmt.Errorf("rename library: %w", err)
 	}
 	old := ""
 	if h, err := n.Library(ctx, id); err == nil {

@@ -165,6 +165,19 @@ func (a *libraryActor) commitBatch(ctx actor.Context, writes []persistence.Share
 // addPartner registers dev as a sync partner and starts syncing with it if
 // it is connected; with join, by backfilling the library from it.
 func (a *libraryActor) addPartner(ctx actor.Context, dev messages.DeviceID, name string, join bool) error {
+	if err := a.registerPartner(dev, name); err != nil {
+		return err
+	}
+	if join {
+		return a.startJoin(ctx, dev)
+	}
+	a.partnerUp(ctx, dev, name, true)
+	return nil
+}
+
+// registerPartner records dev as a sync partner: its messages are
+// accepted from now on.
+func (a *libraryActor) registerPartner(dev messages.DeviceID, name string) error {
 	if dev == a.n.self {
 		return errors.New("a device cannot partner with itself")
 	}
@@ -175,17 +188,23 @@ func (a *libraryActor) addPartner(ctx actor.Context, dev messages.DeviceID, name
 	delete(a.removed, dev)
 	a.n.auth.setPartners(a.id, a.partners)
 	a.n.auth.setRemoved(a.id, a.removed)
-	if join {
-		return a.startJoin(ctx, dev)
+	return nil
+}
+
+// partnerUp starts syncing with a new partner dev if it is connected; with
+// catchUp, by catching up with it at once.
+func (a *libraryActor) partnerUp(ctx actor.Context, dev messages.DeviceID, name string, catchUp bool) {
+	link, ok := a.peers[dev]
+	if !ok {
+		return
 	}
-	if link, ok := a.peers[dev]; ok {
-		a.n.events.emit(Event{Type: EventPeerConnected, Library: a.id, Peer: dev, Detail: name})
-		if a.join != nil {
-			ctx.Send(a.join, &peerUp{dev: dev, name: link.name, pid: link.pid, conn: link.conn})
-		}
+	a.n.events.emit(Event{Type: EventPeerConnected, Library: a.id, Peer: dev, Detail: name})
+	if a.join != nil {
+		ctx.Send(a.join, &peerUp{dev: dev, name: link.name, pid: link.pid, conn: link.conn})
+	}
+	if catchUp {
 		a.startCatchUp(ctx, dev, false)
 	}
-	return nil
 }
 
 // removePartner removes dev from the library (sync-remove): this device

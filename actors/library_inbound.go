@@ -218,13 +218,23 @@ func (a *libraryActor) onSetupPartner(ctx actor.Context, m *setupPartner) {
 			return
 		}
 	}
-	err := a.addPartner(ctx, m.req.Device, m.req.DeviceName, false)
-	if err == nil && m.req.Action != ActionMember {
+	var err error
+	if m.req.Action == ActionMember {
+		err = a.addPartner(ctx, m.req.Device, m.req.DeviceName, false)
+	} else if err = a.registerPartner(m.req.Device, m.req.DeviceName); err == nil {
 		err = a.readmit(ctx, m.req.Device) // a sync-setup by hand: back in the library
 	}
 	if err != nil {
 		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodeInternal, Message: err.Error()}, m.credit)
 		return
+	}
+	if m.req.Action != ActionMember {
+		// A sync-setup by hand: the requester opens (or creates) the
+		// library once we answer, and then catches up with us and reports
+		// its watermarks; a catch-up from here now would find the library
+		// not open there. Its report starts ours (onRelayPull), as does
+		// the periodic catch-up.
+		a.partnerUp(ctx, m.req.Device, m.req.DeviceName, false)
 	}
 	answerPeer(a.n, m.from, m.reply, &messages.SyncSetupResponse{Library: a.id, LibraryName: a.lib.Meta().Name,
 		Device: a.n.self, DeviceName: a.n.name}, m.credit)

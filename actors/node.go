@@ -210,8 +210,8 @@ func readMeta(dir string) (persistence.Meta, error) {
 // this home has, open or closed, is refused (persistence.ErrExists): every
 // command naming a library by name would be ambiguous from then on.
 func (n *Node) CreateLibrary(ctx context.Context, name string) (*Library, error) {
-	if name == "" {
-		return nil, errors.New("create library: a name is required")
+	if err := messages.CheckName("library", name); err != nil {
+		return nil, fmt.Errorf("create library: %w", err)
 	}
 	meta := persistence.Meta{ID: messages.LibraryID(persistence.NewUUID()), Name: name, CreatedAt: time.Now().UTC(), CreatedBy: n.core.self}
 	return ask[*Library](ctx, n.core, n.pid, &createLibrary{meta: meta, uniqueName: true})

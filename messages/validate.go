@@ -3,6 +3,8 @@ package messages
 import (
 	"errors"
 	"fmt"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Limits enforced on decoded messages, beyond the frame size.
@@ -11,6 +13,28 @@ const (
 	maxPageRecords  = 100_000
 	maxRequestLimit = 100_000
 )
+
+// CheckName checks a name a person gives (a library, album, tag or device
+// name; kind says which): 1 to MaxNameLen bytes of UTF-8 without control
+// characters (newline, tab, other Cc), which would break a listing's
+// lines and columns.
+func CheckName(kind, name string) error {
+	if name == "" {
+		return fmt.Errorf("a %s name is required", kind)
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("%s name of %d bytes: at most %d", kind, len(name), MaxNameLen)
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("%s name %q is not valid UTF-8", kind, name)
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%s name %q contains the control character %U", kind, name, r)
+		}
+	}
+	return nil
+}
 
 func validModel(m string) error {
 	if m == "" {

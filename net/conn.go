@@ -427,6 +427,15 @@ func (c *quicConn) deliver(p pending) bool {
 func (c *quicConn) unauthorized(env messages.Envelope, err error) {
 	reason := RefusalReason(err)
 	c.t.obs.Rejected(reason)
+	if reason == messages.ReasonUnknownLibrary {
+		// A paired device naming a library not open here is expected: it
+		// was closed here, or a partner that just registered this device
+		// reports before this side has opened its copy. Counted, not a
+		// warning.
+		c.t.log.Debug("refused a message for a library not open here",
+			"peer", c.peer, "library", env.Library, "type", env.Type, "err", err)
+		return
+	}
 	c.t.warnRefusal(c.peer.String(), reason, "refused a message the peer may not send",
 		"peer", c.peer, "library", env.Library, "type", env.Type, "err", err)
 }

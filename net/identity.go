@@ -137,8 +137,8 @@ func (id *Identity) Name() string {
 // the fingerprint peers pinned, does not change.
 func (id *Identity) SetName(name string) error {
 	name = strings.TrimSpace(name)
-	if name == "" || len(name) > messages.MaxNameLen {
-		return fmt.Errorf("identity: device name must be 1 to %d bytes", messages.MaxNameLen)
+	if err := messages.CheckName("device", name); err != nil {
+		return fmt.Errorf("identity: %w", err)
 	}
 	b, err := json.Marshal(struct {
 		Name string `json:"name"`

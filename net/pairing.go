@@ -665,12 +665,12 @@ func (t *QUICTransport) JoinPairing(ctx context.Context, code, addr string) (Pee
 	if err != nil {
 		return PeerInfo{}, fmt.Errorf("pair with %s: %w", addr, err)
 	}
+	qc, err := t.dialPair(ctx, ua, addr)
+	if err != nil {
+		return PeerInfo{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, t.hsTimeout)
 	defer cancel()
-	qc, err := t.qt.Dial(ctx, ua, t.tlsConfig(alpnPair, nil, addr), t.qconf)
-	if err != nil {
-		return PeerInfo{}, fmt.Errorf("pair with %s: %w", addr, err)
-	}
 	if !t.track(qc) {
 		qc.CloseWithError(connShutdown, "transport closed")
 		return PeerInfo{}, ErrClosed
@@ -695,6 +695,30 @@ func (t *QUICTransport) JoinPairing(ctx context.Context, code, addr string) (Pee
 		t.onPaired(peer)
 	}
 	return peer, nil
+}
+
+// pairDialTimeout bounds the QUIC handshake of a pairing join: a person
+// is waiting, and a wrong address (nothing listening) answers nothing.
+const pairDialTimeout = 4 * time.Second
+
+// dialPair opens the pairing connection to addr, giving up after
+// pairDialTimeout (or the transport's handshake timeout, if shorter) with
+// an error that names the address.
+func (t *QUICTransport) dialPair(ctx context.Context, ua *stdnet.UDPAddr, addr string) (*quic.Conn, error) {
+	d := min(t.hsTimeout, pairDialTimeout)
+	conf := t.qconf.Clone()
+	conf.HandshakeIdleTimeout = d
+	dctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	qc, err := t.qt.Dial(dctx, ua, t.tlsConfig(alpnPair, nil, addr), conf)
+	if err == nil {
+		return qc, nil
+	}
+	var ne stdnet.Error
+	if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()) {
+		return nil, fmt.Errorf("pair with %s: no answer within %s (is an lsync daemon listening there?)", addr, d)
+	}
+	return nil, fmt.Errorf("pair with %s: %w", addr, err)
 }
 
 func (t *QUICTransport) joinerExchange(ctx context.Context, qc *quic.Conn, code, addr string) (PeerInfo, error) {

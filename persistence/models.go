@@ -107,7 +107,7 @@ func DefaultModels() []Model {
 		{Name: ModelUserMetadata, Kind: Shared, DependsOn: []string{ModelContentIdentity},
 			DeterministicFrom: []string{"content_uuid"}, Columns: []Column{
 				required(uref("content_uuid", ModelContentIdentity)), boolean("favorite"), boolean("hidden"),
-				note("note"), integer("rating"),
+				note("note"), integer("rating"), // rating: 0 to 5 (actors.MinRating, MaxRating)
 			}},
 		{Name: ModelUserMetadataTag, Kind: Shared, DependsOn: []string{ModelUserMetadata, ModelTag},
 			DeterministicFrom: []string{"user_metadata_uuid", "tag_uuid"}, Columns: []Column{

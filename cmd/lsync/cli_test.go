@@ -50,6 +50,7 @@ func TestContractCommandsExist(t *testing.T) {
 		"tag list", "tag rename", "tag delete", "tag remove", "album list", "album rename", "album delete",
 		"meta unset", "library rename", "library delete", "log",
 		"library members", "location rescan", "location list", "location remove", "location set", "network sync-remove",
+		"version", "completion", "completion bash",
 	} {
 		c, rest, err := root.Find(strings.Fields(path))
 		if err != nil || len(rest) != 0 || c.CommandPath() != "lsync "+path {

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lsync/lsync/actors"
+	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
 )
 
@@ -36,6 +37,11 @@ per device; it needs no daemon. Run again, it shows the existing identity
   lsync --home /tmp/b init --name desktop`,
 		Args: args(cobra.NoArgs),
 		RunE: g.runE(func(cmd *cobra.Command, _ []string) error {
+			if name != "" {
+				if err := messages.CheckName("device", strings.TrimSpace(name)); err != nil {
+					return &exitErr{code: exitUsage, err: err}
+				}
+			}
 			_, statErr := os.Stat(filepath.Join(g.home, "device.key"))
 			created := errors.Is(statErr, fs.ErrNotExist)
 			if name != "" && !created && daemonRunning(g.home) {
@@ -277,23 +283,26 @@ short one-time code: one device generates the code, the other joins with it.`,
 		Use:   "generate [--wait]",
 		Short: "Print a one-time pairing code",
 		Long: `Print a one-time pairing code (like WXYZ-1234) at once. The daemon keeps it
-valid for --ttl and a few attempts; enter it on the other device with
+valid for --ttl (1s to 24h) and a few attempts; enter it on the other device with
 "lsync network pair join CODE --addr THIS-HOST:PORT". With --wait the command
 blocks until the code is used (and prints the paired device) or expires.`,
 		Example: `  lsync network pair generate
   lsync network pair generate --wait --ttl 2m`,
 		Args: args(cobra.NoArgs),
 		RunE: g.runE(func(cmd *cobra.Command, _ []string) error {
+			if err := checkPairTTL(ttl); err != nil {
+				return &exitErr{code: exitUsage, err: err}
+			}
 			progress := func(p json.RawMessage) error {
 				var pc pairCode
 				if err := json.Unmarshal(p, &pc); err != nil {
 					return err
 				}
 				if g.json {
-					fmt.Fprintf(g.stderr, "pairing code %s (waiting until %s)\n", pc.Code, pc.Expires.Local().Format(time.TimeOnly))
+					fmt.Fprintf(g.stderr, "pairing code %s (waiting until %s)\n", pc.Code, pc.Expires.Local().Format(time.RFC3339))
 					return nil
 				}
-				fmt.Fprintf(g.stdout, "Pairing code: %s\nValid until %s. Waiting for the other device to join…\n", pc.Code, pc.Expires.Local().Format(time.TimeOnly))
+				fmt.Fprintf(g.stdout, "Pairing code: %s\nValid until %s. Waiting for the other device to join…\n", pc.Code, pc.Expires.Local().Format(time.RFC3339))
 				return nil
 			}
 			res, err := g.call(cmd.Context(), opPairGenerate, pairGenerateArgs{Wait: wait, TTL: ttl}, progress)
@@ -310,12 +319,12 @@ blocks until the code is used (and prints the paired device) or expires.`,
 					return
 				}
 				fmt.Fprintf(w, "Pairing code: %s\nValid until %s. On the other device run:\n  lsync network pair join %s --addr %s\n",
-					pc.Code, pc.Expires.Local().Format(time.TimeOnly), pc.Code, joinAddr(pc.Listen))
+					pc.Code, pc.Expires.Local().Format(time.RFC3339), pc.Code, joinAddr(pc.Listen))
 			})
 		}),
 	}
 	gen.Flags().BoolVar(&wait, "wait", false, "wait until the code is used or expires")
-	gen.Flags().DurationVar(&ttl, "ttl", 5*time.Minute, "how long the code stays valid")
+	gen.Flags().DurationVar(&ttl, "ttl", 5*time.Minute, "how long the code stays valid (1s to 24h)")
 	var addr string
 	join := &cobra.Command{
 		Use:   "join CODE --addr HOST:PORT",
@@ -944,7 +953,7 @@ func newMetaCmd(g *globals) *cobra.Command {
 		Use:   "set LIB (--entry ENTRY | --content UUID) key=value ...",
 		Short: "Set metadata fields",
 		Long: `Set user metadata fields. Keys: favorite (bool), hidden (bool), note (text),
-rating (integer, content only).
+rating (integer 0 to 5, content only).
 
   --content UUID  metadata of a content identity: shared, every device may set
                   it, last writer wins per field
@@ -1015,8 +1024,8 @@ func parseMeta(kvs []string) (metaFields, error) {
 			f.Note = &s
 		case "rating":
 			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				return f, usageErrorf("rating=%q: want an integer", v)
+			if err != nil || n < actors.MinRating || n > actors.MaxRating {
+				return f, usageErrorf("rating=%q: want an integer from %d to %d", v, actors.MinRating, actors.MaxRating)
 			}
 			f.Rating = &n
 		default:

@@ -302,12 +302,15 @@ func hPairGenerate(ctx context.Context, s *server, raw json.RawMessage, progress
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPairTTL(a.TTL); err != nil {
+		return nil, &exitErr{code: exitUsage, err: err}
+	}
 	pc, err := s.node.GeneratePairingCode(a.TTL, 0)
 	if err != nil {
 		return nil, err
 	}
+	// The transport logs the code's generation.
 	out := pairCode{Code: pc.Code, Expires: pc.Expires.UTC(), Listen: s.node.Addr()}
-	s.log.Info("pairing code generated", "expires", out.Expires)
 	if !a.Wait {
 		return out, nil
 	}
@@ -336,7 +339,7 @@ func hPairJoin(ctx context.Context, s *server, raw json.RawMessage, _ func(any))
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("paired", "peer", p.ID, "name", p.Name, "addr", p.Addr)
+	// The transport logs the pairing.
 	return peerInfo{ID: p.ID.String(), Name: p.Name, Addr: p.Addr, PairedAt: p.PairedAt}, nil
 }
 

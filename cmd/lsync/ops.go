@@ -5,6 +5,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/lsync/lsync/actors"
@@ -102,6 +103,19 @@ type libraryInfo struct {
 type pairGenerateArgs struct {
 	Wait bool          `json:"wait"`
 	TTL  time.Duration `json:"ttl"`
+}
+
+// maxPairTTL is the longest a pairing code may stay valid: a code is a
+// short secret, guessable given time.
+const maxPairTTL = 24 * time.Hour
+
+// checkPairTTL refuses a pairing code TTL that is not positive or longer
+// than maxPairTTL.
+func checkPairTTL(ttl time.Duration) error {
+	if ttl < time.Second || ttl > maxPairTTL {
+		return fmt.Errorf("--ttl %s: want 1s to 24h", ttl)
+	}
+	return nil
 }
 
 type pairCode struct {

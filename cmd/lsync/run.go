@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -58,12 +59,17 @@ type globals struct {
 // Run runs the lsync command line args and returns the exit status. It
 // prints results on stdout and at most one error line on stderr.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	g := &globals{stdout: stdout, stderr: stderr}
+	out := &errWriter{w: stdout}
+	g := &globals{stdout: out, stderr: stderr}
 	root := newRootCmd(g)
 	root.SetArgs(args)
-	root.SetOut(stdout)
+	root.SetOut(out)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
+	if out.err != nil && (err == nil || errors.Is(err, out.err)) {
+		// Output that did not arrive (a full disk, a closed pipe) is a failure.
+		err = &exitErr{code: exitError, err: fmt.Errorf("write stdout: %w", out.err)}
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -79,6 +85,22 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "lsync: %s\n", oneLine(err.Error()))
 	return code
+}
+
+// errWriter remembers the first error writing to w, and fails every
+// write after it.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
 }
 
 // oneLine folds a multi-line message into one line.
@@ -112,9 +134,15 @@ stderr, starting with "lsync: ".
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			return g.resolveHome()
 		},
+		// An unknown command is a usage error that suggests the nearest ones.
+		Args: func(cmd *cobra.Command, a []string) error {
+			if len(a) > 0 {
+				return unknownCommand(cmd, a[0])
+			}
+			return nil
+		},
 		RunE: groupRunE,
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
 	root.PersistentFlags().StringVar(&g.home, "home", "", "the node's home directory (default $LSYNC_HOME, else ~/.lsync)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print one JSON document on stdout")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -123,8 +151,10 @@ stderr, starting with "lsync: ".
 	root.AddCommand(
 		newInitCmd(g), newServeCmd(g), newDeviceCmd(g), newLibraryCmd(g), newNetworkCmd(g),
 		newLocationCmd(g), newTagCmd(g), newAlbumCmd(g), newMetaCmd(g), newQueryCmd(g),
-		newSyncCmd(g), newWatchCmd(g), newDemoCmd(g), newLogCmd(g), newUICmd(g),
+		newSyncCmd(g), newWatchCmd(g), newDemoCmd(g), newLogCmd(g), newUICmd(g), newVersionCmd(g),
 	)
+	root.SetOut(g.stdout) // the completion command takes its writer now
+	addCompletionCmd(root)
 	return root
 }
 
@@ -132,9 +162,34 @@ stderr, starting with "lsync: ".
 // print their help; with an unknown subcommand they are a usage error.
 func groupRunE(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return usageErrorf("unknown command %q for %q (see: %s --help)", args[0], cmd.CommandPath(), cmd.CommandPath())
+		return unknownCommand(cmd, args[0])
 	}
 	return cmd.Help()
+}
+
+// unknownCommand is the usage error for a mistyped subcommand name of cmd,
+// with cobra's suggestions ("did you mean") when there are any.
+func unknownCommand(cmd *cobra.Command, name string) error {
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default, set only on the root it executes
+	}
+	if s := cmd.SuggestionsFor(name); len(s) > 0 {
+		return usageErrorf("unknown command %q for %q (did you mean %s? see: %s --help)",
+			name, cmd.CommandPath(), quoteOr(s), cmd.CommandPath())
+	}
+	return usageErrorf("unknown command %q for %q (see: %s --help)", name, cmd.CommandPath(), cmd.CommandPath())
+}
+
+// quoteOr joins words as "a", "b" or "c".
+func quoteOr(words []string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = strconv.Quote(w)
+	}
+	if len(q) == 1 {
+		return q[0]
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
 }
 
 func (g *globals) resolveHome() error {

@@ -35,7 +35,7 @@ const defaultListen = ":7700"
 const schemaEnv = "LSYNC_TEST_SCHEMA_VERSION"
 
 func newServeCmd(g *globals) *cobra.Command {
-	var listen, metrics, level, ui string
+	var listen, metrics, level, format, ui string
 	var pageSize int
 	var bandwidth int64
 	cmd := &cobra.Command{
@@ -51,7 +51,8 @@ command talks to. With --metrics it serves Prometheus metrics on
 http://ADDR/metrics. With --ui (default ` + defaultUI + `, "" for none) it serves
 a read-only status page; a non-loopback --ui needs the token of
 lsync ui token. Only one daemon may serve a home (` + lockName + `).
-Logs go to stderr.
+Logs go to stderr, as text (logfmt) or, with --log-format json, one JSON
+object a line.
 
 The environment variable ` + schemaEnv + ` is for tests only: it makes the
 daemon speak another wire schema version.`,
@@ -63,13 +64,16 @@ daemon speak another wire schema version.`,
 			if err != nil {
 				return &exitErr{code: exitUsage, err: err}
 			}
+			if format != "text" && format != "json" {
+				return usageErrorf("--log-format %q: want text or json", format)
+			}
 			if pageSize < 1 || pageSize > 100_000 {
 				return usageErrorf("--page-size %d: want 1 to 100000", pageSize)
 			}
 			if bandwidth < 0 {
 				return usageErrorf("--bandwidth-limit %d: want bytes per second, 0 for none", bandwidth)
 			}
-			return serve(cmd.Context(), g, serveOptions{listen: listen, metrics: metrics, level: lvl, pageSize: pageSize, bandwidth: bandwidth,
+			return serve(cmd.Context(), g, serveOptions{listen: listen, metrics: metrics, level: lvl, logJSON: format == "json", pageSize: pageSize, bandwidth: bandwidth,
 				ui: ui, uiDefault: !cmd.Flags().Changed("ui")})
 		}),
 	}
@@ -77,23 +81,31 @@ daemon speak another wire schema version.`,
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this HTTP address (off when empty)")
 	cmd.Flags().StringVar(&ui, "ui", defaultUI, "serve the status page on this HTTP address (off when empty; a non-loopback one needs `lsync ui token`)")
 	cmd.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.Flags().StringVar(&format, "log-format", "text", "log format: text or json")
 	cmd.Flags().IntVar(&pageSize, "page-size", 10_000, "rows per page when catching up or joining (smaller pages suit slow links)")
 	cmd.Flags().Int64Var(&bandwidth, "bandwidth-limit", 0, "cap outgoing sync traffic at this many bytes per second (0: no cap)")
 	return cmd
 }
 
 func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return l, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
 	}
-	return l, nil
+	return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
 }
 
 type serveOptions struct {
 	listen    string
 	metrics   string
 	level     slog.Level
+	logJSON   bool // JSON log lines, else text
 	pageSize  int
 	bandwidth int64
 	ui        string
@@ -102,7 +114,11 @@ type serveOptions struct {
 
 // serve runs the daemon until ctx is done.
 func serve(ctx context.Context, g *globals, opt serveOptions) error {
-	log := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: opt.level}))
+	var h slog.Handler = slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: opt.level})
+	if opt.logJSON {
+		h = slog.NewJSONHandler(g.stderr, &slog.HandlerOptions{Level: opt.level})
+	}
+	log := slog.New(h)
 	// The home holds the key and the lock: no one else may write it.
 	if err := net.SecureHome(g.home); err != nil {
 		return err
