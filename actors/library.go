@@ -80,6 +80,7 @@ type libraryActor struct {
 	join        *actor.PID
 	joinSt      *backfillState
 	lastJoin    *backfillState // the last join that finished (since start)
+	joinRate    *rateWindow    // the running join's recent progress (rate, ETA)
 	buffer      []*inboundMsg
 	bufferBytes int64 // what buffer holds, by the cost of its messages
 	dropped     int
