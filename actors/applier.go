@@ -182,7 +182,7 @@ func (a *applierActor) apply(ctx actor.Context, b *applyBatch) {
 	if err != nil {
 		panic(&applyFailure{batch: b, err: err})
 	}
-	a.n.metrics.applySeconds.WithLabelValues(a.model).Observe(time.Since(start).Seconds())
+	a.n.metrics.observeApply(a.model, a.shared, time.Since(start))
 	ctx.Send(a.parent, &applied{result: res, from: from, shared: a.shared})
 }
 

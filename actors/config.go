@@ -21,22 +21,6 @@ const (
 	PhaseStopped     Phase = "stopped" // a storage failure stopped the library (Status.Error says why)
 )
 
-func (p Phase) gauge() float64 {
-	switch p {
-	case PhaseSelecting:
-		return 1
-	case PhaseBackfilling:
-		return 2
-	case PhaseCatchingUp:
-		return 3
-	case PhaseFailed:
-		return 4
-	case PhaseStopped:
-		return 5
-	}
-	return 0
-}
-
 // Config configures a node.
 type Config struct {
 	// Home holds the node's identity, pinned peers and libraries.

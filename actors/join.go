@@ -43,6 +43,7 @@ type backfillState struct {
 	Expected   int64     `json:"expected"` // rows the source held when the join was planned (0: unknown)
 	Bytes      int64     `json:"bytes"`
 	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at,omitzero"` // set when the join is done (status: a frozen rate)
 	Attempts   int       `json:"attempts"`
 	LastError  string    `json:"last_error,omitempty"`
 }

@@ -80,6 +80,7 @@ type libraryActor struct {
 	join        *actor.PID
 	joinSt      *backfillState
 	lastJoin    *backfillState // the last join that finished (since start)
+	joinRate    *rateWindow    // the running join's recent progress (rate, ETA)
 	buffer      []*inboundMsg
 	bufferBytes int64 // what buffer holds, by the cost of its messages
 	dropped     int
@@ -204,7 +205,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.appliers = map[string]*actor.PID{}
 	// A library opens READY; only a change from there is an event.
 	a.shown = PhaseReady
-	a.n.metrics.backfillPhase.WithLabelValues(a.id.String()).Set(PhaseReady.gauge())
+	a.n.metrics.setPhase(a.id, PhaseReady)
 	a.reloadPartners()
 	a.groupRemoved, _ = a.loadRemovals()
 
@@ -348,7 +349,7 @@ func (a *libraryActor) publishPhase() {
 		return
 	}
 	a.shown = p
-	a.n.metrics.backfillPhase.WithLabelValues(a.id.String()).Set(p.gauge())
+	a.n.metrics.setPhase(a.id, p)
 	a.n.events.emit(Event{Type: EventPhaseChanged, Library: a.id, Phase: p})
 }
 

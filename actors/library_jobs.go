@@ -256,6 +256,10 @@ func (a *libraryActor) startJoin(ctx actor.Context, source messages.DeviceID) er
 // spawnJoin starts the join actor; it loads the checkpoint itself.
 func (a *libraryActor) spawnJoin(ctx actor.Context, st *backfillState) {
 	a.joinSt = st
+	// The rate counts from here: records of an earlier run (a resumed
+	// checkpoint) were not applied at this run's pace.
+	a.joinRate = &rateWindow{}
+	a.joinRate.add(time.Now(), st.Records)
 	a.join = ctx.SpawnPrefix(actor.PropsFromProducer(newBackfillActor(a.n, a.lib, a.id, ctx.Self())), "backfill-")
 }
 
@@ -265,6 +269,7 @@ func (a *libraryActor) onJoinProgress(m *joinProgress) {
 	}
 	st := m.st
 	a.joinSt = &st
+	a.joinRate.add(time.Now(), st.Records)
 	a.n.events.emit(Event{Type: EventBackfillProgress, Library: a.id, Peer: st.Source, Phase: st.Phase, Count: int(st.Records)})
 }
 
@@ -272,9 +277,9 @@ func (a *libraryActor) onJoinProgress(m *joinProgress) {
 // since-watermark pass with every partner; then READY.
 func (a *libraryActor) onJoinDone(ctx actor.Context, m *joinDone) {
 	last := m.st
-	last.Phase = PhaseReady
+	last.Phase, last.FinishedAt = PhaseReady, time.Now().UTC()
 	a.lastJoin = &last
-	a.join, a.joinSt = nil, nil
+	a.join, a.joinSt, a.joinRate = nil, nil, nil
 	buf := a.buffer
 	a.buffer, a.bufferBytes = nil, 0
 	for _, in := range buf {

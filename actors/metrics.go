@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -9,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
 )
 
 // Metrics holds every Prometheus series of DESIGN.md §9, plus the actor
@@ -20,11 +23,14 @@ type Metrics struct {
 	messages       *prometheus.CounterVec   // direction, type
 	bytes          *prometheus.CounterVec   // direction
 	payload        *prometheus.CounterVec   // direction
-	applySeconds   *prometheus.HistogramVec // model
+	applySeconds   *prometheus.HistogramVec // model (device-owned models only)
+	sharedApply    prometheus.Histogram     // the shared applier's batches (every shared model at once)
 	sharedLog      *prometheus.GaugeVec     // library
 	backfillRecs   *prometheus.CounterVec   // library
-	backfillPhase  *prometheus.GaugeVec     // library
-	peerRTT        *prometheus.GaugeVec     // peer
+	backfillPhase  *prometheus.GaugeVec     // library, phase: 1 for the library's phase, 0 for the others
+	peerRTT        *prometheus.GaugeVec     // peer; deleted when the peer disconnects
+	peerConnected  *prometheus.GaugeVec     // peer: 1 connected, 0 not
+	peerLastSeen   *prometheus.GaugeVec     // peer: unix seconds of its last frame or ping, or of the disconnect
 	rejected       *prometheus.CounterVec   // reason
 	fkParked       *prometheus.GaugeVec     // model
 	deadLetters    prometheus.Counter
@@ -42,11 +48,21 @@ type Metrics struct {
 	digestMismatch prometheus.Counter     // an owner's rows found to differ from its signed digest
 	digestRepairs  *prometheus.CounterVec // result: ok, failed
 	digestDamaged  prometheus.Counter     // kept digests that a full pass found wrong (rows changed behind lsync's back)
+	buildInfo      *prometheus.GaugeVec   // version, revision, go_version: always 1
+
+	now func() time.Time // the clock of lsync_peer_last_seen_timestamp_seconds
+
+	// mu guards down: peers whose disconnect was observed, so a ping
+	// measured just before it cannot bring back their RTT series.
+	mu   sync.Mutex
+	down map[messages.DeviceID]bool
 }
 
 func newMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
+		now:      time.Now,
+		down:     map[messages.DeviceID]bool{},
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lsync_messages_total", Help: "Sync messages sent and received, by direction and message type.",
 		}, []string{"direction", "type"}),
@@ -54,9 +70,13 @@ func newMetrics() *Metrics {
 			Name: "lsync_bytes_total", Help: "Frame bytes on the wire, by direction.",
 		}, []string{"direction"}),
 		applySeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "lsync_apply_seconds", Help: "Time to apply one batch of inbound changes, by model.",
+			Name: "lsync_apply_seconds", Help: "Time to apply one batch of inbound device-owned changes, by model (shared changes: lsync_shared_apply_seconds).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"model"}),
+		sharedApply: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "lsync_shared_apply_seconds", Help: "Time to apply one batch of inbound shared changes (one applier for every shared model: an origin's chain spans models).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
 		sharedLog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "lsync_shared_log_entries", Help: "Entries in this device's shared-change log (sync.db).",
 		}, []string{"library"}),
@@ -64,10 +84,16 @@ func newMetrics() *Metrics {
 			Name: "lsync_backfill_records_total", Help: "Records applied by backfill and catch-up jobs.",
 		}, []string{"library"}),
 		backfillPhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "lsync_backfill_phase", Help: "Sync phase: 0 ready, 1 selecting, 2 backfilling, 3 catching up, 4 failed (a join backing off), 5 stopped (a storage failure).",
-		}, []string{"library"}),
+			Name: "lsync_backfill_phase", Help: "Sync phase of each open library: 1 for its phase (ready, selecting, backfilling, catching_up, failed: a join backing off, stopped: a storage failure), 0 for the others.",
+		}, []string{"library", "phase"}),
 		peerRTT: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "lsync_peer_rtt_seconds", Help: "Latest round-trip time to each peer.",
+			Name: "lsync_peer_rtt_seconds", Help: "Latest round-trip time to each connected peer (no series while disconnected).",
+		}, []string{"peer"}),
+		peerConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lsync_peer_connected", Help: "1 while the peer is connected, 0 after it disconnected.",
+		}, []string{"peer"}),
+		peerLastSeen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lsync_peer_last_seen_timestamp_seconds", Help: "Unix time of the last frame or ping from the peer, or of its disconnect.",
 		}, []string{"peer"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lsync_rejected_total", Help: "Refused input, by reason.",
@@ -127,7 +153,11 @@ func newMetrics() *Metrics {
 	m.digestDamaged = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lsync_digest_audit_damaged_total", Help: "Owners whose kept digest a full pass found wrong: rows changed behind lsync's back (the digest is rebuilt; a repair follows if the owner's word differs).",
 	})
-	m.Registry.MustRegister(m.digestDamaged, m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lsync_build_info", Help: "Always 1; the labels say which build of lsync runs.",
+	}, []string{"version", "revision", "go_version"})
+	m.buildInfo.WithLabelValues(buildLabels(debug.ReadBuildInfo())).Set(1)
+	m.Registry.MustRegister(m.buildInfo, m.sharedApply, m.peerConnected, m.peerLastSeen, m.digestDamaged, m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -135,7 +165,111 @@ func newMetrics() *Metrics {
 	for _, r := range messages.Reasons() {
 		m.rejected.WithLabelValues(string(r))
 	}
+	// So do the other counters with a known set of label values: a rate()
+	// or increase() over a series that appears with its first event misses
+	// that event.
+	for _, o := range []string{"recovered", "failed", "unreadable"} {
+		m.retries.WithLabelValues(o)
+	}
+	for _, k := range []string{"fetched", "deleted"} {
+		m.aeRepairs.WithLabelValues(k)
+	}
+	for _, r := range []string{"ok", "failed"} {
+		m.aeRuns.WithLabelValues(r)
+	}
+	for _, k := range []string{"shared", "full"} {
+		m.relayPulls.WithLabelValues(k)
+	}
+	for _, d := range []actor.Directive{actor.ResumeDirective, actor.RestartDirective, actor.StopDirective, actor.EscalateDirective} {
+		m.supervision.WithLabelValues(d.String())
+	}
+	for _, d := range []string{"in", "out"} {
+		m.bytes.WithLabelValues(d)
+		m.payload.WithLabelValues(d)
+	}
+	// Appliers: one per device-owned model of the default registry, and
+	// the shared one (named sharedApplier).
+	for _, md := range persistence.DefaultModels() {
+		if md.Kind == persistence.DeviceOwned {
+			m.applierRestart.WithLabelValues(md.Name)
+		}
+	}
+	m.applierRestart.WithLabelValues(sharedApplier)
 	return m
+}
+
+// buildLabels are lsync_build_info's labels: the main module's version and
+// VCS revision, "(devel)" and "unknown" when the build does not say.
+func buildLabels(bi *debug.BuildInfo, ok bool) (version, revision, goVersion string) {
+	version, revision, goVersion = "(devel)", "unknown", "unknown"
+	if !ok || bi == nil {
+		return
+	}
+	if v := bi.Main.Version; v != "" {
+		version = v
+	}
+	if bi.GoVersion != "" {
+		goVersion = bi.GoVersion
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && s.Value != "" {
+			revision = s.Value
+		}
+	}
+	return
+}
+
+// allPhases are the values of lsync_backfill_phase's phase label.
+var allPhases = []Phase{PhaseReady, PhaseSelecting, PhaseBackfilling, PhaseCatchingUp, PhaseFailed, PhaseStopped}
+
+// setPhase makes p the library's one phase series at 1, the others 0.
+func (m *Metrics) setPhase(lib messages.LibraryID, p Phase) {
+	for _, q := range allPhases {
+		v := 0.0
+		if q == p {
+			v = 1
+		}
+		m.backfillPhase.WithLabelValues(lib.String(), string(q)).Set(v)
+	}
+}
+
+// forgetLibrary drops a closed library's phase series.
+func (m *Metrics) forgetLibrary(lib messages.LibraryID) {
+	m.backfillPhase.DeletePartialMatch(prometheus.Labels{"library": lib.String()})
+}
+
+// observeApply records one applied batch: device-owned under its model,
+// shared in lsync_shared_apply_seconds.
+func (m *Metrics) observeApply(model string, shared bool, d time.Duration) {
+	if shared {
+		m.sharedApply.Observe(d.Seconds())
+		return
+	}
+	m.applySeconds.WithLabelValues(model).Observe(d.Seconds())
+}
+
+// PeerConnected marks peer connected (lsync_peer_connected 1).
+func (m *Metrics) PeerConnected(peer messages.DeviceID) {
+	m.mu.Lock()
+	delete(m.down, peer)
+	m.mu.Unlock()
+	m.peerConnected.WithLabelValues(peer.String()).Set(1)
+	m.seen(peer)
+}
+
+// PeerDisconnected marks peer disconnected: connected 0, last seen now,
+// and its RTT series gone (a stale RTT would read as a live link).
+func (m *Metrics) PeerDisconnected(peer messages.DeviceID) {
+	m.mu.Lock()
+	m.down[peer] = true
+	m.peerRTT.DeleteLabelValues(peer.String())
+	m.mu.Unlock()
+	m.peerConnected.WithLabelValues(peer.String()).Set(0)
+	m.seen(peer)
+}
+
+func (m *Metrics) seen(peer messages.DeviceID) {
+	m.peerLastSeen.WithLabelValues(peer.String()).Set(float64(m.now().UnixMilli()) / 1000)
 }
 
 // PayloadIn implements net.PayloadObserver.
@@ -149,9 +283,10 @@ func (m *Metrics) PayloadOut(_ messages.DeviceID, n int) {
 }
 
 // MessageIn implements net.Observer.
-func (m *Metrics) MessageIn(_ messages.DeviceID, t messages.Type, n int) {
+func (m *Metrics) MessageIn(peer messages.DeviceID, t messages.Type, n int) {
 	m.messages.WithLabelValues("in", t.String()).Inc()
 	m.bytes.WithLabelValues("in").Add(float64(n))
+	m.seen(peer)
 }
 
 // MessageOut implements net.Observer.
@@ -165,6 +300,12 @@ func (m *Metrics) Rejected(reason messages.Reason) { m.rejected.WithLabelValues(
 
 // RTT implements net.Observer.
 func (m *Metrics) RTT(peer messages.DeviceID, d time.Duration) {
+	m.seen(peer)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.down[peer] {
+		return // measured before the disconnect that deleted the series
+	}
 	m.peerRTT.WithLabelValues(peer.String()).Set(d.Seconds())
 }
 

@@ -145,6 +145,7 @@ func (na *nodeActor) closeStores() {
 func (na *nodeActor) onPeerConnected(ctx actor.Context, m *peerConnected) {
 	na.connected[m.dev] = m
 	delete(na.lastErr, m.dev)
+	na.n.metrics.PeerConnected(m.dev)
 	na.n.log.Info("peer connected", "peer", m.dev, "name", m.name)
 	na.n.events.emit(Event{Type: EventPeerConnected, Peer: m.dev, Detail: m.name})
 	up := &peerUp{dev: m.dev, name: m.name, pid: m.pid, conn: m.conn}
@@ -159,6 +160,7 @@ func (na *nodeActor) onPeerConnected(ctx actor.Context, m *peerConnected) {
 func (na *nodeActor) onPeerDisconnected(ctx actor.Context, m *peerDisconnected) {
 	if pc, ok := na.connected[m.dev]; ok && pc.conn == m.conn {
 		delete(na.connected, m.dev)
+		na.n.metrics.PeerDisconnected(m.dev)
 		na.n.events.emit(Event{Type: EventPeerDisconnected, Peer: m.dev})
 	}
 	down := &peerDown{dev: m.dev, conn: m.conn}
@@ -335,6 +337,7 @@ func (na *nodeActor) onTerminated(ctx actor.Context, m *actor.Terminated) {
 	lib := na.stores[c.id]
 	delete(na.stores, c.id)
 	err := lib.Close()
+	na.n.metrics.forgetLibrary(c.id) // after the actor's last phase update
 	na.n.events.emit(Event{Type: EventLibraryClosed, Library: c.id})
 	if c.requester != nil {
 		ctx.Send(c.requester, &reply{nil, err})

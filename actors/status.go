@@ -85,18 +85,24 @@ type Watermark struct {
 
 // BackfillStatus reports a join in progress (see backfill.go).
 type BackfillStatus struct {
-	Job           string  `json:"job"`
-	Phase         Phase   `json:"phase"`
-	Source        string  `json:"source,omitempty"`
-	Pages         int     `json:"pages"`
-	StatePages    int     `json:"state_pages"`
-	Records       int64   `json:"records"`
-	Expected      int64   `json:"expected_records"` // the source's row count when the join began (0: unknown)
-	Bytes         int64   `json:"bytes"`
+	Job        string `json:"job"`
+	Phase      Phase  `json:"phase"`
+	Source     string `json:"source,omitempty"`
+	Pages      int    `json:"pages"`
+	StatePages int    `json:"state_pages"`
+	Records    int64  `json:"records"`
+	Expected   int64  `json:"expected_records"` // the source's row count when the join began (0: unknown)
+	Bytes      int64  `json:"bytes"`
+	// RecordsPerSec is the rate over the last few seconds while the join
+	// runs (0 until there is one), its average over the whole run once it
+	// finished.
 	RecordsPerSec float64 `json:"records_per_sec"`
-	ETASeconds    float64 `json:"eta_seconds"`
-	Attempts      int     `json:"attempts"`
-	LastError     string  `json:"last_error,omitempty"`
+	// ETASeconds is 0 (none) until there is a rate and an expected count.
+	ETASeconds     float64 `json:"eta_seconds"`
+	ElapsedSeconds float64 `json:"elapsed_seconds"`       // since it started; of the whole run once finished
+	FinishedAt     string  `json:"finished_at,omitempty"` // RFC 3339, once finished
+	Attempts       int     `json:"attempts"`
+	LastError      string  `json:"last_error,omitempty"`
 }
 
 // Status reports the library's sync state.
@@ -235,11 +241,11 @@ func (a *libraryActor) status() (*Status, error) {
 		st.Jobs = append(st.Jobs, "retry/"+dev.String())
 	}
 	if a.join != nil && a.joinSt != nil {
-		st.Backfill = backfillStatus(a.joinSt, a.phase())
+		st.Backfill = backfillStatus(a.joinSt, a.phase(), a.joinRate, time.Now())
 		st.Jobs = append(st.Jobs, "backfill/"+a.joinSt.Job)
 	}
 	if a.lastJoin != nil {
-		st.LastBackfill = backfillStatus(a.lastJoin, PhaseReady)
+		st.LastBackfill = backfillStatus(a.lastJoin, PhaseReady, nil, time.Now())
 	}
 	for owner := range a.repairing {
 		st.Jobs = append(st.Jobs, "repair/"+owner.String())
@@ -249,26 +255,28 @@ func (a *libraryActor) status() (*Status, error) {
 	return st, nil
 }
 
-func backfillStatus(b *backfillState, phase Phase) *BackfillStatus {
+// backfillStatus reports b at now: a running join's rate and ETA from w
+// (its recent progress), a finished one's totals with its average rate.
+func backfillStatus(b *backfillState, phase Phase, w *rateWindow, now time.Time) *BackfillStatus {
 	bs := &BackfillStatus{Job: b.Job, Phase: phase, Pages: b.Pages, StatePages: b.StatePages, Records: b.Records, Expected: b.Expected, Bytes: b.Bytes,
 		Attempts: b.Attempts, LastError: b.LastError}
 	if !b.Source.IsZero() {
 		bs.Source = b.Source.String()
 	}
-	if el := time.Since(b.StartedAt).Seconds(); el > 0 {
-		bs.RecordsPerSec = float64(b.Records) / el
+	if !b.FinishedAt.IsZero() {
+		el := b.FinishedAt.Sub(b.StartedAt).Seconds()
+		bs.ElapsedSeconds, bs.FinishedAt = el, b.FinishedAt.UTC().Format(time.RFC3339)
+		if el > 0 {
+			bs.RecordsPerSec = float64(b.Records) / el
+		}
+		return bs
 	}
-	// Progress is records applied against the rows the source held at the
-	// start (a source that did not say: owners done, a coarser measure).
-	frac := 0.0
-	switch n := len(b.Owners); {
-	case b.Expected > 0:
-		frac = min(float64(b.Records)/float64(b.Expected), 0.99)
-	case n > 0:
-		frac = float64(b.Owner) / float64(n+1) // +1: the shared state after the owners
-	}
-	if frac > 0 && phase != PhaseReady {
-		bs.ETASeconds = time.Since(b.StartedAt).Seconds() * (1 - frac) / frac
+	bs.ElapsedSeconds = max(now.Sub(b.StartedAt).Seconds(), 0)
+	if rate, ok := w.rate(); ok {
+		bs.RecordsPerSec = rate
+		if phase != PhaseReady {
+			bs.ETASeconds = etaSeconds(b.Expected, b.Records, rate)
+		}
 	}
 	return bs
 }

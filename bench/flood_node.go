@@ -219,7 +219,8 @@ func writeOne(ctx context.Context, lib *actors.Library, loc messages.UUID, self 
 	return err
 }
 
-// applierTimes reads lsync_apply_seconds by model.
+// applierTimes reads lsync_apply_seconds by model, and the shared
+// applier's lsync_shared_apply_seconds under "shared".
 func applierTimes(n *actors.Node) map[string]applierTime {
 	out := map[string]applierTime{}
 	fams, err := n.Metrics().Registry.Gather()
@@ -227,6 +228,12 @@ func applierTimes(n *actors.Node) map[string]applierTime {
 		return out
 	}
 	for _, f := range fams {
+		if f.GetName() == "lsync_shared_apply_seconds" {
+			for _, m := range f.GetMetric() {
+				h := m.GetHistogram()
+				out["shared"] = applierTime{Batches: int(h.GetSampleCount()), Secs: h.GetSampleSum()}
+			}
+		}
 		if f.GetName() != "lsync_apply_seconds" {
 			continue
 		}

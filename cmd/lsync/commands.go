@@ -1266,8 +1266,8 @@ func printStatus(w io.Writer, st *actors.Status) {
 			j.Kind, j.Location, j.Started.UTC().Format(time.RFC3339))
 	}
 	if b := st.Backfill; b != nil {
-		fmt.Fprintf(tw, "backfill\t%s from %s: %d pages, %d records, %s, %.0f rec/s, ETA %.0fs, attempts %d\n",
-			b.Phase, b.Source, b.Pages, b.Records, humanBytes(b.Bytes), b.RecordsPerSec, b.ETASeconds, b.Attempts)
+		fmt.Fprintf(tw, "backfill\t%s from %s: %d pages, %d records, %s, %.0f rec/s%s, attempts %d\n",
+			b.Phase, b.Source, b.Pages, b.Records, humanBytes(b.Bytes), b.RecordsPerSec, etaText(b.ETASeconds), b.Attempts)
 		if b.LastError != "" {
 			fmt.Fprintf(tw, "backfill error\t%s\n", b.LastError)
 		}

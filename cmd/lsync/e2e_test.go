@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -748,6 +749,11 @@ func TestE2EKillNineMidTraffic(t *testing.T) {
 	stdout, stderr, code := b.run("network", "sync-setup", "--remote-device", "alpha", "--remote-library", "Work", "--action", "join")
 	if code != 0 || !strings.Contains(stdout, "phase ready") || !strings.Contains(stderr, "join: ready") {
 		t.Fatalf("sync-setup --action join: exit %d\nstdout %q\nstderr %q", code, stdout, stderr)
+	}
+	// Its last line is the finished join's totals, not zeros.
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if last := lines[len(lines)-1]; !regexp.MustCompile(`^join: ready, [1-9][0-9]* records, [1-9][0-9]* pages, .* in [0-9.hms]+ \([0-9]+ records/s\)$`).MatchString(last) {
+		t.Fatalf("the join's last line %q lacks its totals\nstderr %q", last, stderr)
 	}
 	dirs := newHome(t)
 

@@ -469,6 +469,7 @@ const joinSettle = 2 * time.Second
 func (s *server) reportJoin(ctx context.Context, lib *actors.Library, events <-chan actors.Event, progress func(any)) error {
 	start := time.Now()
 	busy := false
+	job := "" // the backfill job seen running
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -476,15 +477,14 @@ func (s *server) reportJoin(ctx context.Context, lib *actors.Library, events <-c
 		if err != nil {
 			return err
 		}
-		jp := joinProgress{Phase: string(st.Phase), Jobs: len(st.Jobs)}
-		if b := st.Backfill; b != nil {
-			jp.Pages, jp.Records, jp.Expected, jp.Bytes = b.Pages, b.Records, b.Expected, b.Bytes
-			jp.RecordsPerSec, jp.ETASeconds, jp.LastError = b.RecordsPerSec, b.ETASeconds, b.LastError
+		if st.Backfill != nil {
+			job = st.Backfill.Job
 		}
-		progress(jp)
 		idle := st.Phase == actors.PhaseReady && len(st.Jobs) == 0
 		busy = busy || !idle
-		if idle && (busy || time.Since(start) > joinSettle) {
+		done := idle && (busy || time.Since(start) > joinSettle)
+		progress(joinFrame(st, job, busy, done))
+		if done {
 			return nil
 		}
 		// Until the next tick, only note whether the join got busy.

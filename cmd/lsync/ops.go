@@ -169,10 +169,13 @@ type joinProgress struct {
 	Records       int64   `json:"records"`
 	Expected      int64   `json:"expected_records"`
 	Bytes         int64   `json:"bytes"`
-	RecordsPerSec float64 `json:"records_per_sec"`
-	ETASeconds    float64 `json:"eta_seconds"`
+	RecordsPerSec float64 `json:"records_per_sec"` // recent rate; the average once Done
+	ETASeconds    float64 `json:"eta_seconds"`     // 0: none yet
 	Jobs          int     `json:"jobs"`
 	LastError     string  `json:"last_error,omitempty"`
+	// Done marks the last frame: the finished join's totals.
+	Done           bool    `json:"done,omitempty"`
+	ElapsedSeconds float64 `json:"elapsed_seconds,omitempty"`
 }
 
 type locationAddArgs struct {

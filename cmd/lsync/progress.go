@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sync/atomic"
 	"time"
 
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
+
+	"github.com/lsync/lsync/actors"
 )
 
 // isTerminal reports whether w is a terminal (a character device).
@@ -127,6 +130,8 @@ type joinBar struct {
 	bar       *mpb.Bar
 	phase     atomic.Pointer[string] // read by the bar's decorators
 	eta       atomic.Int64           // seconds, from the daemon
+	rate      atomic.Uint64          // records/s (float64 bits), from the daemon
+	final     *joinProgress          // the last frame (Done): the totals
 	last      time.Time
 	lastPhase string
 }
@@ -144,16 +149,20 @@ func (b *joinBar) update(raw json.RawMessage) error {
 		return err
 	}
 	b.phase.Store(&p.Phase)
+	if p.Done {
+		b.final = &p
+	}
 	if !b.tty {
+		if p.Done {
+			return nil // finish prints the totals
+		}
 		if p.Phase != b.lastPhase || time.Since(b.last) >= plainEvery {
 			b.last, b.lastPhase = time.Now(), p.Phase
 			line := fmt.Sprintf("join: %s, %d records, %d pages", p.Phase, p.Records, p.Pages)
 			if p.Expected > 0 {
 				line = fmt.Sprintf("join: %s, %d of about %d records, %d pages", p.Phase, p.Records, p.Expected, p.Pages)
 			}
-			if p.ETASeconds > 0 {
-				line += fmt.Sprintf(", ETA %.0fs", p.ETASeconds)
-			}
+			line += etaText(p.ETASeconds)
 			if p.LastError != "" {
 				line += ", last error: " + p.LastError
 			}
@@ -165,23 +174,37 @@ func (b *joinBar) update(raw json.RawMessage) error {
 		if p.Expected == 0 && p.Records == 0 {
 			return nil // the plan (with the row count) is not in yet
 		}
-		b.p = mpb.New(mpb.WithOutput(b.g.stderr), mpb.WithWidth(40), mpb.WithRefreshRate(150*time.Millisecond))
+		// Auto refresh: b.tty already says stderr is a terminal (and a
+		// test's buffer then sees the frames too).
+		b.p = mpb.New(mpb.WithOutput(b.g.stderr), mpb.WithWidth(40), mpb.WithRefreshRate(150*time.Millisecond), mpb.WithAutoRefresh())
 		var style mpb.BarFillerBuilder = mpb.SpinnerStyle() // how many rows is not known
 		if p.Expected > 0 {
 			style = mpb.BarStyle()
 		}
 		b.bar = b.p.New(0, style,
 			mpb.PrependDecorators(decor.Any(func(decor.Statistics) string { return "join: " + *b.phase.Load() })),
-			mpb.AppendDecorators(decor.CurrentNoUnit(" %d records"), decor.Name(" "), decor.AverageSpeed(0, "%.0f rec/s"),
+			mpb.AppendDecorators(decor.CurrentNoUnit(" %d records"),
+				// The daemon's rate (recent, the average once done) and
+				// ETA (none before there is a rate), not the bar's own
+				// average since it appeared.
 				decor.Any(func(decor.Statistics) string {
-					if eta := b.eta.Load(); eta > 0 {
-						return ", ETA " + (time.Duration(eta) * time.Second).String()
+					s := ""
+					if r := math.Float64frombits(b.rate.Load()); r > 0 {
+						s = fmt.Sprintf(" %.0f rec/s", r)
 					}
-					return ""
+					return s + etaText(float64(b.eta.Load()))
 				})),
 		)
 	}
 	b.eta.Store(int64(p.ETASeconds))
+	b.rate.Store(math.Float64bits(p.RecordsPerSec))
+	if p.Done {
+		// The last frame: the totals, never zeros.
+		b.eta.Store(0)
+		b.bar.SetTotal(max(p.Records, 1), false)
+		b.bar.SetCurrent(max(p.Records, 1))
+		return nil
+	}
 	// The total is the source's row count when the join began; rows
 	// written there since can take the count past it, so the total follows.
 	b.bar.SetTotal(max(p.Expected, p.Records+1), false)
@@ -189,14 +212,58 @@ func (b *joinBar) update(raw json.RawMessage) error {
 	return nil
 }
 
+// finish completes (or abandons) the bar, then prints the finished join's
+// totals.
 func (b *joinBar) finish(ok bool) {
-	if b.bar == nil {
-		return
+	if b.bar != nil {
+		if ok {
+			b.bar.SetTotal(-1, true)
+		} else {
+			b.bar.Abort(false)
+		}
+		b.p.Wait()
 	}
-	if ok {
-		b.bar.SetTotal(-1, true)
-	} else {
-		b.bar.Abort(false)
+	if ok && b.enabled && b.final != nil {
+		fmt.Fprintln(b.g.stderr, joinSummary(*b.final))
 	}
-	b.p.Wait()
+}
+
+// joinFrame is one progress frame of a join from the library's status. The
+// last frame (done) carries the finished join's totals: the running job is
+// gone from st.Backfill by then, its record is st.LastBackfill (job, if
+// seen running, names it; if none was seen but the library was busy, the
+// join finished between two frames and is the library's last one).
+func joinFrame(st *actors.Status, job string, busy, done bool) joinProgress {
+	jp := joinProgress{Phase: string(st.Phase), Jobs: len(st.Jobs), Done: done}
+	b := st.Backfill
+	if lb := st.LastBackfill; b == nil && done && lb != nil && (lb.Job == job || job == "" && busy) {
+		b = lb
+	}
+	if b != nil {
+		jp.Pages, jp.Records, jp.Expected, jp.Bytes = b.Pages, b.Records, b.Expected, b.Bytes
+		jp.RecordsPerSec, jp.ETASeconds, jp.LastError = b.RecordsPerSec, b.ETASeconds, b.LastError
+		jp.ElapsedSeconds = b.ElapsedSeconds
+	}
+	return jp
+}
+
+// joinSummary is the line a finished join ends with: its totals.
+func joinSummary(p joinProgress) string {
+	line := fmt.Sprintf("join: %s, %d records, %d pages", p.Phase, p.Records, p.Pages)
+	if p.Bytes > 0 {
+		line += ", " + humanBytes(p.Bytes)
+	}
+	if p.ElapsedSeconds > 0 {
+		el := time.Duration(p.ElapsedSeconds * float64(time.Second))
+		line += fmt.Sprintf(" in %s (%.0f records/s)", el.Round(100*time.Millisecond), p.RecordsPerSec)
+	}
+	return line
+}
+
+// etaText is ", ETA 1m5s", or "" without an ETA.
+func etaText(seconds float64) string {
+	if seconds < 1 {
+		return ""
+	}
+	return ", ETA " + (time.Duration(seconds) * time.Second).String()
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	stdnet "net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/lsync/lsync/actors"
@@ -141,6 +139,8 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 		}
 		defer mln.Close()
 	}
+	ops := startOps(mln, log) // /metrics, /healthz, /readyz; nil without --metrics
+	defer ops.close()
 	uln, uiTok, err := listenUI(g.home, opt.ui, opt.uiDefault)
 	if err != nil {
 		return err
@@ -170,18 +170,7 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 			log.Error("stop node", "err", err)
 		}
 	}
-	// Serve metrics.
-	var msrv *http.Server
-	if mln != nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(node.Metrics().Registry, promhttp.HandlerOpts{Registry: node.Metrics().Registry}))
-		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server", "err", err)
-			}
-		}()
-	}
+	ops.setNode(node)
 	// Serve the control socket (a stale one from a killed daemon goes first:
 	// we hold the lock, so nobody else is using it).
 	_ = os.Remove(sock)
@@ -226,6 +215,7 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 		defer close(acceptDone)
 		srv.acceptLoop(cln)
 	}()
+	ops.setReady()
 	log.Info("lsync daemon ready", "device", node.ID(), "name", node.Name(), "listen", node.Addr(),
 		"control", sock, "metrics", srv.metricsAddr, "ui", srv.uiURL, "home", g.home)
 
@@ -233,17 +223,14 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	// A second signal ends the process at once.
 	signal.Reset(os.Interrupt, syscall.SIGTERM)
 	log.Info("shutting down")
+	ops.setStopping()
 	_ = cln.Close()
 	<-acceptDone
 	stopUI()
 	cancelHandlers()
 	<-watchDone
 	srv.wait(5 * time.Second)
-	if msrv != nil {
-		tctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = msrv.Shutdown(tctx)
-		cancel()
-	}
+	ops.close()
 	stopNode()
 	_ = os.Remove(sock)
 	log.Info("stopped")

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/lsync/lsync/actors"
+)
+
+func frames(t *testing.T, b *joinBar, ps ...joinProgress) {
+	t.Helper()
+	for _, p := range ps {
+		raw, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.update(raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The report's join: 35,706 records in 2.5 s. Its frames carry no ETA
+// before the daemon has a rate, and it ends with the totals, not zeros.
+var reportedJoin = []joinProgress{
+	{Phase: "selecting"},
+	{Phase: "backfilling", Expected: 35706, Records: 1},
+	{Phase: "backfilling", Expected: 35706, Records: 14000, Pages: 14, RecordsPerSec: 14000, ETASeconds: 1.55},
+	{Phase: "catching_up", Expected: 35706, Records: 35706, Pages: 36},
+	{Phase: "ready", Done: true, Expected: 35706, Records: 35706, Pages: 36, Bytes: 9 << 20, ElapsedSeconds: 2.5, RecordsPerSec: 14282.4},
+}
+
+const reportedSummary = "join: ready, 35706 records, 36 pages, 9.0 MiB in 2.5s (14282 records/s)"
+
+func TestJoinSummary(t *testing.T) {
+	if got := joinSummary(reportedJoin[len(reportedJoin)-1]); got != reportedSummary {
+		t.Fatalf("summary %q, want %q", got, reportedSummary)
+	}
+	if got := joinSummary(joinProgress{Phase: "ready", Done: true}); got != "join: ready, 0 records, 0 pages" {
+		t.Fatalf("summary of an empty join %q", got)
+	}
+}
+
+// Without a terminal: a line per phase, the totals last.
+func TestJoinBarPlainFinalLine(t *testing.T) {
+	var out bytes.Buffer
+	b := &joinBar{g: &globals{stderr: &out}, enabled: true}
+	frames(t, b, reportedJoin...)
+	b.finish(true)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if last := lines[len(lines)-1]; last != reportedSummary {
+		t.Fatalf("last line %q, want %q\n%s", last, reportedSummary, out.String())
+	}
+	if strings.Contains(out.String(), "ready, 0 records") {
+		t.Fatalf("zeros at the end:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "ETA") { // lines are a second apart: the one frame with a rate is not printed
+		t.Fatalf("an ETA before there is a rate:\n%s", out.String())
+	}
+}
+
+// On a terminal: the bar's last frame shows the records, then the totals.
+func TestJoinBarTerminalFinalFrame(t *testing.T) {
+	var out bytes.Buffer
+	b := &joinBar{g: &globals{stderr: &out}, enabled: true, tty: true}
+	frames(t, b, reportedJoin...)
+	b.finish(true)
+	text := out.String()
+	if !strings.HasSuffix(text, reportedSummary+"\n") {
+		t.Fatalf("does not end with the totals:\n%q", text)
+	}
+	if regexp.MustCompile(`[^0-9]0 records`).MatchString(text) {
+		t.Fatalf("a frame of 0 records:\n%q", text)
+	}
+	if !strings.Contains(text, "35706 records") {
+		t.Fatalf("the bar never showed the records:\n%q", text)
+	}
+	for _, eta := range regexp.MustCompile(`ETA [0-9hms]+`).FindAllString(text, -1) {
+		if strings.ContainsAny(strings.TrimPrefix(eta, "ETA "), "hm") {
+			t.Fatalf("an ETA of %s for a join of 2.5 s:\n%q", eta, text)
+		}
+	}
+}
+
+// The last frame takes the finished job from LastBackfill; an earlier
+// join's record is not this one's.
+func TestJoinFrameFinal(t *testing.T) {
+	last := &actors.BackfillStatus{Job: "j2", Records: 35706, Pages: 36, ElapsedSeconds: 2.5, RecordsPerSec: 14282.4}
+	st := &actors.Status{Phase: actors.PhaseReady, LastBackfill: last}
+	if p := joinFrame(st, "j2", true, true); p.Records != 35706 || !p.Done || p.ElapsedSeconds != 2.5 {
+		t.Fatalf("final frame %+v", p)
+	}
+	if p := joinFrame(st, "", true, true); p.Records != 35706 {
+		t.Fatalf("a join that finished between frames: %+v", p)
+	}
+	if p := joinFrame(st, "j1", true, true); p.Records != 0 {
+		t.Fatalf("another job's totals: %+v", p)
+	}
+	if p := joinFrame(st, "", false, true); p.Records != 0 {
+		t.Fatalf("a join that never ran took an earlier one's totals: %+v", p)
+	}
+	if p := joinFrame(st, "j2", true, false); p.Records != 0 || p.Done {
+		t.Fatalf("a frame before the end: %+v", p)
+	}
+}
