@@ -30,13 +30,83 @@ type IndexOptions struct {
 
 // IndexProgress reports an indexing run.
 type IndexProgress struct {
-	Entries  int    `json:"entries"`
-	Files    int    `json:"files"`
-	Dirs     int    `json:"dirs"`
-	Bytes    int64  `json:"bytes"`
-	Contents int    `json:"content_identities"`
-	Skipped  int    `json:"skipped"`
-	Current  string `json:"-"`
+	Entries  int   `json:"entries"`
+	Files    int   `json:"files"`
+	Dirs     int   `json:"dirs"`
+	Bytes    int64 `json:"bytes"`
+	Contents int   `json:"content_identities"`
+	Skipped  int   `json:"skipped"`
+	// SkippedBy counts Skipped by reason (SkipPermission, SkipUnreadable,
+	// SkipSpecial).
+	SkippedBy map[string]int `json:"skipped_by,omitempty"`
+	// SkippedPaths names the first MaxSkippedPaths skipped paths.
+	SkippedPaths []string `json:"skipped_paths,omitempty"`
+	Current      string   `json:"-"`
+}
+
+// Why a scan skipped a file or folder (the keys of SkippedBy). A file
+// whose bytes cannot be read is still an entry, without a content
+// identity; an unreadable folder's contents are not walked.
+const (
+	SkipPermission = "permission denied" // unreadable: no permission
+	SkipUnreadable = "unreadable"        // unreadable: any other error
+	SkipSpecial    = "special file"      // a socket, device or pipe
+)
+
+// MaxSkippedPaths is how many skipped paths an index names.
+const MaxSkippedPaths = 100
+
+// skipReason is why err made a scan skip what it was reading.
+func skipReason(err error) string {
+	if errors.Is(err, fs.ErrPermission) {
+		return SkipPermission
+	}
+	return SkipUnreadable
+}
+
+// skipped counts a skip of path for reason in n, by, and (the first
+// limit of them) paths.
+func skipped(n *int, by *map[string]int, paths *[]string, limit int, path, reason string) {
+	*n++
+	if *by == nil {
+		*by = map[string]int{}
+	}
+	(*by)[reason]++
+	if len(*paths) < limit {
+		*paths = append(*paths, path)
+	}
+}
+
+// CountEntries counts what IndexLocation will index under root (the same
+// hidden rule; nothing unreadable or special): a walk without hashing, so
+// a bar has its total before the hashing starts.
+func CountEntries(ctx context.Context, root string, skipHidden bool) int {
+	n := 0
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if path == root {
+			return nil
+		}
+		if err != nil {
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if skipHidden && isHidden(d.Name()) {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if _, ok := entryKind(d.Type()); ok {
+			n++
+		}
+		return nil
+	})
+	return n
 }
 
 // IndexLocation walks root (the location's path on this device) into
@@ -106,7 +176,7 @@ func (ix *indexRun) visit(path string, d fs.DirEntry, werr error) error {
 		return nil
 	}
 	if werr != nil {
-		ix.prog.Skipped++ // unreadable: keep going, say so in the count
+		ix.skip(path, skipReason(werr)) // unreadable: keep going, say so
 		return skipDir()
 	}
 	if ix.opt.SkipHidden && isHidden(d.Name()) {
@@ -114,12 +184,12 @@ func (ix *indexRun) visit(path string, d fs.DirEntry, werr error) error {
 	}
 	info, err := d.Info()
 	if err != nil {
-		ix.prog.Skipped++
+		ix.skip(path, skipReason(err))
 		return nil
 	}
 	kind, ok := entryKind(d.Type())
 	if !ok { // sockets, devices, pipes are not indexed
-		ix.prog.Skipped++
+		ix.skip(path, SkipSpecial)
 		return nil
 	}
 	e := EntryInput{UUID: persistence.NewUUID(), Parent: ix.dirs[filepath.Dir(path)], Name: d.Name(), Kind: kind,
@@ -139,7 +209,7 @@ func (ix *indexRun) visit(path string, d fs.DirEntry, werr error) error {
 		ix.prog.Bytes += info.Size()
 		if e.Content, content, err = ix.sink.hash(path, info.Size(), e.Extension); err != nil {
 			if errors.Is(err, errUnreadable) {
-				ix.prog.Skipped++ // indexed without a content identity
+				ix.skip(path, skipReason(err)) // indexed without a content identity
 			} else {
 				return err
 			}
@@ -150,6 +220,11 @@ func (ix *indexRun) visit(path string, d fs.DirEntry, werr error) error {
 	}
 	ix.prog.Entries++
 	return ix.sink.add(e, content, info)
+}
+
+// skip counts a skipped path.
+func (ix *indexRun) skip(path, reason string) {
+	skipped(&ix.prog.Skipped, &ix.prog.SkippedBy, &ix.prog.SkippedPaths, MaxSkippedPaths, path, reason)
 }
 
 // isHidden: the name of a dot file or folder.
@@ -217,7 +292,7 @@ func (s *entrySink) hash(path string, size int64, ext string) (messages.UUID, *p
 	s.hashed++
 	h, err := contentHash(path, size)
 	if err != nil {
-		return messages.UUID{}, nil, fmt.Errorf("%w: %s: %v", errUnreadable, path, err)
+		return messages.UUID{}, nil, fmt.Errorf("%w: %s: %w", errUnreadable, path, err)
 	}
 	return s.l.contentWrite(h, size, ext, s.known)
 }

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lsync/lsync/internal/testutil"
+	"github.com/lsync/lsync/messages"
 )
 
 func TestIndexLocation(t *testing.T) { bubble(t, testIndexLocation) }
@@ -90,4 +94,43 @@ func testIndexLocation(t *testing.T) {
 	if n := len(c.rows(0, "user_metadata_tag")); n != 1 {
 		t.Fatalf("%d tag applications, want 1", n)
 	}
+}
+
+// An index counts what it skips by reason and names it; the first count
+// of the tree leaves out what the index will skip, so the total is right.
+func TestIndexSkippedByReason(t *testing.T) {
+	if testutil.RerunAsNobody(t) {
+		return
+	}
+	bubble(t, func(t *testing.T) {
+		root := t.TempDir()
+		tree(t, root, map[string]string{"a": "a", "locked": "x", "sub/b": "b"})
+		locked := filepath.Join(root, "locked")
+		must(t, os.Chmod(locked, 0))
+		fifo := filepath.Join(root, "fifo")
+		must(t, syscall.Mkfifo(fifo, 0o644))
+		c := newCluster(t, 1, 25)
+		c.share()
+		ctx := ctxT(t)
+		lib := c.libs[0]
+		// a, locked, sub, sub/b (an unreadable file is an entry without
+		// a content identity); not the FIFO.
+		if n := CountEntries(ctx, root, false); n != 4 {
+			t.Fatalf("counted %d entries, want 4", n)
+		}
+		loc, err := lib.AddLocation(ctx, root, "root", messages.UUID{})
+		must(t, err)
+		prog, err := lib.IndexLocation(ctx, loc, root, IndexOptions{})
+		must(t, err)
+		if prog.Entries != 4 || prog.Skipped != 2 {
+			t.Fatalf("index %+v, want 4 entries, 2 skipped", prog)
+		}
+		want := map[string]int{SkipPermission: 1, SkipSpecial: 1}
+		if len(prog.SkippedBy) != 2 || prog.SkippedBy[SkipPermission] != 1 || prog.SkippedBy[SkipSpecial] != 1 {
+			t.Fatalf("skipped by %v, want %v", prog.SkippedBy, want)
+		}
+		if len(prog.SkippedPaths) != 2 || prog.SkippedPaths[0] != fifo || prog.SkippedPaths[1] != locked {
+			t.Fatalf("skipped paths %v, want [%s %s]", prog.SkippedPaths, fifo, locked)
+		}
+	})
 }

@@ -72,3 +72,19 @@ func etaSeconds(expected, records int64, rate float64) float64 {
 	}
 	return float64(expected-records) / rate
 }
+
+// Rate is the moving-window rate for progress outside this package (an
+// index or rescan, shown by the CLI): the same window as a join's, so no
+// ETA before a second of progress and none once the total is reached.
+type Rate struct{ w rateWindow }
+
+// Add records that done units were done at at.
+func (r *Rate) Add(at time.Time, done int64) { r.w.add(at, done) }
+
+// PerSec is units per second over the window; ok is false until it spans
+// a second.
+func (r *Rate) PerSec() (perSec float64, ok bool) { return r.w.rate() }
+
+// ETASeconds is how long the units left of total take at perSec; 0 (no
+// ETA) without a rate, without a total, or past it.
+func ETASeconds(total, done int64, perSec float64) float64 { return etaSeconds(total, done, perSec) }

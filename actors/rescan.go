@@ -47,6 +47,9 @@ type RescanResult struct {
 	// Skipped counts what could not be read (folders, files whose bytes
 	// could not be hashed) and special files (sockets, devices, pipes).
 	Skipped int `json:"skipped"`
+	// SkippedBy counts Skipped by reason (SkipPermission, SkipUnreadable,
+	// SkipSpecial).
+	SkippedBy map[string]int `json:"skipped_by,omitempty"`
 	// Hashed counts the files whose bytes were read (new or changed ones).
 	Hashed int `json:"hashed"`
 	// SkippedPaths names the first MaxSkippedPaths skipped paths.
@@ -259,11 +262,8 @@ func (r *rescanRun) report() {
 	r.opt.Progress(p)
 }
 
-func (r *rescanRun) skip(path string) {
-	r.res.Skipped++
-	if len(r.res.SkippedPaths) < r.opt.MaxSkippedPaths {
-		r.res.SkippedPaths = append(r.res.SkippedPaths, path)
-	}
+func (r *rescanRun) skip(path, reason string) {
+	skipped(&r.res.Skipped, &r.res.SkippedBy, &r.res.SkippedPaths, r.opt.MaxSkippedPaths, path, reason)
 }
 
 // load reads the stored entries and works out their paths.
@@ -372,7 +372,7 @@ func (r *rescanRun) walk(scope string) error {
 		if werr != nil {
 			// Unreadable: keep going, name it, and leave its stored
 			// contents (or itself) alone.
-			r.skip(path)
+			r.skip(path, skipReason(werr))
 			r.keep[rel] = true
 			if d != nil && d.IsDir() {
 				return fs.SkipDir
@@ -387,13 +387,13 @@ func (r *rescanRun) walk(scope string) error {
 		}
 		info, err := d.Info()
 		if err != nil {
-			r.skip(path)
+			r.skip(path, skipReason(err))
 			r.keep[rel] = true
 			return nil
 		}
 		kind, ok := entryKind(d.Type())
 		if !ok {
-			r.skip(path)
+			r.skip(path, SkipSpecial)
 			return nil
 		}
 		it := &diskItem{path: path, rel: rel, name: d.Name(), parent: dirs[filepath.Dir(path)], kind: kind, info: info}
@@ -519,7 +519,7 @@ func (r *rescanRun) hash(it *diskItem) error {
 	c, w, err := r.sink.hash(it.path, it.info.Size(), ext)
 	if errors.Is(err, errUnreadable) {
 		it.hashErr = true
-		r.skip(it.path)
+		r.skip(it.path, skipReason(err))
 		return nil
 	}
 	it.content, it.contentW = c, w

@@ -282,6 +282,9 @@ func TestRescanUnreadableFolder(t *testing.T) {
 		if res.Skipped != 1 || len(res.SkippedPaths) != 1 || res.SkippedPaths[0] != locked || res.Deleted != 0 {
 			t.Fatalf("rescan %+v", res)
 		}
+		if len(res.SkippedBy) != 1 || res.SkippedBy[SkipPermission] != 1 {
+			t.Fatalf("skipped by %v, want 1 %q", res.SkippedBy, SkipPermission)
+		}
 		if n := len(c.rows(0, persistence.ModelEntry)); n != 3 {
 			t.Fatalf("%d entries, want 3", n)
 		}
