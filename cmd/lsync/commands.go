@@ -567,9 +567,10 @@ to bring it up to date (or turn watching on with lsync location set).`,
 					fmt.Fprintf(w, "Indexed %d entries (%d files, %d folders, %s, %d content identities) in %.1fs",
 						s.Entries, s.Files, s.Dirs, humanBytes(s.Bytes), s.Contents, s.Seconds)
 					if s.Skipped > 0 {
-						fmt.Fprintf(w, "; skipped %d unreadable or special files", s.Skipped)
+						fmt.Fprintf(w, "; %s", skipSummary(s.Skipped, s.SkippedBy))
 					}
 					fmt.Fprintln(w)
+					skippedPaths(w, s.Skipped, s.SkippedPaths)
 				}
 				switch {
 				case r.Watched && r.Indexed == nil:
@@ -586,6 +587,17 @@ to bring it up to date (or turn watching on with lsync location set).`,
 	add.Flags().StringVar(&name, "name", "", "the location's name (default: the folder's name)")
 	cmd.AddCommand(add, newLocationRescanCmd(g), newLocationListCmd(g), newLocationRemoveCmd(g), newLocationSetCmd(g))
 	return cmd
+}
+
+// skippedPaths lists the skipped paths a scan named, and how many more
+// it skipped.
+func skippedPaths(w io.Writer, n int, paths []string) {
+	for _, p := range paths {
+		fmt.Fprintf(w, "  skipped %s\n", p)
+	}
+	if more := n - len(paths); more > 0 && len(paths) > 0 {
+		fmt.Fprintf(w, "  … and %d more skipped\n", more)
+	}
 }
 
 // locationArg turns a LOCATION argument into request arguments: one that
@@ -652,12 +664,10 @@ Unreadable folders and special files are skipped and named.`,
 				fmt.Fprintf(w, "Rescanned location %q %s (%s) in %.1fs\n", r.Name, r.Location, what, r.Seconds)
 				fmt.Fprintf(w, "  created %d, updated %d, moved %d, deleted %d, unchanged %d, skipped %d\n",
 					r.Created, r.Updated, r.Moved, r.Deleted, r.Unchanged, r.Skipped)
-				for _, p := range r.SkippedPaths {
-					fmt.Fprintf(w, "  skipped %s\n", p)
+				if r.Skipped > 0 {
+					fmt.Fprintf(w, "  %s\n", skipSummary(r.Skipped, r.SkippedBy))
 				}
-				if n := r.Skipped - len(r.SkippedPaths); n > 0 {
-					fmt.Fprintf(w, "  … and %d more skipped\n", n)
-				}
+				skippedPaths(w, r.Skipped, r.SkippedPaths)
 			})
 		}),
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -562,12 +561,16 @@ func hLocationAdd(ctx context.Context, s *server, lib *actors.Library, a locatio
 		opt := actors.IndexOptions{SkipHidden: a.SkipHidden, Batch: 500}
 		opt.Progress = func(p actors.IndexProgress) { report(indexProgress{Phase: "indexing", Entries: p.Entries}) }
 		if a.Progress {
-			// Count first (a second walk of the folder), so the bar has a total.
+			// Count first (a walk without hashing), so the bar has a total
+			// before the hashing starts.
 			report(indexProgress{Phase: "counting"})
-			total := countEntries(ctx, path, a.SkipHidden)
+			total := actors.CountEntries(ctx, path, a.SkipHidden)
 			report(indexProgress{Phase: "indexing", Total: total})
+			var rate actors.Rate
 			opt.Progress = func(p actors.IndexProgress) {
-				report(indexProgress{Phase: "indexing", Total: max(total, p.Entries), Entries: p.Entries, Files: p.Files, Dirs: p.Dirs, Bytes: p.Bytes})
+				ip := indexProgress{Phase: "indexing", Total: max(total, p.Entries), Entries: p.Entries, Files: p.Files, Dirs: p.Dirs, Bytes: p.Bytes}
+				withRate(&ip, &rate, time.Now())
+				report(ip)
 			}
 		}
 		p, err := lib.IndexLocation(ctx, loc, path, opt)
@@ -576,7 +579,7 @@ func hLocationAdd(ctx context.Context, s *server, lib *actors.Library, a locatio
 		}
 		s.log.Info("location indexed", "library", lib.ID(), "location", loc, "path", path, "entries", p.Entries)
 		return &indexSummary{Entries: p.Entries, Files: p.Files, Dirs: p.Dirs, Bytes: p.Bytes, Contents: p.Contents,
-			Skipped: p.Skipped, Seconds: time.Since(start).Seconds()}, nil
+			Skipped: p.Skipped, SkippedBy: p.SkippedBy, SkippedPaths: p.SkippedPaths, Seconds: time.Since(start).Seconds()}, nil
 	})
 	out, err := s.follow(ctx, j, progressIf(a.Progress, progress))
 	if err != nil {
@@ -725,8 +728,15 @@ func hLocationRescan(ctx context.Context, s *server, lib *actors.Library, a loca
 	j, started := s.startScan(loc.uuid, actors.ScanRescan, func(ctx context.Context, report func(any)) (any, error) {
 		start := time.Now()
 		set, _ := loadFollow(s.home)
+		var rate actors.Rate
 		r, err := lib.RescanLocation(ctx, loc.uuid, actors.RescanOptions{SkipHidden: a.SkipHidden || set.of(lib.ID(), loc.uuid).SkipHidden, Subtree: subtree,
-			Progress: func(p actors.RescanProgress) { report(rescanToIndexProgress(p)) }})
+			Progress: func(p actors.RescanProgress) {
+				ip := rescanToIndexProgress(p)
+				if ip.Phase == "indexing" {
+					withRate(&ip, &rate, time.Now())
+				}
+				report(ip)
+			}})
 		if err != nil {
 			return nil, err
 		}
@@ -754,6 +764,16 @@ func rescanToIndexProgress(p actors.RescanProgress) indexProgress {
 		ip.Phase = "counting"
 	}
 	return ip
+}
+
+// withRate adds to p the rate of its entries over the last seconds (fed
+// one sample per frame) and the ETA at that rate: none before a rate.
+func withRate(p *indexProgress, r *actors.Rate, now time.Time) {
+	r.Add(now, int64(p.Entries))
+	if perSec, ok := r.PerSec(); ok {
+		p.PerSec = perSec
+		p.ETASeconds = actors.ETASeconds(int64(p.Total), int64(p.Entries), perSec)
+	}
 }
 
 func hLocationList(ctx context.Context, s *server, lib *actors.Library, _ libArgs, _ func(any)) (any, error) {
@@ -865,34 +885,6 @@ func hLocationSet(ctx context.Context, s *server, lib *actors.Library, a locatio
 	}
 	s.watch.refresh(lib.ID())
 	return locationSettings{UUID: loc.uuid.String(), Name: loc.name, Path: loc.path, Watch: set.watching(), SkipHidden: set.SkipHidden}, nil
-}
-
-// countEntries counts what IndexLocation will walk (same hidden rule).
-func countEntries(ctx context.Context, root string, skipHidden bool) int {
-	n := 0
-	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if path == root {
-			return nil
-		}
-		if err != nil {
-			if d != nil && d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if skipHidden && strings.HasPrefix(d.Name(), ".") {
-			if d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		n++
-		return nil
-	})
-	return n
 }
 
 func hTagCreate(ctx context.Context, s *server, lib *actors.Library, a tagCreateArgs, _ func(any)) (any, error) {

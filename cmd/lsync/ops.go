@@ -259,16 +259,23 @@ type indexProgress struct {
 	Files   int    `json:"files"`
 	Dirs    int    `json:"dirs"`
 	Bytes   int64  `json:"bytes"`
+	// The daemon's rate of entries over the last seconds, and the ETA at
+	// it: 0 until there is a second of progress.
+	PerSec     float64 `json:"entries_per_sec,omitempty"`
+	ETASeconds float64 `json:"eta_seconds,omitempty"`
 }
 
 type indexSummary struct {
-	Entries  int     `json:"entries"`
-	Files    int     `json:"files"`
-	Dirs     int     `json:"dirs"`
-	Bytes    int64   `json:"bytes"`
-	Contents int     `json:"content_identities"`
-	Skipped  int     `json:"skipped"`
-	Seconds  float64 `json:"seconds"`
+	Entries  int   `json:"entries"`
+	Files    int   `json:"files"`
+	Dirs     int   `json:"dirs"`
+	Bytes    int64 `json:"bytes"`
+	Contents int   `json:"content_identities"`
+	Skipped  int   `json:"skipped"`
+	// SkippedBy counts Skipped by reason; SkippedPaths names the first.
+	SkippedBy    map[string]int `json:"skipped_by,omitempty"`
+	SkippedPaths []string       `json:"skipped_paths,omitempty"`
+	Seconds      float64        `json:"seconds"`
 }
 
 type locationResult struct {

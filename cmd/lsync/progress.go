@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -29,8 +31,11 @@ func isTerminal(w io.Writer) bool {
 // is not a terminal.
 const plainEvery = time.Second
 
-// indexBar shows `location add --index` progress on stderr: a bar on a
-// terminal, a line per second otherwise, nothing with --json.
+// indexBar shows `location add --index` and `location rescan` progress on
+// stderr: a bar on a terminal, a line per second otherwise, nothing with
+// --json. The daemon counts the tree first (no hashing), so every frame
+// after that carries the total; the rate and ETA are the daemon's, over
+// its last seconds, none before there is a rate.
 type indexBar struct {
 	g       *globals
 	enabled bool
@@ -38,6 +43,8 @@ type indexBar struct {
 
 	p     *mpb.Progress
 	bar   *mpb.Bar
+	eta   atomic.Int64  // seconds, from the daemon
+	rate  atomic.Uint64 // entries/s (float64 bits), from the daemon
 	last  time.Time
 	state indexProgress
 }
@@ -72,7 +79,7 @@ func (b *indexBar) update(raw json.RawMessage) error {
 			fmt.Fprintf(b.g.stderr, "%s %d entries…\n", p.Verb, p.Total)
 		} else if time.Since(b.last) >= plainEvery {
 			b.last = time.Now()
-			fmt.Fprintf(b.g.stderr, "%s: %d/%d entries%s\n", p.Verb, p.Entries, p.Total, bytesNote(p.Bytes))
+			fmt.Fprintln(b.g.stderr, indexLine(p))
 		}
 		return nil
 	}
@@ -83,9 +90,20 @@ func (b *indexBar) update(raw json.RawMessage) error {
 		b.p = mpb.New(mpb.WithOutput(b.g.stderr), mpb.WithWidth(40), mpb.WithRefreshRate(100*time.Millisecond))
 		b.bar = b.p.AddBar(int64(max(p.Total, 1)),
 			mpb.PrependDecorators(decor.Name(p.Verb+" "), decor.CountersNoUnit("%d / %d entries")),
-			mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Name(" "), decor.AverageSpeed(0, "%.0f entries/s")),
+			mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace),
+				// The daemon's recent rate and its ETA (none before there
+				// is a rate), not the bar's average since it appeared.
+				decor.Any(func(decor.Statistics) string {
+					s := ""
+					if r := math.Float64frombits(b.rate.Load()); r > 0 {
+						s = fmt.Sprintf(" %.0f entries/s", r)
+					}
+					return s + etaText(float64(b.eta.Load()))
+				})),
 		)
 	}
+	b.eta.Store(int64(p.ETASeconds))
+	b.rate.Store(math.Float64bits(p.PerSec))
 	if int64(p.Total) > 0 {
 		b.bar.SetTotal(int64(max(p.Total, p.Entries)), false)
 	}
@@ -97,6 +115,7 @@ func (b *indexBar) update(raw json.RawMessage) error {
 func (b *indexBar) finish(ok bool) {
 	if b.bar != nil {
 		if ok {
+			b.eta.Store(0)
 			b.bar.SetTotal(-1, true)
 		} else {
 			b.bar.Abort(false)
@@ -105,8 +124,66 @@ func (b *indexBar) finish(ok bool) {
 		return
 	}
 	if b.enabled && !b.tty && ok && b.state.Phase == "indexing" {
-		fmt.Fprintf(b.g.stderr, "%s: %d/%d entries%s\n", b.state.Verb, b.state.Entries, b.state.Total, bytesNote(b.state.Bytes))
+		last := b.state
+		last.ETASeconds = 0
+		fmt.Fprintln(b.g.stderr, indexLine(last))
 	}
+}
+
+// indexLine is a plain progress line: done of the total, the share, the
+// bytes (an index counts them, a rescan does not), the rate and ETA.
+func indexLine(p indexProgress) string {
+	line := fmt.Sprintf("%s: %d/%d entries", p.Verb, p.Entries, p.Total)
+	if p.Total > 0 {
+		line += fmt.Sprintf(" (%d%%)", min(100, p.Entries*100/p.Total))
+	}
+	line += bytesNote(p.Bytes)
+	if p.PerSec > 0 {
+		line += fmt.Sprintf(", %.0f entries/s", p.PerSec)
+	}
+	return line + etaText(p.ETASeconds)
+}
+
+// skipReasons orders the reasons a summary names, each with its words
+// (singular, plural).
+var skipReasons = []struct{ key, one, many string }{
+	{actors.SkipPermission, "unreadable (permission denied)", "unreadable (permission denied)"},
+	{actors.SkipUnreadable, "unreadable (I/O error)", "unreadable (I/O error)"},
+	{actors.SkipSpecial, "special file (socket, device or pipe)", "special files (sockets, devices, pipes)"},
+}
+
+// skipSummary is "skipped 3: 1 unreadable (permission denied), 2 special
+// files (sockets, devices, pipes)"; "" when nothing was skipped. A reason
+// this client does not know is named as the daemon sent it.
+func skipSummary(n int, by map[string]int) string {
+	if n == 0 {
+		return ""
+	}
+	var parts []string
+	seen := map[string]bool{}
+	for _, r := range skipReasons {
+		seen[r.key] = true
+		switch c := by[r.key]; {
+		case c == 1:
+			parts = append(parts, "1 "+r.one)
+		case c > 1:
+			parts = append(parts, fmt.Sprintf("%d %s", c, r.many))
+		}
+	}
+	var other []string
+	for k := range by {
+		if !seen[k] && by[k] > 0 {
+			other = append(other, k)
+		}
+	}
+	sort.Strings(other)
+	for _, k := range other {
+		parts = append(parts, fmt.Sprintf("%d %s", by[k], k))
+	}
+	if len(parts) == 0 { // an older daemon: a count without reasons
+		return fmt.Sprintf("skipped %d unreadable or special files", n)
+	}
+	return fmt.Sprintf("skipped %d: %s", n, strings.Join(parts, ", "))
 }
 
 // bytesNote is ", SIZE" for a byte count, "" when there is none (a rescan

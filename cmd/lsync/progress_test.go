@@ -106,3 +106,69 @@ func TestJoinFrameFinal(t *testing.T) {
 		t.Fatalf("a frame before the end: %+v", p)
 	}
 }
+
+// The plain lines of an index: the total from the first count, the share,
+// and a rate and ETA only once the daemon has a rate.
+func TestIndexLine(t *testing.T) {
+	for _, tc := range []struct {
+		p    indexProgress
+		want string
+	}{
+		{indexProgress{Verb: "indexing", Phase: "indexing", Total: 2200, Entries: 500, Bytes: 3 << 20},
+			"indexing: 500/2200 entries (22%), 3.0 MiB"},
+		{indexProgress{Verb: "indexing", Phase: "indexing", Total: 2200, Entries: 1100, Bytes: 6 << 20, PerSec: 550, ETASeconds: 2},
+			"indexing: 1100/2200 entries (50%), 6.0 MiB, 550 entries/s, ETA 2s"},
+		{indexProgress{Verb: "rescanning", Phase: "indexing", Total: 2200, Entries: 2200, PerSec: 1000},
+			"rescanning: 2200/2200 entries (100%), 1000 entries/s"},
+	} {
+		if got := indexLine(tc.p); got != tc.want {
+			t.Errorf("indexLine(%+v) = %q, want %q", tc.p, got, tc.want)
+		}
+	}
+}
+
+// The summary names what was skipped, by reason, in a fixed order.
+func TestSkipSummary(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		by   map[string]int
+		want string
+	}{
+		{0, nil, ""},
+		{3, map[string]int{actors.SkipSpecial: 2, actors.SkipPermission: 1},
+			"skipped 3: 1 unreadable (permission denied), 2 special files (sockets, devices, pipes)"},
+		{1, map[string]int{actors.SkipSpecial: 1}, "skipped 1: 1 special file (socket, device or pipe)"},
+		{2, map[string]int{actors.SkipUnreadable: 1, "too long": 1}, "skipped 2: 1 unreadable (I/O error), 1 too long"},
+		{4, nil, "skipped 4 unreadable or special files"}, // an older daemon
+	} {
+		if got := skipSummary(tc.n, tc.by); got != tc.want {
+			t.Errorf("skipSummary(%d, %v) = %q, want %q", tc.n, tc.by, got, tc.want)
+		}
+	}
+}
+
+// Without a terminal: "counting", the total before any entry, lines
+// with the total, and the last line at 100% without an ETA.
+func TestIndexBarPlain(t *testing.T) {
+	var out bytes.Buffer
+	b := &indexBar{g: &globals{stderr: &out}, enabled: true}
+	for _, p := range []indexProgress{
+		{Phase: "counting"},
+		{Phase: "indexing", Total: 2200},
+		{Phase: "indexing", Total: 2200, Entries: 500},
+		{Phase: "indexing", Total: 2200, Entries: 2200, PerSec: 900, ETASeconds: 3},
+	} {
+		raw, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.update(raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.finish(true)
+	want := "counting entries…\nindexing 2200 entries…\nindexing: 2200/2200 entries (100%), 900 entries/s\n"
+	if out.String() != want {
+		t.Fatalf("plain progress\n%s\nwant\n%s", out.String(), want)
+	}
+}

@@ -459,3 +459,49 @@ func TestE2EFailedScanShowsInLocationList(t *testing.T) {
 		t.Fatalf("location list does not say the scan failed:\n%s", out)
 	}
 }
+
+// An index and a rescan of a tree holding an unreadable file and a FIFO:
+// the plain progress lines carry the total the first count found, and
+// the summaries name what was skipped and why (by reason in --json). The
+// daemon runs unprivileged: root reads every file.
+func TestE2EIndexSummaryNamesSkips(t *testing.T) {
+	needBinary(t)
+	a := initDaemonAs(t, "A", unprivileged())
+	a.start("127.0.0.1:0")
+	var lib libraryInfo
+	a.mustJSON(&lib, "library", "create", "Photos")
+	root, n := makeTree(t, 5, 20)
+	must(t, os.Chmod(filepath.Dir(root), 0o755)) // for the daemon's user
+	locked := filepath.Join(root, "locked.jpg")
+	must(t, os.WriteFile(locked, []byte("secret"), 0))
+	fifo := filepath.Join(root, "fifo")
+	must(t, syscall.Mkfifo(fifo, 0o644))
+	n++ // the unreadable file is an entry, without a content identity
+
+	stdout, stderr, code := a.run("location", "add", lib.UUID, root, "--index", "--no-watch")
+	if code != 0 {
+		t.Fatalf("location add: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, fmt.Sprintf("indexing %d entries…\n", n)) || !strings.Contains(stderr, fmt.Sprintf("indexing: %d/%d entries (100%%)", n, n)) {
+		t.Fatalf("progress lines without the total %d:\n%s", n, stderr)
+	}
+	want := "; skipped 2: 1 unreadable (permission denied), 1 special file (socket, device or pipe)\n"
+	if !strings.Contains(stdout, fmt.Sprintf("Indexed %d entries", n)) || !strings.Contains(stdout, want) ||
+		!strings.Contains(stdout, "  skipped "+fifo+"\n") || !strings.Contains(stdout, "  skipped "+locked+"\n") {
+		t.Fatalf("the index summary does not name its skips (want %q and both paths):\n%s", want, stdout)
+	}
+
+	var res rescanResult
+	a.mustJSON(&res, "location", "rescan", lib.UUID, root)
+	wantBy := map[string]int{actors.SkipPermission: 1, actors.SkipSpecial: 1}
+	if res.Skipped != 2 || !reflect.DeepEqual(res.SkippedBy, wantBy) {
+		t.Fatalf("rescan: skipped %d by %v, want 2 by %v", res.Skipped, res.SkippedBy, wantBy)
+	}
+	stdout, stderr, code = a.run("location", "rescan", lib.UUID, root)
+	if code != 0 || !strings.Contains(stdout, "  skipped 2: 1 unreadable (permission denied), 1 special file (socket, device or pipe)\n") {
+		t.Fatalf("rescan: exit %d, the summary does not name its skips:\n%s%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, fmt.Sprintf("rescanning: %d/%d entries (100%%)", n, n)) {
+		t.Fatalf("rescan progress lines without the total %d:\n%s", n, stderr)
+	}
+}
