@@ -253,51 +253,79 @@ func RowOf[T RowType](ctx context.Context, l *Library, uuid messages.UUID) (T, e
 	return out, decodeRow(model, r, &out)
 }
 
-// Typed reads of the default models.
-
+// Devices returns the library's devices, sorted by uuid.
 func (l *Library) Devices(ctx context.Context) ([]Device, error) { return Rows[Device](ctx, l) }
+
+// Volumes returns the library's volumes, sorted by uuid.
 func (l *Library) Volumes(ctx context.Context) ([]Volume, error) { return Rows[Volume](ctx, l) }
-func (l *Library) Locations(ctx context.Context) ([]Location, error) {
-	return Rows[Location](ctx, l)
-}
+
+// Locations returns the library's locations, sorted by uuid.
+func (l *Library) Locations(ctx context.Context) ([]Location, error) { return Rows[Location](ctx, l) }
+
+// Entries returns the library's entries, sorted by uuid.
 func (l *Library) Entries(ctx context.Context) ([]Entry, error) { return Rows[Entry](ctx, l) }
+
+// AuditLog returns the library's audit records, sorted by uuid.
 func (l *Library) AuditLog(ctx context.Context) ([]AuditRecord, error) {
 	return Rows[AuditRecord](ctx, l)
 }
+
+// ContentIdentities returns the library's content identities, sorted by uuid.
 func (l *Library) ContentIdentities(ctx context.Context) ([]ContentIdentity, error) {
 	return Rows[ContentIdentity](ctx, l)
 }
+
+// Tags returns the library's tags, sorted by uuid.
 func (l *Library) Tags(ctx context.Context) ([]Tag, error) { return Rows[Tag](ctx, l) }
+
+// TagRelationships returns the library's tag relationships, sorted by uuid.
 func (l *Library) TagRelationships(ctx context.Context) ([]TagRelationship, error) {
 	return Rows[TagRelationship](ctx, l)
 }
+
+// Albums returns the library's albums, sorted by uuid.
 func (l *Library) Albums(ctx context.Context) ([]Album, error) { return Rows[Album](ctx, l) }
+
+// AlbumEntries returns the library's album entries, sorted by uuid.
 func (l *Library) AlbumEntries(ctx context.Context) ([]AlbumEntry, error) {
 	return Rows[AlbumEntry](ctx, l)
 }
+
+// UserMetadataTags returns the library's applied tags, sorted by uuid.
 func (l *Library) UserMetadataTags(ctx context.Context) ([]UserMetadataTag, error) {
 	return Rows[UserMetadataTag](ctx, l)
 }
+
+// Members returns the library's member rows, sorted by uuid.
 func (l *Library) Members(ctx context.Context) ([]Member, error) { return Rows[Member](ctx, l) }
 
-// Entry returns one entry (persistence.ErrNotFound if absent); Tag,
-// Location, Album, Volume and Device likewise. Rows and RowOf read any
-// other model.
+// Entry returns one entry (persistence.ErrNotFound if absent). RowOf
+// reads one row of any model.
 func (l *Library) Entry(ctx context.Context, u messages.UUID) (Entry, error) {
 	return RowOf[Entry](ctx, l, u)
 }
+
+// Tag returns one tag (persistence.ErrNotFound if absent).
 func (l *Library) Tag(ctx context.Context, u messages.UUID) (Tag, error) {
 	return RowOf[Tag](ctx, l, u)
 }
+
+// Location returns one location (persistence.ErrNotFound if absent).
 func (l *Library) Location(ctx context.Context, u messages.UUID) (Location, error) {
 	return RowOf[Location](ctx, l, u)
 }
+
+// Album returns one album (persistence.ErrNotFound if absent).
 func (l *Library) Album(ctx context.Context, u messages.UUID) (Album, error) {
 	return RowOf[Album](ctx, l, u)
 }
+
+// Volume returns one volume (persistence.ErrNotFound if absent).
 func (l *Library) Volume(ctx context.Context, u messages.UUID) (Volume, error) {
 	return RowOf[Volume](ctx, l, u)
 }
+
+// Device returns one device (persistence.ErrNotFound if absent).
 func (l *Library) Device(ctx context.Context, u messages.UUID) (Device, error) {
 	return RowOf[Device](ctx, l, u)
 }
