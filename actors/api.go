@@ -76,13 +76,8 @@ func (l *Library) CommitBatch(ctx context.Context, writes []persistence.SharedWr
 
 // ---- typed writes ----
 
-// Volume is a storage volume of this device.
-type Volume struct {
-	Name, MountPoint, FSType string
-	Capacity                 int64
-}
-
-// AddVolume records a volume of this device.
+// AddVolume records a volume of this device: its Name, MountPoint, FSType
+// and Capacity (the other fields of v are ignored).
 func (l *Library) AddVolume(ctx context.Context, v Volume) (messages.UUID, error) {
 	return l.WriteState(ctx, persistence.ModelVolume, messages.UUID{}, map[string]any{
 		"name": v.Name, "mount_point": v.MountPoint, "capacity": v.Capacity, "fs_type": v.FSType, "created_at": nowMS()})

@@ -28,6 +28,10 @@ type Config struct {
 	// Name is this device's name, used when the identity is first created.
 	Name string
 	// Listen is the QUIC listen address, e.g. "127.0.0.1:0" or ":7700".
+	// Empty means "127.0.0.1:0": loopback only, on a port the system
+	// picks (Node.Addr says which), so other machines cannot reach the
+	// node; give ":7700" or a LAN address to sync with them. Ignored with
+	// NewTransport.
 	Listen string
 	// Metrics address for `serve --metrics` is handled by cmd; the node
 	// only owns the registry (Node.Metrics()).

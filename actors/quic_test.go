@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	stdnet "net"
 	"testing"
 	"time"
 )
@@ -47,5 +48,20 @@ func TestProbeAnswersOverQUIC(t *testing.T) {
 	}
 	if _, err := conn.Request(ctx, [16]byte{}, probe()); err != nil {
 		t.Fatalf("the probe got no answer over QUIC: %v", err)
+	}
+}
+
+// An empty Config.Listen listens on loopback at a port the system picks,
+// never on every interface: a node embedded with Listen "" is reachable
+// from this machine only.
+func TestEmbedEmptyListenIsLoopback(t *testing.T) {
+	n, err := Start(context.Background(), Config{Home: t.TempDir(), Name: "embedded"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = n.Stop(context.Background()) }()
+	host, port, err := stdnet.SplitHostPort(n.Addr())
+	if err != nil || host != "127.0.0.1" || port == "0" || port == "" {
+		t.Fatalf("Addr() = %q (%v), want 127.0.0.1:<a port>", n.Addr(), err)
 	}
 }
