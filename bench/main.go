@@ -31,6 +31,8 @@
 //	go run ./bench                      # every join scenario on 1M entries
 //	go run ./bench --entries 100000 --scenarios batched-10k --json
 //	go run ./bench --cpuprofile /tmp/prof   # CPU profiles of both processes
+//	go run ./bench --scenarios batched-10k --json > before.json
+//	go run ./bench --scenarios batched-10k --compare before.json  # a change's effect
 //	go run ./bench --scenarios flood        # 30 s of flood against a victim
 //	go run ./bench --scenarios rescan-unchanged,rescan-changes,remove-location
 //	go run ./bench --scenarios chain,star   # relay through a group (real lsync daemons)
@@ -91,20 +93,34 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 	}
 	o, err := parseOptions(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // --help: the usage is printed, and that is success
+	}
 	if err != nil {
 		return err
 	}
+	var then *report
+	if o.compare != "" { // read before the run: a bad file fails at once
+		if then, err = loadReport(o.compare); err != nil {
+			return err
+		}
+	}
 	rep, err := runBench(ctx, o, stderr)
 	if rep != nil {
+		table := stdout
 		if o.json {
-			rep.writeTable(stderr)
+			table = stderr
+		}
+		rep.writeTable(table)
+		if then != nil {
+			writeComparison(table, then, rep, o.compare)
+		}
+		if o.json {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
 			if jerr := enc.Encode(rep); err == nil {
 				err = jerr
 			}
-		} else {
-			rep.writeTable(stdout)
 		}
 	}
 	return err
@@ -121,6 +137,7 @@ type options struct {
 	baselines  bool
 	json       bool
 	cpuProfile string
+	compare    string // a saved --json report to print this run beside
 	keep       bool
 	timeout    time.Duration
 	derived    string // auto, always, never
@@ -167,6 +184,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.baselines, "baselines", true, "measure the raw SQLite insert and file copy baselines")
 	fs.BoolVar(&o.json, "json", false, "print the results as one JSON document on stdout (the table goes to stderr)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write CPU profiles of both processes of every scenario into `dir`")
+	fs.StringVar(&o.compare, "compare", "", "print this run's figures beside those of a report saved with --json (`file`), with the ratios")
 	fs.BoolVar(&o.keep, "keep", false, "keep the scenario homes after the run")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Hour, "give up on a join after this long")
 	fs.StringVar(&o.derived, "verify-derived", "auto", "rebuild the joiner's derived caches from scratch and compare: auto (up to 200K entries), always, never")
