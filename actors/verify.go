@@ -159,15 +159,13 @@ func signedVerdict(own bool, words map[messages.DeviceID]messages.SignedDigest, 
 	if !ok {
 		return WordUnsigned, ""
 	}
-	at := w.Watermark.String()
-	if held.Compare(w.Watermark) > 0 || wm.Compare(w.Watermark) < 0 {
-		return WordVerifying, at
+	switch compareWord(&w, h, n, wm, held) {
+	case wordMatch:
+		return WordVerified, w.Watermark.String()
+	case wordDiffers:
+		return WordUnverified, w.Watermark.String()
 	}
-	sum := h.Checksum()
-	if string(sum[:]) == string(w.Digest) && uint64(n) == w.Rows {
-		return WordVerified, at
-	}
-	return WordUnverified, at
+	return WordVerifying, w.Watermark.String()
 }
 
 // comparePartner asks p for its digest of owner's rows in library lib,

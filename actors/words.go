@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"slices"
@@ -50,9 +49,8 @@ const verifyGrace = 5 * time.Second
 type ownerCheck struct {
 	state  string
 	reason string
-	at     messages.HLC // the word's watermark it was checked at
-	since  time.Time    // when an owner-connected "ahead" wait began
-	repair string       // the last repair's outcome
+	since  time.Time // when an owner-connected "ahead" wait began
+	repair string    // the last repair's outcome
 }
 
 // OwnerVerification is one owner's row in `lsync sync status`.
@@ -62,11 +60,6 @@ type OwnerVerification struct {
 	Watermark string            `json:"watermark,omitempty"` // of the owner's word checked against
 	Reason    string            `json:"reason,omitempty"`
 	Repair    string            `json:"last_repair,omitempty"`
-}
-
-// keyOf is whose key a word's is: derived, or the tests' table.
-func (n *nodeCore) keyOf() func(ed25519.PublicKey) messages.DeviceID {
-	return n.keyOwner
 }
 
 // ownWord is this device's word on its own rows now, signed once per
@@ -109,7 +102,7 @@ func (a *libraryActor) takeWords(from messages.DeviceID, ws []messages.SignedDig
 		if old := a.words[w.Owner]; old != nil && w.Watermark.Compare(old.Watermark) <= 0 {
 			continue // older or the same: nothing new (and no signature to check)
 		}
-		if err := w.Check(a.id, a.n.keyOf()); err != nil {
+		if err := w.Check(a.id, a.n.keyOwner); err != nil {
 			a.n.reject(messages.ReasonBadSignature, "library", a.id, "from", from, "owner", w.Owner, "err", err)
 			continue
 		}
@@ -138,8 +131,8 @@ func (a *libraryActor) checkOwner(ctx actor.Context, owner messages.DeviceID, w 
 	}
 	h, rows, wm, held := a.lib.MaintainedDigest(owner)
 	prev := c.state
-	switch {
-	case held.Compare(w.Watermark) > 0:
+	switch compareWord(w, &h, rows, wm, held) {
+	case wordAhead:
 		// Rows newer than the owner's word: its next word covers them,
 		// unless they are not its own.
 		c.state, c.reason = WordVerifying, fmt.Sprintf("holds a row at %s, newer than the owner's word (%s)", held, w.Watermark)
@@ -155,17 +148,13 @@ func (a *libraryActor) checkOwner(ctx actor.Context, owner messages.DeviceID, w 
 		default:
 			a.scheduleCheck(ctx, verifyGrace-time.Since(c.since))
 		}
-	case wm.Compare(w.Watermark) < 0:
+	case wordBehind:
 		c.state, c.reason, c.since = WordVerifying, fmt.Sprintf("catching up: holds every row up to %s, the owner's word is at %s", wm, w.Watermark), time.Time{}
-	default:
-		c.since = time.Time{}
-		sum := h.Checksum()
-		if string(sum[:]) == string(w.Digest) && uint64(rows) == w.Rows {
-			c.state, c.reason, c.at = WordVerified, "", w.Watermark
-			delete(a.repairWait, owner)
-		} else {
-			c.state, c.reason = WordUnverified, fmt.Sprintf("%d rows here differ from the owner's %d at %s", rows, w.Rows, w.Watermark)
-		}
+	case wordMatch:
+		c.state, c.reason, c.since = WordVerified, "", time.Time{}
+		delete(a.repairWait, owner)
+	case wordDiffers:
+		c.state, c.reason, c.since = WordUnverified, fmt.Sprintf("%d rows here differ from the owner's %d at %s", rows, w.Rows, w.Watermark), time.Time{}
 	}
 	if c.state == WordUnverified {
 		if prev != WordUnverified {
@@ -218,6 +207,33 @@ func (a *libraryActor) onAuditDone(ctx actor.Context, m *auditDone) {
 		a.n.metrics.digestDamaged.Inc()
 	}
 	a.checkOwners(ctx)
+}
+
+// How a digest of an owner's rows compares with the owner's word.
+type wordComparison int
+
+const (
+	wordAhead   wordComparison = iota // rows newer than the word are here: not comparable yet
+	wordBehind                        // rows up to the word are not all here yet
+	wordMatch                         // exactly the rows the owner signed
+	wordDiffers                       // the rows the word covers, but other ones
+)
+
+// compareWord compares the digest h of rows rows of an owner, held here
+// completely up to wm and with nothing newer than held, with the owner's
+// word w. The digests are comparable only when this device holds exactly
+// what w covers.
+func compareWord(w *messages.SignedDigest, h *lthash.Hash, rows int, wm, held messages.HLC) wordComparison {
+	switch {
+	case held.Compare(w.Watermark) > 0:
+		return wordAhead
+	case wm.Compare(w.Watermark) < 0:
+		return wordBehind
+	}
+	if sum := h.Checksum(); string(sum[:]) == string(w.Digest) && uint64(rows) == w.Rows {
+		return wordMatch
+	}
+	return wordDiffers
 }
 
 // scheduleCheck runs checkOwners again after d.

@@ -195,8 +195,8 @@ func (l *Library) SettleRepair(owner messages.DeviceID, wm messages.HLC) error {
 	var held messages.HLC
 	if err == nil {
 		err = l.withReader(func(c *conn) error {
-			id, err := c.queryInt(`SELECT id FROM "device" WHERE uuid = ?`, owner)
-			if err != nil {
+			id, found, err := deviceRowID(c, owner)
+			if err != nil || !found {
 				return err
 			}
 			held, err = l.ownerMaxHLC(c, id)

@@ -578,8 +578,7 @@ func hLocationAdd(ctx context.Context, s *server, lib *actors.Library, a locatio
 			return nil, fmt.Errorf("location %s added (%s), but indexing failed after %d entries: %w", name, loc, p.Entries, err)
 		}
 		s.log.Info("location indexed", "library", lib.ID(), "location", loc, "path", path, "entries", p.Entries)
-		return &indexSummary{Entries: p.Entries, Files: p.Files, Dirs: p.Dirs, Bytes: p.Bytes, Contents: p.Contents,
-			Skipped: p.Skipped, SkippedBy: p.SkippedBy, SkippedPaths: p.SkippedPaths, Seconds: time.Since(start).Seconds()}, nil
+		return &indexSummary{IndexProgress: p, Seconds: time.Since(start).Seconds()}, nil
 	})
 	out, err := s.follow(ctx, j, progressIf(a.Progress, progress))
 	if err != nil {

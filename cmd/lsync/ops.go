@@ -265,17 +265,11 @@ type indexProgress struct {
 	ETASeconds float64 `json:"eta_seconds,omitempty"`
 }
 
+// indexSummary is an index run's totals (the JSON of actors.IndexProgress)
+// and how long it took.
 type indexSummary struct {
-	Entries  int   `json:"entries"`
-	Files    int   `json:"files"`
-	Dirs     int   `json:"dirs"`
-	Bytes    int64 `json:"bytes"`
-	Contents int   `json:"content_identities"`
-	Skipped  int   `json:"skipped"`
-	// SkippedBy counts Skipped by reason; SkippedPaths names the first.
-	SkippedBy    map[string]int `json:"skipped_by,omitempty"`
-	SkippedPaths []string       `json:"skipped_paths,omitempty"`
-	Seconds      float64        `json:"seconds"`
+	actors.IndexProgress
+	Seconds float64 `json:"seconds"`
 }
 
 type locationResult struct {
