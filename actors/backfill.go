@@ -36,6 +36,7 @@ type backfillActor struct {
 	timer  *time.Timer
 	bytes0 float64 // lsync_bytes_total{direction="in"} when last counted
 	state  backfillRunState
+	held   *heldPages // small pages not applied yet (held.go)
 }
 
 // backfillRunState is what the actor is waiting for.
@@ -124,7 +125,7 @@ func (b *backfillActor) started(ctx actor.Context) {
 	}
 	lib := b.libID.String()
 	b.spool = &pageSpool{dir: spoolDir(b.lib.Dir()), reused: func() { b.n.metrics.pagesReused.WithLabelValues(lib).Inc() }}
-	b.j = resumeJoin(*st, b.n.self, b.lib.Registry().DeviceOwned())
+	b.j = resumeJoin(*st, b.n.self)
 	b.peers = map[messages.DeviceID]net.Conn{}
 	b.fetch = b.n.newFetcher(ctx, b.libID, b.spool)
 	b.bo = newBackoff(b.n.sync.ReconnectMin, 30*time.Second, b.n.sync.Seed^0x6a6f696e)
@@ -222,19 +223,16 @@ func (b *backfillActor) run(ctx actor.Context, step joinStep) {
 		return
 	}
 	if step.ask != nil {
-		if step.spooled {
+		if step.spooled && b.spools() {
 			b.fetch.askSpooled(conn, source, step.ask, nil)
 		} else {
 			b.fetch.ask(conn, step.ask, nil)
 		}
 	}
 	if p := step.apply; p != nil {
-		if err := b.apply(p); err != nil {
+		if err := b.stage(p, step.raise != nil || step.logFrom || step.done || p.checkpoint == nil); err != nil {
 			b.failed(ctx, err)
 			return
-		}
-		if p.req != nil {
-			b.spool.drop(source, p.req)
 		}
 	}
 	if r := step.raise; r != nil {
@@ -295,6 +293,20 @@ func (b *backfillActor) failed(ctx actor.Context, err error) {
 		panic(err) // the supervisor stops the library with this reason
 	}
 	b.fetch.stop()
+	// The held pages came before the failure: the join's state is past
+	// them, so they are applied before it goes on from there.
+	if ferr := b.flushHeld(); ferr != nil {
+		if persistence.IsStorageFailure(ferr) {
+			panic(ferr)
+		}
+		// Not applied (the library is closing): go on from the
+		// checkpoint database.db holds, which is before them.
+		st, lerr := loadBackfill(b.lib)
+		if lerr != nil || st == nil {
+			panic(fmt.Errorf("apply the pages held before %v: %w", err, errors.Join(ferr, lerr)))
+		}
+		b.j = resumeJoin(*st, b.n.self)
+	}
 	if errors.Is(err, errNoSource) && len(b.peers) == 0 {
 		b.j.waitForPartner()
 		b.state = bfNoPartner

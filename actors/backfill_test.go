@@ -2,8 +2,10 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,6 +50,7 @@ func seedLibrary(t *testing.T, c *cluster, owners, perOwner int) {
 func joinCluster(t *testing.T, n, perOwner int, page int, tune ...func(*cluster)) *cluster {
 	c := newCluster(t, n, 77)
 	c.sync.PageSize = page
+	c.sync.JoinBatchRows = 1 // each page alone: these tests count pages (see TestJoinHoldsSmallPages)
 	for _, f := range tune {
 		f(c)
 	}
@@ -151,6 +154,14 @@ func testJoinBackfillConvergesExactly(t *testing.T) {
 		t.Fatalf("backfill expected %d records and applied %d; the joiner now holds %d rows", lb.Expected, lb.Records, total)
 	}
 	t.Logf("expected %d, applied %d, holds %d", st.LastBackfill.Expected, st.LastBackfill.Records, total)
+	// The source read each page after the first of a scan before the
+	// joiner asked for it (3 owners × 6 pages of 100 entries, and more).
+	src := c.nodes[0].Metrics()
+	used := src.Value("lsync_pages_read_ahead_total", map[string]string{"result": "used"})
+	dropped := src.Value("lsync_pages_read_ahead_total", map[string]string{"result": "dropped"})
+	if used < 15 || dropped > 3 {
+		t.Fatalf("the source used %v pages it read ahead and dropped %v", used, dropped)
+	}
 }
 
 func TestJoinBuffersLiveWrites(t *testing.T) { bubble(t, testJoinBuffersLiveWrites) }
@@ -312,6 +323,8 @@ func testJoinFailsOverWhenSourceDies(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.join(ctx) }()
 	<-held
+	// The join may get to the page before SyncSetup has returned.
+	testutil.Eventually(t, 10*time.Second, "the joined library", func() bool { return c.joinerLib() != nil })
 	st, _ := c.joinerLib().Status(ctx)
 	src := -1
 	for i := range c.devs {
@@ -369,5 +382,64 @@ func testJoin100KEntries(t *testing.T) {
 	}
 	if err := c.libs[joiner].Store().VerifyDerived(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A join with pages smaller than JoinBatchRows applies them together: one
+// transaction per JoinBatchRows rows, not per page. A crash loses the held
+// pages, which the restarted join fetches again (at most a batch of them
+// and the page in flight), and the joiner still converges exactly.
+func TestJoinHoldsSmallPages(t *testing.T) { bubble(t, testJoinHoldsSmallPages) }
+
+func testJoinHoldsSmallPages(t *testing.T) {
+	const page, batch = 40, 400
+	c := joinCluster(t, 3, 1200, page, func(c *cluster) { c.sync.JoinBatchRows = batch })
+	joiner := 2
+	var mu sync.Mutex
+	var sizes []int // rows of each applied state page
+	crashed := false
+	hook := func(node int, p *joinPage) {
+		if node != joiner || len(p.records) == 0 {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		sizes = append(sizes, len(p.records))
+		if len(sizes) == 3 && !crashed {
+			crashed = true
+			panic(errors.New("injected crash with pages held"))
+		}
+	}
+	c.pageHook.Store(&hook)
+	if err := c.join(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.libs[joiner].WaitReady(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(true, 30*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if !crashed {
+		t.Fatal("the join never applied a third batch: no crash happened")
+	}
+	full := 0
+	for _, n := range sizes {
+		if n > batch+page {
+			t.Errorf("an applied page holds %d rows, more than a batch and a page", n)
+		}
+		if n >= batch {
+			full++
+		}
+	}
+	// 2 owners × 1,201 rows in pages of 40: about 60 pages, 6 full batches.
+	if len(sizes) > 20 || full < 4 {
+		t.Errorf("state pages applied in %d transactions (%d of at least %d rows): %v", len(sizes), full, batch, sizes)
+	}
+	if again := c.pagesServedAgain(t); again > batch/page+1 {
+		t.Errorf("%d pages re-transferred after the crash, want at most %d (the held ones and the one in flight)", again, batch/page+1)
+	}
+	if n := c.nodes[joiner].Metrics().Value("lsync_actor_supervision_total", map[string]string{"directive": "RestartDirective"}); n < 1 {
+		t.Errorf("no restart counted (%v)", n)
 	}
 }

@@ -61,6 +61,7 @@ type Config struct {
 // SyncConfig tunes the sync engine. Zero values mean the defaults.
 type SyncConfig struct {
 	PageSize            int           // rows per StateRequest/SharedChangeRequest page (10,000)
+	JoinBatchRows       int           // a join applies smaller pages together, this many rows per transaction (10,000; 1: each page alone)
 	ApplyBatch          int           // inbound changes per applier transaction (1,000)
 	CatchUpInterval     time.Duration // periodic catch-up with each connected partner (30 s)
 	AntiEntropyInterval time.Duration // fingerprint reconciliation with one partner at a time (10 min)
@@ -88,6 +89,7 @@ func (c SyncConfig) withDefaults() SyncConfig {
 		}
 	}
 	def(&c.PageSize, 10_000)
+	def(&c.JoinBatchRows, 10_000)
 	def(&c.ApplyBatch, 1_000)
 	def(&c.PendingPerOrigin, 10_000)
 	def(&c.SnapshotChunk, 4<<20)

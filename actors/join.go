@@ -85,9 +85,8 @@ func (st *backfillState) checkpoint() *persistence.Checkpoint {
 // join restarted in the log skips it, and the final catch-up pass that
 // follows every join fetches what is left.
 type join struct {
-	st     backfillState
-	self   messages.DeviceID
-	models []string // device-owned models, in dependency order
+	st   backfillState
+	self messages.DeviceID
 
 	avoid messages.DeviceID // the source that failed last (not persisted)
 	log   *logPager         // the source's log, once the shared state is in
@@ -122,8 +121,8 @@ func newJoin(self, source messages.DeviceID, pageSize int, now time.Time) backfi
 }
 
 // resumeJoin is the machine for a saved (or fresh) checkpoint.
-func resumeJoin(st backfillState, self messages.DeviceID, models []string) *join {
-	return &join{st: st, self: self, models: models}
+func resumeJoin(st backfillState, self messages.DeviceID) *join {
+	return &join{st: st, self: self}
 }
 
 // state is a copy of the checkpoint (progress for status and events).
@@ -232,7 +231,10 @@ func (j *join) start() joinStep {
 func (j *join) limit() uint32 { return uint32(j.st.PageSize) }
 
 func (j *join) statePager() *statePager {
-	return &statePager{Owner: j.st.Owners[j.st.Owner].Origin, Models: j.models, Limit: j.limit(),
+	// No Models: the source walks its device-owned models in its order,
+	// which the schema version pins (the same as this device's), and a request
+	// per one-record page is 55 bytes shorter.
+	return &statePager{Owner: j.st.Owners[j.st.Owner].Origin, Limit: j.limit(),
 		Model: j.st.Model, Cursor: j.st.Cursor, ScanWM: j.st.ScanWM}
 }
 

@@ -96,18 +96,22 @@ func page[T any](all []T, key func(T) messages.Cursor, cursor messages.Cursor, l
 }
 
 func (s *fakeSource) statePage(r *messages.StateRequest) *messages.StateResponse {
+	models := r.Models
+	if len(models) == 0 {
+		models = s.models // as a serving peer does: its device-owned models
+	}
 	i := 0
 	if r.Model != "" {
-		i = slices.Index(r.Models, r.Model)
+		i = slices.Index(models, r.Model)
 	}
 	cursor := r.Cursor
-	for ; i < len(r.Models); i++ {
-		recs, next, more := page(s.rows[r.Owner][r.Models[i]], func(x messages.StateRecord) messages.Cursor {
+	for ; i < len(models); i++ {
+		recs, next, more := page(s.rows[r.Owner][models[i]], func(x messages.StateRecord) messages.Cursor {
 			return messages.Cursor{HLC: x.HLC, UUID: x.UUID}
 		}, cursor, int(r.Limit))
-		if len(recs) > 0 || more || i == len(r.Models)-1 {
-			return &messages.StateResponse{Owner: r.Owner, Model: r.Models[i], Records: recs, Cursor: next,
-				HasMore: more || i < len(r.Models)-1, Watermark: testutil.HLC(9999, 0, r.Owner)}
+		if len(recs) > 0 || more || i == len(models)-1 {
+			return &messages.StateResponse{Owner: r.Owner, Model: models[i], Records: recs, Cursor: next,
+				HasMore: more || i < len(models)-1, Watermark: testutil.HLC(9999, 0, r.Owner)}
 		}
 		cursor = messages.Cursor{}
 	}
@@ -154,7 +158,7 @@ func runJoin(t *testing.T, src *fakeSource, store *fakeStore, crashAfter int) bo
 	if err := json.Unmarshal(store.checkpoint, &st); err != nil {
 		t.Fatal(err)
 	}
-	j := resumeJoin(st, testutil.DevID(0), src.models)
+	j := resumeJoin(st, testutil.DevID(0))
 	if !j.keepSource(func(messages.DeviceID) bool { return true }) {
 		t.Fatal("the source was not kept")
 	}
@@ -301,7 +305,7 @@ func TestJoinChoosesSource(t *testing.T) {
 			if tc.midOwner {
 				st.Planned, st.Owners = true, []messages.OriginWatermark{{Origin: c}}
 			}
-			j := resumeJoin(st, testutil.DevID(0), nil)
+			j := resumeJoin(st, testutil.DevID(0))
 			j.avoid = tc.avoid
 			got, switching, err := j.choose(tc.cands)
 			if (err != nil) != tc.err || got != tc.want || switching != tc.switching {
@@ -328,7 +332,7 @@ func TestJoinSwitchSourceKeepsTheSmallerWatermark(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newJoin(testutil.DevID(0), testutil.DevID(1), 10, time.Unix(0, 0))
 			st.Planned, st.Owners, st.ScanWM = true, []messages.OriginWatermark{{Origin: owner}}, tc.scan
-			j := resumeJoin(st, testutil.DevID(0), nil)
+			j := resumeJoin(st, testutil.DevID(0))
 			theirs := []messages.OriginWatermark{}
 			if tc.theirsListed {
 				theirs = append(theirs, messages.OriginWatermark{Origin: owner, HLC: tc.theirs})
@@ -345,7 +349,7 @@ func TestJoinSwitchSourceKeepsTheSmallerWatermark(t *testing.T) {
 func TestJoinRefusesAnswersOutOfPlace(t *testing.T) {
 	src := newFakeSource(3, 1)
 	st := newJoin(testutil.DevID(0), testutil.DevID(1), 5, time.Unix(0, 0))
-	j := resumeJoin(st, testutil.DevID(0), src.models)
+	j := resumeJoin(st, testutil.DevID(0))
 	j.keepSource(func(messages.DeviceID) bool { return true })
 	owners := &messages.StateOwnersRequest{}
 	step, err := j.received(owners, src.serve(owners))

@@ -24,6 +24,8 @@ type serveActor struct {
 	rowsOK  bool
 	// digests answered, per owner (digest).
 	digests map[messages.DeviceID]servedDigest
+	// ahead is the page read ahead for each peer in a scan (readahead.go).
+	ahead map[messages.DeviceID]*readAhead
 }
 
 func newServeActor(n *nodeCore, lib *persistence.Library) actor.Producer {
@@ -67,7 +69,7 @@ func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messa
 		if m.Since.IsZero() && len(m.UUIDs) == 0 {
 			s.n.metrics.pagesServed.WithLabelValues(s.lib.Meta().ID.String()).Inc()
 		}
-		return s.statePage(m)
+		return s.readAhead(from, m)
 	case *messages.SharedChangeRequest:
 		// Its own log, or another origin's changes kept to relay them.
 		entries, more, snap, err := s.lib.LogOf(m.Origin, m.Since, s.limit(m.Limit))
@@ -82,7 +84,7 @@ func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messa
 		}
 		return &messages.SharedChangeResponse{Origin: m.Origin, Entries: entries, HasMore: more, SnapshotRequired: snap}, nil
 	case *messages.SharedStateRequest:
-		return s.sharedStatePage(m)
+		return s.readAhead(from, m)
 	case *messages.FingerprintRequest:
 		return s.fingerprints(m)
 	case *messages.SnapshotRequest:
@@ -182,7 +184,12 @@ func (s *serveActor) statePage(m *messages.StateRequest) (*messages.StateRespons
 			return nil, &messages.Error{Code: messages.CodeBadRequest, Message: fmt.Sprintf("cursor model %q not in request", m.Model)}
 		}
 	}
-	wm := s.lib.StateWatermark(m.Owner)
+	// The watermark goes with a scan's first page, the only one a
+	// requester reads it from (statePager): 29 bytes less on every other.
+	var wm messages.HLC
+	if m.Model == "" && m.Cursor.IsZero() {
+		wm = s.lib.StateWatermark(m.Owner)
+	}
 	for ; i < len(models); i++ {
 		recs, next, more, err := s.lib.StatePage(m.Owner, models[i], m.Since, cursor, s.limit(m.Limit))
 		if err != nil {

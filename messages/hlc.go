@@ -127,9 +127,14 @@ var (
 	_ msgpack.CustomDecoder = (*HLC)(nil)
 )
 
-// EncodeMsgpack writes h as a 28-byte msgpack bin (30 bytes on the wire).
-// The encoding is pinned: never change it without a schema version bump.
+// EncodeMsgpack writes h as a 28-byte msgpack bin (30 bytes on the wire),
+// and the zero HLC as nil (1 byte), which every decoder since schema 1
+// reads as zero. The encoding is pinned: never change it in a way an
+// older decoder cannot read without a schema version bump.
 func (h HLC) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if h.IsZero() {
+		return enc.EncodeNil() // 1 byte, not 29: a join's every request has a zero Since
+	}
 	var buf [HLCBinaryLen]byte
 	b, _ := h.AppendBinary(buf[:0])
 	return enc.EncodeBytes(b)

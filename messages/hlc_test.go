@@ -103,6 +103,18 @@ func TestHLCMsgpackCompact(t *testing.T) {
 	if err := msgpack.Unmarshal(b, &back); err != nil || back != h {
 		t.Fatalf("round trip: %v %v", back, err)
 	}
+	// The zero HLC is a 1-byte nil; its older form, a bin of 28 zero
+	// bytes (builds before it), still reads as zero.
+	zero, err := msgpack.Marshal(HLC{})
+	if err != nil || len(zero) != 1 || zero[0] != 0xc0 {
+		t.Fatalf("zero HLC encodes as % x (%v), want c0 (nil)", zero, err)
+	}
+	for _, form := range [][]byte{zero, append([]byte{0xc4, HLCBinaryLen}, make([]byte, HLCBinaryLen)...)} {
+		back = h
+		if err := msgpack.Unmarshal(form, &back); err != nil || !back.IsZero() {
+			t.Fatalf("% x decodes to %v (%v), want the zero HLC", form, back, err)
+		}
+	}
 	// A wrong-length bin is refused.
 	short, _ := msgpack.Marshal([]byte{1, 2, 3})
 	if err := msgpack.Unmarshal(short, &back); !errors.Is(err, ErrMalformedHLC) {
