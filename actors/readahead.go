@@ -55,6 +55,15 @@ func (s *serveActor) readAhead(from messages.DeviceID, req messages.Message) (me
 		go func() {
 			defer close(a.done)
 			a.resp, a.err = s.scanPage(next)
+			if a.err != nil {
+				return
+			}
+			// Encoded here, so the answer is sent the moment it is asked
+			// for (one that fails to encode is sent as it is, and its
+			// reply reports the error).
+			if enc, err := messages.EncodeAhead(a.resp); err == nil {
+				a.resp = enc
+			}
 		}()
 	}
 	return resp, err
@@ -75,6 +84,9 @@ func (s *serveActor) scanPage(req messages.Message) (messages.Message, error) {
 // nextInScan is the request for the page after resp, the answer to req,
 // or nil if the scan ends there (or req is not a paged scan).
 func nextInScan(req, resp messages.Message) messages.Message {
+	if e, ok := resp.(*messages.Encoded); ok {
+		resp = e.Msg
+	}
 	switch m := req.(type) {
 	case *messages.StateRequest:
 		r, ok := resp.(*messages.StateResponse)

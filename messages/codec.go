@@ -84,6 +84,11 @@ func Encode(lib LibraryID, m Message) (Envelope, error) {
 	if m == nil {
 		return Envelope{}, fmt.Errorf("encode: %w: nil message", ErrMalformed)
 	}
+	if p, ok := m.(*Encoded); ok {
+		env := p.Env
+		env.Library = lib
+		return env, nil
+	}
 	t := m.MessageType()
 	if !t.Known() {
 		return Envelope{}, fmt.Errorf("encode: %w: %d", ErrUnknownType, t)
@@ -109,6 +114,28 @@ func Encode(lib LibraryID, m Message) (Envelope, error) {
 	}
 	return env, nil
 }
+
+// Encoded is a message encoded ahead of sending (a page read ahead is
+// encoded and compressed off the path its request waits on): Encode
+// returns its envelope for whichever library it is sent in. Msg is the
+// message itself, for the sender's own use; it never crosses the wire as
+// anything but Env.
+type Encoded struct {
+	Env Envelope
+	Msg Message
+}
+
+// EncodeAhead encodes m for sending later (see Encoded).
+func EncodeAhead(m Message) (*Encoded, error) {
+	env, err := Encode(LibraryID{}, m)
+	if err != nil {
+		return nil, err
+	}
+	return &Encoded{Env: env, Msg: m}, nil
+}
+
+// MessageType is the type of the message encoded.
+func (e *Encoded) MessageType() Type { return e.Env.Type }
 
 // PayloadSize is the size of env's message before compression (its msgpack
 // bytes): the payload's length, or the content size a zstd frame header

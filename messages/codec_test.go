@@ -165,6 +165,20 @@ func TestLargePayloadIsCompressed(t *testing.T) {
 	if len(got.(*StateBatch).Records) != 2000 {
 		t.Fatal("lost records")
 	}
+	// Encoded ahead (for no library), it is the very same frame once
+	// sent in lib, and it decodes to the message, not to a wrapper.
+	ahead, err := EncodeAhead(m)
+	if err != nil || ahead.MessageType() != TypeStateBatch || ahead.Msg != Message(m) {
+		t.Fatalf("EncodeAhead: %v %v", ahead, err)
+	}
+	want, _ := EncodeFrame(lib, m)
+	frame, err := EncodeFrame(lib, ahead)
+	if err != nil || !bytes.Equal(frame, want) {
+		t.Fatalf("a frame encoded ahead differs (%v)", err)
+	}
+	if _, back, err := DecodeFrame(frame, 0); err != nil || len(back.(*StateBatch).Records) != 2000 {
+		t.Fatalf("decoded %T, %v", back, err)
+	}
 }
 
 func TestFrameErrors(t *testing.T) {
