@@ -139,35 +139,66 @@ func sharedColumns(mi *modelInfo, op messages.ChangeOp, fields map[string]any) (
 
 // applyShared applies one shared change through the LWW rule.
 func (tx *txn) applyShared(mi *modelInfo, c *messages.SharedChange, remote bool) (outcome, error) {
-	set, err := sharedInput(mi, c)
-	if err != nil {
-		return tx.reject(mi.Name, c.Record, valueReason(err), err), nil
-	}
-	if remote {
-		if err := tx.observe(c.HLC); err != nil {
-			return tx.reject(mi.Name, c.Record, messages.ReasonClockSkew, err), nil
-		}
+	set, out, ok := tx.sharedAdmit(mi, c, remote)
+	if !ok {
+		return out, nil
 	}
 	// Bulk fast path (a shared-state backfill into a library without
 	// tombstones of the model): a row that is not here yet is inserted
 	// whole, without reading it first. The insert finds out whether it is.
-	if tx.l.tombs[mi.Name] == 0 && c.Op != messages.OpDelete {
-		fresh := newLWWRow(len(mi.Columns))
-		if fresh.apply(c.Op, c.HLC, set) && fresh.exists() {
-			added, err := tx.addShared(mi, c.Record, fresh)
-			if err != nil {
-				return 0, fmt.Errorf("store %s %s: %w", mi.Name, c.Record, err)
-			}
-			if added {
-				if mi.derived == derivedTagEdge {
-					tx.touchEdge(c.Record, false)
-				}
-				tx.note(c.HLC)
-				tx.change(mi.Name, c.Record, false)
-				return outApplied, nil
-			}
+	if fresh := tx.freshShared(mi, c, set); fresh != nil {
+		added, err := tx.addShared(mi, c.Record, fresh)
+		if err != nil {
+			return 0, fmt.Errorf("store %s %s: %w", mi.Name, c.Record, err)
+		}
+		if added {
+			tx.sharedAdded(mi, c)
+			return outApplied, nil
 		}
 	}
+	return tx.applySharedLWW(mi, c, set)
+}
+
+// sharedAdmit checks a change's values and (remote) its clock: ok is
+// false if it is refused, out the refusal's outcome.
+func (tx *txn) sharedAdmit(mi *modelInfo, c *messages.SharedChange, remote bool) (set map[int]any, out outcome, ok bool) {
+	set, err := sharedInput(mi, c)
+	if err != nil {
+		return nil, tx.reject(mi.Name, c.Record, valueReason(err), err), false
+	}
+	if remote {
+		if err := tx.observe(c.HLC); err != nil {
+			return nil, tx.reject(mi.Name, c.Record, messages.ReasonClockSkew, err), false
+		}
+	}
+	return set, 0, true
+}
+
+// freshShared is the whole row a change makes if its record is not here,
+// when the fast path may insert it without reading first (no tombstone
+// of the model, not a delete); nil otherwise.
+func (tx *txn) freshShared(mi *modelInfo, c *messages.SharedChange, set map[int]any) *lwwRow {
+	if tx.l.tombs[mi.Name] != 0 || c.Op == messages.OpDelete {
+		return nil
+	}
+	fresh := newLWWRow(len(mi.Columns))
+	if fresh.apply(c.Op, c.HLC, set) && fresh.exists() {
+		return fresh
+	}
+	return nil
+}
+
+// sharedAdded is the work after a fresh row is inserted.
+func (tx *txn) sharedAdded(mi *modelInfo, c *messages.SharedChange) {
+	if mi.derived == derivedTagEdge {
+		tx.touchEdge(c.Record, false)
+	}
+	tx.note(c.HLC)
+	tx.change(mi.Name, c.Record, false)
+}
+
+// applySharedLWW applies an admitted change to the row as it is here.
+func (tx *txn) applySharedLWW(mi *modelInfo, c *messages.SharedChange, set map[int]any) (outcome, error) {
 	id, row, err := tx.loadShared(mi, c.Record)
 	if err != nil {
 		return 0, err
@@ -354,17 +385,35 @@ func (l *Library) ApplySharedState(changes []messages.SharedChange, wms []messag
 	}
 	defer l.mu.Unlock()
 	err := l.writeTx(&res, func(tx *txn) error {
+		var fresh sharedBatch
 		for i := range changes {
 			c := &changes[i]
 			mi := tx.sharedModel(c)
 			if mi == nil {
 				continue
 			}
-			out, err := tx.applyShared(mi, c, true)
+			set, out, ok := tx.sharedAdmit(mi, c, true)
+			if !ok {
+				tx.count(out)
+				continue
+			}
+			if row := tx.freshShared(mi, c, set); row != nil {
+				if err := fresh.add(tx, mi, c, set, row); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := fresh.flush(tx); err != nil {
+				return err
+			}
+			out, err := tx.applySharedLWW(mi, c, set)
 			if err != nil {
 				return fmt.Errorf("apply %s %s: %w", c.Model, c.Record, err)
 			}
 			tx.count(out)
+		}
+		if err := fresh.flush(tx); err != nil {
+			return err
 		}
 		for _, wm := range wms {
 			if reason, err := l.checkWatermark(wm); err != nil {

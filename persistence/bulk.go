@@ -156,3 +156,116 @@ func (tx *txn) bulkInsert(m *modelInfo, ownerID int64, rows []bulkRow) (int, err
 	}
 	return inserted, nil
 }
+
+// sharedBatch holds fresh rows of one shared model, inserted by one
+// multi-row statement (ApplySharedState, a join's shared state): as with
+// entries, a statement of 64 rows finds each row's place in the uuid and
+// HLC indexes from where the last one went instead of from the root, and
+// binds and steps once. If a row was here already (or a record comes
+// twice), the statement is undone and its changes go through the
+// ordinary path, in order.
+type sharedBatch struct {
+	m    *modelInfo
+	rows []sharedBulkRow
+}
+
+type sharedBulkRow struct {
+	c   *messages.SharedChange
+	set map[int]any
+	row *lwwRow
+}
+
+func (b *sharedBatch) add(tx *txn, mi *modelInfo, c *messages.SharedChange, set map[int]any, row *lwwRow) error {
+	if b.m != mi {
+		if err := b.flush(tx); err != nil {
+			return err
+		}
+		b.m = mi
+	}
+	b.rows = append(b.rows, sharedBulkRow{c: c, set: set, row: row})
+	if len(b.rows) == maxBulkRows {
+		return b.flush(tx)
+	}
+	return nil
+}
+
+func (b *sharedBatch) flush(tx *txn) error {
+	rows, mi := b.rows, b.m
+	b.rows = b.rows[:0]
+	if len(rows) == 0 {
+		return nil
+	}
+	if err := tx.c.c.Exec(`SAVEPOINT bulk`); err != nil {
+		return err
+	}
+	inserted, err := tx.sharedBulkInsert(mi, rows)
+	if err != nil {
+		return err
+	}
+	if inserted == len(rows) {
+		if err := tx.c.c.Exec(`RELEASE bulk`); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			tx.sharedAdded(mi, r.c)
+			tx.count(outApplied)
+		}
+		return nil
+	}
+	if err := tx.c.c.Exec(`ROLLBACK TO bulk; RELEASE bulk`); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		added, err := tx.addShared(mi, r.c.Record, r.row)
+		if err != nil {
+			return fmt.Errorf("store %s %s: %w", mi.Name, r.c.Record, err)
+		}
+		out := outApplied
+		if added {
+			tx.sharedAdded(mi, r.c)
+		} else if out, err = tx.applySharedLWW(mi, r.c, r.set); err != nil {
+			return fmt.Errorf("apply %s %s: %w", mi.Name, r.c.Record, err)
+		}
+		tx.count(out)
+	}
+	return nil
+}
+
+// sharedBulkInsert inserts rows in statements of powers of two rows, and
+// returns how many went in.
+func (tx *txn) sharedBulkInsert(mi *modelInfo, rows []sharedBulkRow) (int, error) {
+	inserted := 0
+	per := 2 + 2*len(mi.Columns)
+	for len(rows) > 0 {
+		k := 0
+		for 1<<(k+1) <= len(rows) && 1<<(k+1) <= maxBulkRows {
+			k++
+		}
+		n := 1 << k
+		s, temp, err := tx.c.prep(mi.sql.sharedBulkAdd[k])
+		if err != nil {
+			return 0, err
+		}
+		for i, r := range rows[:n] {
+			p := i * per
+			err = errors.Join(bindOne(s, p+1, r.c.Record), bindOne(s, p+2, r.row.rowHLC()))
+			for j := range r.row.vals {
+				if err == nil {
+					err = errors.Join(bindOne(s, p+3+2*j, r.row.vals[j]), bindOne(s, p+4+2*j, r.row.hlcs[j]))
+				}
+			}
+			if err != nil {
+				release(s, temp)
+				return 0, err
+			}
+		}
+		err = s.Exec()
+		release(s, temp)
+		if err != nil {
+			return 0, fmt.Errorf("insert %d %s rows: %w", n, mi.Name, err)
+		}
+		inserted += int(tx.c.c.Changes())
+		rows = rows[n:]
+	}
+	return inserted, nil
+}

@@ -239,8 +239,10 @@ type modelSQL struct {
 	sharedGet    string // uuid -> id, hlc, (col, col_hlc)...
 	sharedInsert string // uuid, hlc, (col, col_hlc)...
 	sharedAdd    string // sharedInsert that does nothing if the uuid is here
-	sharedUpdate string // hlc, (col, col_hlc)..., id
-	sharedPage   string // cursor hlc, cursor uuid, limit -> uuid, hlc, (col, col_hlc)...
+	// sharedBulkAdd[k] is sharedAdd of 1<<k rows.
+	sharedBulkAdd [bulkInsertSizes]string
+	sharedUpdate  string // hlc, (col, col_hlc)..., id
+	sharedPage    string // cursor hlc, cursor uuid, limit -> uuid, hlc, (col, col_hlc)...
 }
 
 // bulkInsertSizes is the number of multi-row insert statements per
@@ -375,6 +377,11 @@ func sharedSQL(mi *modelInfo) modelSQL {
 	q.sharedGet = fmt.Sprintf(`SELECT id, hlc%s FROM %s WHERE uuid = ?`, prefixJoin(", ", pairs), t)
 	q.sharedInsert = fmt.Sprintf(`INSERT INTO %s (uuid, hlc%s) VALUES (%s)`, t, prefixJoin(", ", pairs), placeholders(2+len(pairs)))
 	q.sharedAdd = q.sharedInsert + ` ON CONFLICT (uuid) DO NOTHING`
+	row := "(" + placeholders(2+len(pairs)) + ")"
+	for k := range q.sharedBulkAdd {
+		q.sharedBulkAdd[k] = fmt.Sprintf(`INSERT INTO %s (uuid, hlc%s) VALUES %s ON CONFLICT (uuid) DO NOTHING`,
+			t, prefixJoin(", ", pairs), strings.TrimSuffix(strings.Repeat(row+", ", 1<<k), ", "))
+	}
 	q.sharedUpdate = fmt.Sprintf(`UPDATE %s SET hlc = ?%s WHERE id = ?`, t, prefixJoin(", ", sets))
 	q.sharedPage = fmt.Sprintf(`SELECT uuid, hlc%s FROM %s WHERE (hlc, uuid) > (?, ?) ORDER BY hlc, uuid LIMIT ?`,
 		prefixJoin(", ", pairs), t)

@@ -401,3 +401,63 @@ func TestCommitSharedDeterministicAndErrors(t *testing.T) {
 		t.Fatalf("refused changes must not block their origin's chain: %+v %v", res, err)
 	}
 }
+
+// A shared-state page is inserted by multi-row statements (sharedBatch).
+// Whatever the page holds (rows already here, a record twice, a delete
+// between fresh rows, tag edges making a cycle, more rows than one
+// statement takes) the outcome is the one of applying its changes one at
+// a time, and so are the counts.
+func TestSharedStatePageInsertedInBulk(t *testing.T) {
+	reg := DefaultRegistry()
+	var page []messages.SharedChange
+	for i := range 150 {
+		page = append(page, change(hlcAt(uint64(100+i), 0, devA), ModelTag, uid(1000+i), messages.OpInsert,
+			map[string]any{"canonical_name": fmt.Sprint("tag ", i), "color": "red"}))
+	}
+	// Tag 5 again, newer and older; tag 7 deleted; tag 0 is here before.
+	page = append(page,
+		change(hlcAt(900, 0, devB), ModelTag, uid(1005), messages.OpUpdate, map[string]any{"color": "blue"}),
+		change(hlcAt(50, 0, devB), ModelTag, uid(1005), messages.OpUpdate, map[string]any{"color": "green"}),
+		change(hlcAt(901, 0, devB), ModelTag, uid(1007), messages.OpDelete, nil))
+	edge := func(p, ch messages.UUID, ts uint64) messages.SharedChange {
+		f := map[string]any{"parent_tag_uuid": p, "child_tag_uuid": ch, "relationship_type": "parent_child"}
+		u, _ := reg.DeterministicUUID(ModelTagRelationship, f)
+		return change(hlcAt(ts, 0, devA), ModelTagRelationship, u, messages.OpInsert, f)
+	}
+	page = append(page, edge(uid(1001), uid(1002), 950), edge(uid(1002), uid(1003), 951), edge(uid(1003), uid(1001), 952))
+	before := change(hlcAt(10, 0, devC), ModelTag, uid(1000), messages.OpInsert, map[string]any{"canonical_name": "early", "icon": "x"})
+
+	bulk := newLib(t, devR)
+	mustShared(t, bulk, before)
+	res, err := bulk.ApplySharedState(page, nil, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, bulk)
+
+	one := newLib(t, devR)
+	mustShared(t, one, before)
+	var want ApplyResult
+	for _, c := range page {
+		r, err := one.ApplySharedState([]messages.SharedChange{c}, nil, ApplyOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.Applied += r.Applied
+		want.Stale += r.Stale
+	}
+	if res.Applied != want.Applied || res.Stale != want.Stale || len(res.Rejected) != 0 {
+		t.Fatalf("page counted %d applied, %d stale (%v rejected); one at a time %d, %d", res.Applied, res.Stale, res.Rejected, want.Applied, want.Stale)
+	}
+	if want.Stale == 0 {
+		t.Fatal("no change was stale: the page does not test rows already here")
+	}
+	for _, m := range []string{ModelTag, ModelTagRelationship} {
+		if got, exp := modelsJSON(t, bulk, m), modelsJSON(t, one, m); got != exp {
+			t.Fatalf("%s differs:\n bulk %s\n  one %s", m, got, exp)
+		}
+	}
+	if n := len(rows(t, bulk, ModelTag)); n != 149 {
+		t.Fatalf("%d tags, want 149 (150, one deleted)", n)
+	}
+}
