@@ -19,10 +19,11 @@ import (
 //
 // The join's in-memory state is past the held pages while database.db's
 // checkpoint is not: a crash or a closed library loses them, and the
-// restarted join fetches them again (at most JoinBatchRows rows). For
-// that reason pages of a join whose page size is below JoinBatchRows are
-// not spooled either: the spool would cost more per page than fetching
-// them again (a file written, renamed and removed per one-record page).
+// restarted join asks for them again. Held pages are spooled like the
+// others, so they come back from disk, not the wire, except in a join of
+// pages under spoolMinRows rows: there the spool would cost more per page
+// than fetching it again (a file written, renamed and removed per
+// one-record page), and a crash fetches again at most JoinBatchRows rows.
 
 // maxHold bounds how long a page waits to be applied while more arrive.
 const maxHold = 250 * time.Millisecond
@@ -113,9 +114,15 @@ func (b *backfillActor) flushHeld() error {
 	return nil
 }
 
-// spools reports whether the join keeps its pages in the spool: only
-// when they are applied one by one (see the comment above).
-func (b *backfillActor) spools() bool { return b.j.st.PageSize >= b.n.sync.JoinBatchRows }
+// spoolMinRows is the smallest page size whose pages are spooled when
+// they may be held.
+const spoolMinRows = 100
+
+// spools reports whether the join keeps its pages in the spool (see the
+// comment above).
+func (b *backfillActor) spools() bool {
+	return b.j.st.PageSize >= spoolMinRows || b.j.st.PageSize >= b.n.sync.JoinBatchRows
+}
 
 func (b *backfillActor) dropSpooled(req messages.Message) {
 	if req != nil && b.spools() {

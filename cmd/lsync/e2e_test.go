@@ -892,7 +892,7 @@ func TestE2EJoinKillNineResumes(t *testing.T) {
 	needBinary(t)
 	a := startDaemon(t, "alpha")
 	b := initDaemon(t, "bravo")
-	b.args = []string{"--page-size", "25"}
+	b.args = []string{"--page-size", "100"} // spooled: small pages are held in memory, then applied together
 	b.start("127.0.0.1:0")
 	pair(t, a, b)
 	var l libraryInfo
@@ -922,7 +922,7 @@ func TestE2EJoinKillNineResumes(t *testing.T) {
 	})
 	listen := b.listen
 	b.kill9()
-	t.Logf("killed bravo after %d pages of %d rows", pages, 25)
+	t.Logf("killed bravo after %d pages of %d rows", pages, 100)
 	b.start(listen)
 	testutil.Eventually(t, 60*time.Second, "the resumed join to finish", func() bool {
 		stdout, _, code := b.run("--json", "sync", "status", lib)
