@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/lsync/lsync/messages"
@@ -160,7 +161,9 @@ func snapshotGone(id messages.UUID) error {
 // build reads, checksums and compresses the chunk. corrupt is the test
 // hook that damages a chunk after its checksum (nil: none).
 func (j chunkJob) build(corrupt func(uint32) bool) (*messages.SnapshotChunk, error) {
-	raw, err := readChunk(j.path, j.index, j.chunk)
+	buf := chunkBufs.get(j.chunk)
+	defer chunkBufs.put(buf)
+	raw, err := readChunk(j.path, j.index, buf)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, snapshotGone(j.id) // expired while this request waited
 	}
@@ -176,19 +179,35 @@ func (j chunkJob) build(corrupt func(uint32) bool) (*messages.SnapshotChunk, err
 	return &messages.SnapshotChunk{SnapshotID: j.id, Index: j.index, Total: j.total, TotalBytes: uint64(j.size), Data: data, Checksum: sum[:]}, nil
 }
 
-func readChunk(path string, index uint32, chunk int64) ([]byte, error) {
+// readChunk reads chunk index of the file into buf (a chunk's size).
+func readChunk(path string, index uint32, buf []byte) ([]byte, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer fh.Close()
-	buf := make([]byte, chunk)
-	n, err := fh.ReadAt(buf, int64(index)*chunk)
+	n, err := fh.ReadAt(buf, int64(index)*int64(len(buf)))
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
 	return buf[:n], nil
 }
+
+// chunkBufs keeps the read buffers of chunks being built: a snapshot
+// reads hundreds of megabytes, a few chunks at a time.
+var chunkBufs bufPool
+
+type bufPool struct{ p sync.Pool }
+
+// get returns a buffer of n bytes (its contents are not cleared).
+func (b *bufPool) get(n int64) []byte {
+	if p, _ := b.p.Get().(*[]byte); p != nil && int64(cap(*p)) >= n {
+		return (*p)[:n]
+	}
+	return make([]byte, n)
+}
+
+func (b *bufPool) put(buf []byte) { b.p.Put(&buf) }
 
 // ---- joining side: the staging checkpoint ----
 
