@@ -44,16 +44,26 @@ func (s *serveActor) Receive(ctx actor.Context) {
 	if s.n.served != nil {
 		s.n.served(m.from, m.msg)
 	}
+	if req, ok := m.msg.(*messages.SnapshotRequest); ok {
+		s.snapshotChunk(m, req) // answers off the actor (snapshot.go)
+		return
+	}
 	resp, err := s.answer(m.from, m.msg)
+	answerServe(s.n, m, resp, err)
+}
+
+// answerServe answers a bulk request with resp, or with err as an Error
+// (an internal one unless err is one). It may run off the actor.
+func answerServe(n *nodeCore, m *serveReq, resp messages.Message, err error) {
 	if err != nil {
 		var e *messages.Error
 		if !errors.As(err, &e) {
 			e = &messages.Error{Code: messages.CodeInternal, Message: err.Error()}
 		}
-		s.n.log.Warn("bulk request failed", "from", m.from, "type", m.msg.MessageType(), "err", err)
+		n.log.Warn("bulk request failed", "from", m.from, "type", m.msg.MessageType(), "err", err)
 		resp = e
 	}
-	answerPeer(s.n, m.from, m.reply, resp, m.credit)
+	answerPeer(n, m.from, m.reply, resp, m.credit)
 }
 
 func (s *serveActor) limit(l uint32) int {
@@ -87,8 +97,6 @@ func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messa
 		return s.readAhead(from, m)
 	case *messages.FingerprintRequest:
 		return s.fingerprints(m)
-	case *messages.SnapshotRequest:
-		return s.snapshotChunk(m)
 	case *messages.DigestRequest:
 		return s.digest(m.Owner)
 	case *messages.StateOwnersRequest:

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/lsync/lsync/messages"
@@ -17,11 +19,13 @@ import (
 
 // Snapshot mode: the first sync of a large library copies the database
 // file itself instead of its rows. The source makes a consistent copy
-// (VACUUM INTO, writers keep going) and serves it in zstd-compressed,
-// SHA-256-checksummed chunks (serve actor); the joiner's snapshot-join
-// actor (snapshot_join.go) verifies each chunk (a bad one is fetched
-// again), resumes by chunk after a crash, has the node install the copy as
-// its database.db, and catches up from the watermarks the copy carries.
+// (SQLite's online backup, writers keep going) and serves it in
+// zstd-compressed, SHA-256-checksummed chunks (serve actor, each chunk
+// built off it); the joiner's snapshot-join actor (snapshot_join.go) keeps
+// a few chunks asked for, verifies each (a bad one is fetched again),
+// writes them in order, resumes by chunk after a crash, has the node
+// install the copy as its database.db, and catches up from the watermarks
+// the copy carries.
 
 const snapshotTTL = 15 * time.Minute // a snapshot nobody asked for this long is deleted
 
@@ -32,6 +36,8 @@ type snapshotStore struct {
 	dir   string
 	chunk int64 // uncompressed bytes per chunk
 	files map[messages.UUID]*servedSnapshot
+	// workers holds a token per chunk being built (chunkWorkers).
+	workers chan struct{}
 }
 
 type servedSnapshot struct {
@@ -43,7 +49,7 @@ type servedSnapshot struct {
 func (s *serveActor) snapshots() *snapshotStore {
 	if s.snaps == nil {
 		s.snaps = &snapshotStore{dir: filepath.Join(s.lib.Dir(), "snapshots"), chunk: int64(s.n.sync.SnapshotChunk),
-			files: map[messages.UUID]*servedSnapshot{}}
+			files: map[messages.UUID]*servedSnapshot{}, workers: make(chan struct{}, chunkWorkers)}
 		_ = os.RemoveAll(s.snaps.dir) // leftovers of a previous run serve nobody
 	}
 	return s.snaps
@@ -86,53 +92,122 @@ func (s *serveActor) makeSnapshot(st *snapshotStore) (messages.UUID, *servedSnap
 	return id, f, nil
 }
 
-// snapshotChunk answers a SnapshotRequest: a zero id starts a new snapshot.
-func (s *serveActor) snapshotChunk(m *messages.SnapshotRequest) (*messages.SnapshotChunk, error) {
+// snapshotChunk answers a SnapshotRequest: a zero id starts a new
+// snapshot. The bookkeeping (which snapshot, how many chunks) is done on
+// the actor; the chunk's read, checksum and compression, tens of
+// milliseconds of CPU per chunk, run off it, so a joiner's next requests
+// (it keeps a few on the wire) and other partners' pages are not queued
+// behind them. At most chunkWorkers chunks are built at once: what a
+// joiner's requests make this device hold stays bounded however many it
+// sends.
+func (s *serveActor) snapshotChunk(m *serveReq, req *messages.SnapshotRequest) {
+	job, err := s.chunkJob(req)
+	if err != nil {
+		answerServe(s.n, m, nil, err)
+		return
+	}
+	n, workers := s.n, s.snaps.workers
+	go func() {
+		workers <- struct{}{}
+		ch, err := job.build(n.corruptChunk)
+		<-workers
+		answerServe(n, m, ch, err)
+	}()
+}
+
+// chunkWorkers bounds the chunks a library builds at once: one
+// compressing (the chunk codec compresses one at a time) while another
+// is read and checksummed.
+const chunkWorkers = 2
+
+// chunkJob is one chunk to build, off the serve actor.
+type chunkJob struct {
+	id    messages.UUID
+	path  string
+	size  int64 // of the snapshot
+	chunk int64 // bytes per chunk
+	index uint32
+	total uint32
+}
+
+// chunkJob looks up (or makes) the snapshot req asks for.
+func (s *serveActor) chunkJob(req *messages.SnapshotRequest) (chunkJob, error) {
 	st := s.snapshots()
 	now := time.Now()
 	st.expire(now)
-	id := m.SnapshotID
+	id := req.SnapshotID
 	f, ok := st.files[id]
 	switch {
 	case id.IsZero():
 		var err error
 		if id, f, err = s.makeSnapshot(st); err != nil {
-			return nil, err
+			return chunkJob{}, err
 		}
 	case !ok:
-		return nil, &messages.Error{Code: messages.CodeNotFound, Message: fmt.Sprintf("snapshot %s is gone (expired or the device restarted); start a new one", id)}
+		return chunkJob{}, snapshotGone(id)
 	}
 	f.lastUsed = now
 	total := uint32(max((f.size+st.chunk-1)/st.chunk, 1))
-	if m.Index >= total {
-		return nil, &messages.Error{Code: messages.CodeBadRequest, Message: fmt.Sprintf("chunk %d of a %d-chunk snapshot", m.Index, total)}
+	if req.Index >= total {
+		return chunkJob{}, &messages.Error{Code: messages.CodeBadRequest, Message: fmt.Sprintf("chunk %d of a %d-chunk snapshot", req.Index, total)}
 	}
-	raw, err := readChunk(f.path, m.Index, st.chunk)
+	return chunkJob{id: id, path: f.path, size: f.size, chunk: st.chunk, index: req.Index, total: total}, nil
+}
+
+func snapshotGone(id messages.UUID) error {
+	return &messages.Error{Code: messages.CodeNotFound, Message: fmt.Sprintf("snapshot %s is gone (expired or the device restarted); start a new one", id)}
+}
+
+// build reads, checksums and compresses the chunk. corrupt is the test
+// hook that damages a chunk after its checksum (nil: none).
+func (j chunkJob) build(corrupt func(uint32) bool) (*messages.SnapshotChunk, error) {
+	buf := chunkBufs.get(j.chunk)
+	defer chunkBufs.put(buf)
+	raw, err := readChunk(j.path, j.index, buf)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, snapshotGone(j.id) // expired while this request waited
+	}
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256(raw)
 	data := messages.CompressChunk(make([]byte, 0, len(raw)/2), raw)
-	if s.n.corruptChunk != nil && s.n.corruptChunk(m.Index) && len(data) > 0 {
+	if corrupt != nil && corrupt(j.index) && len(data) > 0 {
 		data = bytes.Clone(data)
 		data[len(data)/2] ^= 0xff
 	}
-	return &messages.SnapshotChunk{SnapshotID: id, Index: m.Index, Total: total, TotalBytes: uint64(f.size), Data: data, Checksum: sum[:]}, nil
+	return &messages.SnapshotChunk{SnapshotID: j.id, Index: j.index, Total: j.total, TotalBytes: uint64(j.size), Data: data, Checksum: sum[:]}, nil
 }
 
-func readChunk(path string, index uint32, chunk int64) ([]byte, error) {
+// readChunk reads chunk index of the file into buf (a chunk's size).
+func readChunk(path string, index uint32, buf []byte) ([]byte, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer fh.Close()
-	buf := make([]byte, chunk)
-	n, err := fh.ReadAt(buf, int64(index)*chunk)
+	n, err := fh.ReadAt(buf, int64(index)*int64(len(buf)))
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
 	return buf[:n], nil
 }
+
+// chunkBufs keeps the read buffers of chunks being built: a snapshot
+// reads hundreds of megabytes, a few chunks at a time.
+var chunkBufs bufPool
+
+type bufPool struct{ p sync.Pool }
+
+// get returns a buffer of n bytes (its contents are not cleared).
+func (b *bufPool) get(n int64) []byte {
+	if p, _ := b.p.Get().(*[]byte); p != nil && int64(cap(*p)) >= n {
+		return (*p)[:n]
+	}
+	return make([]byte, n)
+}
+
+func (b *bufPool) put(buf []byte) { b.p.Put(&buf) }
 
 // ---- joining side: the staging checkpoint ----
 

@@ -21,10 +21,18 @@ import (
 // folder, chunk by chunk, then asks the node to install it. It is a child
 // of the node actor (the library does not exist here yet), supervised like
 // the other jobs: a crash restarts it, and a restarted actor resumes after
-// the last chunk written (progress.json, saved after every chunk). A
+// the last chunk written (progress.json, saved after every write). A
 // source that goes away is waited for; a failed request is retried with
 // back-off; a chunk that keeps failing its checksum ends the join with
 // ErrBadChunk, its staging kept for the next start.
+//
+// Chunks are fetched a window at a time: up to snapshotWindow requests
+// from the first chunk not written (p.Done) on, so the source builds the
+// next chunks and the network carries them while this side checks and
+// writes the current one. Each answer is decompressed and checked off the
+// actor; verified chunks wait in ready until those before them are
+// written, so the file is written in order and what waits is bounded by
+// the window.
 type snapshotJoinActor struct {
 	n      *nodeCore
 	lib    messages.LibraryID
@@ -34,11 +42,20 @@ type snapshotJoinActor struct {
 	p     *snapshotProgress
 	fh    *os.File
 	conn  net.Conn // to the source, when connected
-	fetch *fetcher
+	fetch *fetcher // a new one when the snapshot starts over: answers of the old are dropped
 	bo    *backoff
-	timer *time.Timer
-	busy  bool // a chunk request is on the wire, or a retry is pending
+	timer *time.Timer // a back-off after a failed request: nothing is asked until it ends
+	// asked: chunks on the wire or being checked; ready: checked, waiting
+	// for the chunks before them. Both hold indexes in [p.Done,
+	// p.Done+snapshotWindow) only.
+	asked map[uint32]bool
+	ready map[uint32]*chunkChecked
+	over  bool // handed to the node (installed or failed): nothing more to do
 }
+
+// snapshotWindow is how many chunks a joiner keeps asked for at once
+// (a few times 4 MiB of memory, decompressed).
+const snapshotWindow = 4
 
 // snapshotRetry ends a back-off.
 type snapshotRetry struct{}
@@ -77,12 +94,15 @@ func (j *snapshotJoinActor) Receive(ctx actor.Context) {
 	case *joinPeersSent:
 		j.next(ctx)
 	case *snapshotRetry:
-		j.timer, j.busy = nil, false
+		j.timer = nil
 		j.next(ctx)
 	case *answered:
-		if j.fetch.mine(m) {
-			j.busy = false
-			j.chunk(ctx, m)
+		if j.fetch.mine(m) && !j.over {
+			j.answered(ctx, m)
+		}
+	case *chunkChecked:
+		if m.from == j.fetch && !j.over {
+			j.checked(ctx, m)
 		}
 	}
 }
@@ -90,6 +110,7 @@ func (j *snapshotJoinActor) Receive(ctx actor.Context) {
 // started loads the staging checkpoint and asks the node who is connected.
 func (j *snapshotJoinActor) started(ctx actor.Context) {
 	j.fetch = j.n.newFetcher(ctx, j.lib, nil)
+	j.asked, j.ready = map[uint32]bool{}, map[uint32]*chunkChecked{}
 	j.dir = stagingDir(j.n.cfg.Home, j.lib)
 	p, err := loadSnapshotProgress(j.dir)
 	if err != nil {
@@ -105,87 +126,159 @@ func (j *snapshotJoinActor) started(ctx actor.Context) {
 	ctx.Request(j.parent, &joinPeersPlease{}) // Request: the node answers the sender
 }
 
-// next asks for the next chunk, or hands the download over.
+// next fills the window with requests, or hands the download over.
 func (j *snapshotJoinActor) next(ctx actor.Context) {
-	if j.busy || j.p == nil {
+	p := j.p
+	if p == nil || j.over {
 		return
 	}
-	if j.p.Total > 0 && j.p.Done >= j.p.Total {
+	if p.Total > 0 && p.Done >= p.Total {
 		j.finish(ctx)
 		return
 	}
-	if j.conn == nil {
-		return // waiting for the source (peerUp)
+	if j.conn == nil || j.timer != nil {
+		return // waiting for the source (peerUp) or a back-off
 	}
-	j.busy = true
-	j.fetch.ask(j.conn, &messages.SnapshotRequest{SnapshotID: j.p.SnapshotID, Index: j.p.Done}, nil)
+	end := p.Done + 1 // the first chunk names the snapshot and its size
+	if p.Total > 0 {
+		end = min(p.Done+snapshotWindow, p.Total)
+	}
+	for i := p.Done; i < end; i++ {
+		if j.asked[i] || j.ready[i] != nil {
+			continue
+		}
+		j.asked[i] = true
+		j.fetch.ask(j.conn, &messages.SnapshotRequest{SnapshotID: p.SnapshotID, Index: i}, i)
+	}
 }
 
-// chunk writes one chunk (or handles why it did not come).
-func (j *snapshotJoinActor) chunk(ctx actor.Context, a *answered) {
+// answered hands a chunk to be checked off the actor (or handles why it
+// did not come).
+func (j *snapshotJoinActor) answered(ctx actor.Context, a *answered) {
 	p := j.p
+	index := a.tag.(uint32)
 	ch, err := expect[*messages.SnapshotChunk](a)
 	var me *messages.Error
 	switch {
 	case errors.As(err, &me) && me.Code == messages.CodeNotFound && !p.SnapshotID.IsZero():
 		// The source lost the snapshot (restart, expiry): start over.
 		j.n.log.Info("snapshot gone on the source; starting a new one", "library", p.Library, "source", p.Source)
-		p.restart()
-		j.check(ctx, j.fh.Truncate(0))
+		j.startOver(ctx)
+		j.next(ctx)
 	case err != nil:
-		j.retry(ctx, fmt.Errorf("snapshot chunk %d from %s: %w", p.Done, p.Source, err))
-		return
+		delete(j.asked, index)
+		j.retry(ctx, fmt.Errorf("snapshot chunk %d from %s: %w", index, p.Source, err))
 	default:
-		raw, ok := j.verified(ctx, ch)
-		if !ok {
+		want := chunkWant{index: index, id: p.SnapshotID, total: p.Total}
+		from, self, root := j.fetch, ctx.Self(), ctx.ActorSystem().Root
+		go func() { root.Send(self, checkChunk(from, want, ch)) }()
+	}
+}
+
+// chunkWant is what an asked-for chunk must be.
+type chunkWant struct {
+	index uint32
+	id    messages.UUID // zero: any (the first chunk of a new snapshot)
+	total uint32        // 0: any
+}
+
+// chunkChecked is a chunk checked off the actor: raw is its
+// decompressed data, or err why it is not the chunk asked for.
+type chunkChecked struct {
+	from  *fetcher
+	index uint32 // the index asked for
+	ch    *messages.SnapshotChunk
+	raw   []byte
+	err   error
+}
+
+// checkChunk decompresses ch and checks it against its checksum and
+// against what was asked for.
+func checkChunk(from *fetcher, want chunkWant, ch *messages.SnapshotChunk) *chunkChecked {
+	c := &chunkChecked{from: from, index: want.index, ch: ch}
+	raw, err := messages.DecompressChunk(ch.Data, messages.MaxDecompressed)
+	switch {
+	case err != nil:
+		c.err = err
+	case ch.Index != want.index || (!want.id.IsZero() && ch.SnapshotID != want.id) || (want.total != 0 && ch.Total != want.total):
+		c.err = fmt.Errorf("chunk %d of snapshot %s (%d chunks), asked for chunk %d of %s (%d)", ch.Index, ch.SnapshotID, ch.Total, want.index, want.id, want.total)
+	default:
+		if sum := sha256.Sum256(raw); !bytes.Equal(sum[:], ch.Checksum) {
+			c.err = errors.New("checksum differs")
+		} else {
+			c.raw = raw
+		}
+	}
+	return c
+}
+
+// checked writes a checked chunk when the chunks before it are written
+// (or keeps it until they are); a bad one is counted and fetched again,
+// up to a limit.
+func (j *snapshotJoinActor) checked(ctx actor.Context, c *chunkChecked) {
+	p := j.p
+	delete(j.asked, c.index)
+	if c.err != nil {
+		p.Refetched++
+		j.n.metrics.Rejected(messages.ReasonSnapshotChunkChecksum)
+		j.n.log.Warn("snapshot chunk failed its checksum; fetching it again", "library", p.Library, "chunk", c.index, "err", c.err)
+		if p.Refetched > 3*int(max(p.Total, 1)) {
+			j.over = true
+			ctx.Send(j.parent, &snapshotFailed{lib: j.lib, err: fmt.Errorf("join by snapshot: %w: chunk %d, %d refetches", ErrBadChunk, c.index, p.Refetched)})
 			return
 		}
-		j.check(ctx, j.write(ch, raw))
+		if p.SnapshotID.IsZero() {
+			p.SnapshotID = c.ch.SnapshotID // ask the same snapshot again
+		}
+		j.next(ctx)
+		return
 	}
+	if p.SnapshotID.IsZero() || p.Total == 0 {
+		p.SnapshotID, p.Total, p.TotalBytes = c.ch.SnapshotID, c.ch.Total, c.ch.TotalBytes
+	}
+	j.ready[c.index] = c
+	j.check(ctx, j.writeReady())
 	j.next(ctx)
 }
 
-// verified decompresses a chunk and checks it against its checksum; a bad
-// one is counted and fetched again, up to a limit.
-func (j *snapshotJoinActor) verified(ctx actor.Context, ch *messages.SnapshotChunk) ([]byte, bool) {
+// writeReady appends the checked chunks that follow the last one written
+// to the staged file, in order, and saves progress.
+func (j *snapshotJoinActor) writeReady() error {
 	p := j.p
-	raw, err := messages.DecompressChunk(ch.Data, messages.MaxDecompressed)
-	sum := sha256.Sum256(raw)
-	if err == nil && bytes.Equal(sum[:], ch.Checksum) && ch.Index == p.Done {
-		return raw, true
+	written := 0
+	for c := j.ready[p.Done]; c != nil; c = j.ready[p.Done] {
+		if _, err := j.fh.WriteAt(c.raw, p.Offset); err != nil {
+			return err
+		}
+		delete(j.ready, p.Done)
+		p.Done++
+		p.Offset += int64(len(c.raw))
+		p.Bytes += int64(len(c.ch.Data))
+		written++
 	}
-	p.Refetched++
-	j.n.metrics.Rejected(messages.ReasonSnapshotChunkChecksum)
-	j.n.log.Warn("snapshot chunk failed its checksum; fetching it again", "library", p.Library, "chunk", ch.Index, "err", err)
-	if p.Refetched > 3*int(max(p.Total, 1)) {
-		ctx.Send(j.parent, &snapshotFailed{lib: j.lib, err: fmt.Errorf("join by snapshot: %w: chunk %d, %d refetches", ErrBadChunk, ch.Index, p.Refetched)})
-		return nil, false
-	}
-	p.SnapshotID = ch.SnapshotID
-	j.next(ctx)
-	return nil, false
-}
-
-// write appends a verified chunk (raw, decompressed) to the staged file
-// and saves progress.
-func (j *snapshotJoinActor) write(ch *messages.SnapshotChunk, raw []byte) error {
-	p := j.p
-	if _, err := j.fh.WriteAt(raw, p.Offset); err != nil {
-		return err
+	if written == 0 {
+		return nil
 	}
 	if err := j.fh.Sync(); err != nil {
 		return err
 	}
-	p.SnapshotID, p.Total, p.TotalBytes = ch.SnapshotID, ch.Total, ch.TotalBytes
-	p.Done = ch.Index + 1
-	p.Offset += int64(len(raw))
-	p.Bytes += int64(len(ch.Data))
 	if err := p.save(j.dir); err != nil {
 		return err
 	}
 	j.n.events.emit(Event{Type: EventBackfillProgress, Library: p.Library, Peer: p.Source, Phase: PhaseBackfilling,
 		Count: int(p.Done), Detail: fmt.Sprintf("snapshot chunk %d/%d, %d bytes", p.Done, p.Total, p.Bytes)})
 	return nil
+}
+
+// startOver forgets the snapshot and what was asked of it; the next
+// request starts a new one.
+func (j *snapshotJoinActor) startOver(ctx actor.Context) {
+	j.fetch.stop()
+	j.fetch = j.n.newFetcher(ctx, j.lib, nil)
+	clear(j.asked)
+	clear(j.ready)
+	j.p.restart()
+	j.check(ctx, j.fh.Truncate(0))
 }
 
 // check panics on a local I/O failure: the supervisor restarts the job,
@@ -196,10 +289,14 @@ func (j *snapshotJoinActor) check(ctx actor.Context, err error) {
 	}
 }
 
+// retry waits before asking again (one back-off at a time: requests that
+// fail together, when the source goes away, wait once).
 func (j *snapshotJoinActor) retry(ctx actor.Context, err error) {
+	if j.timer != nil {
+		return
+	}
 	wait := j.bo.next()
 	j.n.log.Warn("snapshot join: retrying", "library", j.lib, "in", wait, "err", err)
-	j.busy = true
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	j.timer = time.AfterFunc(wait, func() { root.Send(self, &snapshotRetry{}) })
 }
@@ -214,15 +311,14 @@ func (j *snapshotJoinActor) finish(ctx actor.Context) {
 		j.n.log.Warn("snapshot chunks do not add up to its size; starting over", "library", j.lib,
 			"chunks_bytes", j.p.Offset, "announced", j.p.TotalBytes)
 		j.n.metrics.Rejected(messages.ReasonSnapshotChunkChecksum)
-		j.p.restart()
-		j.check(ctx, j.fh.Truncate(0))
+		j.startOver(ctx)
 		j.next(ctx)
 		return
 	}
 	j.check(ctx, j.fh.Truncate(int64(j.p.TotalBytes)))
 	j.check(ctx, j.fh.Close())
 	j.fh = nil
-	j.busy = true // nothing more to ask
+	j.over = true
 	ctx.Send(j.parent, &installSnapshot{p: j.p})
 }
 

@@ -2,7 +2,11 @@ package persistence
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
+	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/lsync/lsync/messages"
@@ -84,5 +88,98 @@ func TestSnapshotInstallCarriesStateAndWatermarks(t *testing.T) {
 	}
 	if _, err := dst.Get(ModelDevice, messages.UUID(devR)); err != nil {
 		t.Fatalf("the joiner has no device row of its own: %v", err)
+	}
+}
+
+// A snapshot taken while the writer keeps committing is one commit's view:
+// its entries are whole batches (each batch is one transaction), its kept
+// digests agree with a full pass over its rows, and it is one file that
+// opens without a -wal.
+func TestSnapshotWhileWriting(t *testing.T) {
+	const batch = 7
+	src := newLib(t, devA)
+	loc, _, err := src.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/a", "name": "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(n int) error {
+		rows := make([]map[string]any, n)
+		for i := range rows {
+			rows[i] = map[string]any{"location_uuid": loc.UUID[:], "name": fmt.Sprintf("f%d", i), "kind": int64(0), "size": int64(i)}
+		}
+		_, _, err := src.WriteStateBatch(ModelEntry, rows)
+		return err
+	}
+	// Enough rows that a copy takes a while (some megabytes of pages).
+	for range 40 {
+		if err := write(500); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := len(rows(t, src, ModelEntry))
+
+	stop := make(chan struct{})
+	var commits atomic.Int64
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				errc <- nil
+				return
+			default:
+			}
+			if err := write(batch); err != nil {
+				errc <- err
+				return
+			}
+			commits.Add(1)
+		}
+	}()
+	var snaps []string
+	for i := range 4 {
+		// Each copy starts after at least one commit the previous did not see.
+		for n := commits.Load(); commits.Load() == n; {
+			runtime.Gosched()
+		}
+		snap := filepath.Join(t.TempDir(), fmt.Sprintf("snap%d.db", i))
+		if err := src.SnapshotTo(snap); err != nil {
+			close(stop)
+			t.Fatal(err)
+		}
+		snaps = append(snaps, snap)
+	}
+	close(stop)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	after := len(rows(t, src, ModelEntry))
+	if commits.Load() == 0 {
+		t.Fatal("the writer committed nothing")
+	}
+
+	for i, snap := range snaps {
+		for _, side := range []string{"-wal", "-journal"} {
+			if _, err := os.Stat(snap + side); err == nil {
+				t.Fatalf("snapshot %d left %s behind: the file alone is not the copy", i, side)
+			}
+		}
+		dst, err := InstallSnapshot(snap, filepath.Join(t.TempDir(), "lib"), src.Meta(), devA, Options{Self: devR})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(rows(t, dst, ModelEntry))
+		if n < before || n > after || (n-before)%batch != 0 {
+			t.Errorf("snapshot %d holds %d entries: not a commit's view (before %d, after %d, batches of %d)", i, n, before, after, batch)
+		}
+		if bad, err := dst.CheckDigests(); err != nil || len(bad) != 0 {
+			t.Errorf("snapshot %d: kept digests differ from its rows for %v (%v)", i, bad, err)
+		}
+		_, kept, _, _ := dst.MaintainedDigest(devA)
+		if kept != n+2 { // the entries, the location and A's device row
+			t.Errorf("snapshot %d: digest of A covers %d rows, the copy holds %d", i, kept, n+1)
+		}
+		mustVerify(t, dst)
+		dst.Close()
 	}
 }
