@@ -103,7 +103,7 @@ func Encode(lib LibraryID, m Message) (Envelope, error) {
 		return Envelope{}, fmt.Errorf("encode %s: %w: payload of %d bytes (limit %d)", t, ErrFrameTooLarge, len(payload), DefaultMaxFrame)
 	}
 	env := Envelope{SchemaVersion: SchemaVersion, Library: lib, Type: t, Payload: payload}
-	if len(payload) > compressThreshold {
+	if len(payload) > compressThreshold && typeTable[t].flags&precompressed == 0 {
 		c, err := compressPayload(make([]byte, 0, len(payload)/2), payload)
 		if err != nil {
 			return Envelope{}, fmt.Errorf("encode: %w", err)

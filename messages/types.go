@@ -87,7 +87,7 @@ var typeTable = [...]typeInfo{
 	TypeFingerprintRequest:   row[FingerprintRequest]("fingerprint_request", 0),
 	TypeFingerprintResponse:  row[FingerprintResponse]("fingerprint_response", 0),
 	TypeSnapshotRequest:      row[SnapshotRequest]("snapshot_request", 0),
-	TypeSnapshotChunk:        row[SnapshotChunk]("snapshot_chunk", 0),
+	TypeSnapshotChunk:        row[SnapshotChunk]("snapshot_chunk", precompressed),
 	TypeSharedStateRequest:   row[SharedStateRequest]("shared_state_request", 0),
 	TypeSharedStateResponse:  row[SharedStateResponse]("shared_state_response", 0),
 	TypeLibraryListRequest:   row[LibraryListRequest]("library_list_request", 0),
@@ -119,6 +119,11 @@ type typeFlags uint8
 // control stream (the handshake and keep-alive), never as a library's
 // live message or request.
 const control typeFlags = 1 << 0
+
+// precompressed marks types whose bulk is compressed already (snapshot
+// chunks): Encode does not compress their frames again, which would cost
+// the serving side CPU for nothing.
+const precompressed typeFlags = 1 << 1
 
 // row builds the table row of message type M.
 func row[M any, PM interface {
