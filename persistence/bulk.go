@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ncruces/go-sqlite3"
+
 	"github.com/lsync/lsync/messages"
 )
 
@@ -112,28 +114,46 @@ func (tx *txn) flushBulk() error {
 // rows were inserted; unless all were, the caller rolls the batch back
 // and the digest must not count it: rows go in the digest only then.
 func (tx *txn) bulkInsert(m *modelInfo, ownerID int64, rows []bulkRow) (int, error) {
-	all := rows
+	inserted, err := tx.insertRows(m, &m.sql.bulkInsert, len(rows), func(s *sqlite3.Stmt, i, p int) error {
+		r := &rows[i]
+		err := errors.Join(s.BindInt64(p+1, r.id), bindOne(s, p+2, r.rec.UUID), s.BindInt64(p+3, ownerID), bindOne(s, p+4, r.rec.HLC))
+		for j, v := range r.sqlVals {
+			if err == nil {
+				err = bindOne(s, p+5+j, v)
+			}
+		}
+		return err
+	})
+	if err != nil || inserted != len(rows) {
+		return inserted, err
+	}
+	for i := range rows {
+		r := &rows[i]
+		if err := tx.digestWritten(m, ownerID, r.rec.UUID, r.rec.HLC, r.vals, r.sqlVals); err != nil {
+			return 0, err
+		}
+	}
+	return inserted, nil
+}
+
+// insertRows inserts n rows with stmts[k], the statements of 1<<k rows
+// (the largest that fits what is left, so few statements are ever
+// prepared), binding row i's parameters from p+1 on with bind. It returns
+// how many rows went in.
+func (tx *txn) insertRows(m *modelInfo, stmts *[bulkInsertSizes]string, n int, bind func(s *sqlite3.Stmt, i, p int) error) (int, error) {
 	inserted := 0
-	per := 4 + len(m.Columns)
-	for len(rows) > 0 {
+	for done := 0; done < n; {
 		k := 0
-		for 1<<(k+1) <= len(rows) && 1<<(k+1) <= maxBulkRows {
+		for 1<<(k+1) <= n-done && 1<<(k+1) <= maxBulkRows {
 			k++
 		}
-		n := 1 << k
-		s, temp, err := tx.c.prep(m.sql.bulkInsert[k])
+		s, temp, err := tx.c.prep(stmts[k])
 		if err != nil {
 			return 0, err
 		}
-		for i, r := range rows[:n] {
-			p := i * per
-			err = errors.Join(s.BindInt64(p+1, r.id), bindOne(s, p+2, r.rec.UUID), s.BindInt64(p+3, ownerID), bindOne(s, p+4, r.rec.HLC))
-			for j, v := range r.sqlVals {
-				if err == nil {
-					err = bindOne(s, p+5+j, v)
-				}
-			}
-			if err != nil {
+		per := s.BindCount() >> k
+		for i := range 1 << k {
+			if err := bind(s, done+i, i*per); err != nil {
 				release(s, temp)
 				return 0, err
 			}
@@ -141,18 +161,10 @@ func (tx *txn) bulkInsert(m *modelInfo, ownerID int64, rows []bulkRow) (int, err
 		err = s.Exec()
 		release(s, temp)
 		if err != nil {
-			return 0, fmt.Errorf("insert %d %s rows: %w", n, m.Name, err)
+			return 0, fmt.Errorf("insert %d %s rows: %w", 1<<k, m.Name, err)
 		}
 		inserted += int(tx.c.c.Changes())
-		rows = rows[n:]
-	}
-	if inserted == len(all) {
-		for i := range all {
-			r := &all[i]
-			if err := tx.digestWritten(m, ownerID, r.rec.UUID, r.rec.HLC, r.vals, r.sqlVals); err != nil {
-				return 0, err
-			}
-		}
+		done += 1 << k
 	}
 	return inserted, nil
 }
@@ -231,41 +243,16 @@ func (b *sharedBatch) flush(tx *txn) error {
 	return nil
 }
 
-// sharedBulkInsert inserts rows in statements of powers of two rows, and
-// returns how many went in.
+// sharedBulkInsert inserts rows and returns how many went in.
 func (tx *txn) sharedBulkInsert(mi *modelInfo, rows []sharedBulkRow) (int, error) {
-	inserted := 0
-	per := 2 + 2*len(mi.Columns)
-	for len(rows) > 0 {
-		k := 0
-		for 1<<(k+1) <= len(rows) && 1<<(k+1) <= maxBulkRows {
-			k++
-		}
-		n := 1 << k
-		s, temp, err := tx.c.prep(mi.sql.sharedBulkAdd[k])
-		if err != nil {
-			return 0, err
-		}
-		for i, r := range rows[:n] {
-			p := i * per
-			err = errors.Join(bindOne(s, p+1, r.c.Record), bindOne(s, p+2, r.row.rowHLC()))
-			for j := range r.row.vals {
-				if err == nil {
-					err = errors.Join(bindOne(s, p+3+2*j, r.row.vals[j]), bindOne(s, p+4+2*j, r.row.hlcs[j]))
-				}
-			}
-			if err != nil {
-				release(s, temp)
-				return 0, err
+	return tx.insertRows(mi, &mi.sql.sharedBulkAdd, len(rows), func(s *sqlite3.Stmt, i, p int) error {
+		r := rows[i]
+		err := errors.Join(bindOne(s, p+1, r.c.Record), bindOne(s, p+2, r.row.rowHLC()))
+		for j := range r.row.vals {
+			if err == nil {
+				err = errors.Join(bindOne(s, p+3+2*j, r.row.vals[j]), bindOne(s, p+4+2*j, r.row.hlcs[j]))
 			}
 		}
-		err = s.Exec()
-		release(s, temp)
-		if err != nil {
-			return 0, fmt.Errorf("insert %d %s rows: %w", n, mi.Name, err)
-		}
-		inserted += int(tx.c.c.Changes())
-		rows = rows[n:]
-	}
-	return inserted, nil
+		return err
+	})
 }
