@@ -18,11 +18,38 @@ type authTable struct {
 	mu       sync.RWMutex
 	partners map[messages.LibraryID]map[messages.DeviceID]bool // open libraries → their sync partners
 	removed  map[messages.LibraryID]map[messages.DeviceID]bool // devices each removed (sync-remove)
+	// expected counts the sync-setups under way with each device, per
+	// library: the device registers this one first, so its reports may
+	// arrive before it is a partner here (expect).
+	expected map[messages.LibraryID]map[messages.DeviceID]int
 }
 
 func newAuthTable() *authTable {
 	return &authTable{partners: map[messages.LibraryID]map[messages.DeviceID]bool{},
-		removed: map[messages.LibraryID]map[messages.DeviceID]bool{}}
+		removed:  map[messages.LibraryID]map[messages.DeviceID]bool{},
+		expected: map[messages.LibraryID]map[messages.DeviceID]int{}}
+}
+
+// expect notes a sync-setup with dev for lib under way until done is
+// called: dev's messages for lib are still refused until it is a partner,
+// but as expected ones (not a warning; they are sent again).
+func (t *authTable) expect(lib messages.LibraryID, dev messages.DeviceID) (done func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.expected[lib] == nil {
+		t.expected[lib] = map[messages.DeviceID]int{}
+	}
+	t.expected[lib][dev]++
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.expected[lib][dev]--; t.expected[lib][dev] <= 0 {
+			delete(t.expected[lib], dev)
+		}
+		if len(t.expected[lib]) == 0 {
+			delete(t.expected, lib)
+		}
+	}
 }
 
 // setRemoved records the devices lib removed: they are answered
@@ -80,6 +107,7 @@ func (t *authTable) authorize(peer messages.DeviceID, lib messages.LibraryID, ty
 	t.mu.RLock()
 	partners, open := t.partners[lib]
 	ok, removed := partners[peer], t.removed[lib][peer]
+	expected := t.expected[lib][peer] > 0
 	t.mu.RUnlock()
 	switch {
 	case !open:
@@ -88,7 +116,7 @@ func (t *authTable) authorize(peer messages.DeviceID, lib messages.LibraryID, ty
 		return &net.Refusal{Reason: messages.ReasonUnauthorized, Code: messages.CodeRemoved,
 			Msg: fmt.Sprintf("device %s was removed from library %s (sync-remove): a new sync-setup adds it again", peer, lib)}
 	case !ok:
-		return &net.Refusal{Reason: messages.ReasonUnauthorized, Msg: fmt.Sprintf("device %s is not a sync partner of library %s", peer, lib)}
+		return &net.Refusal{Reason: messages.ReasonUnauthorized, Msg: fmt.Sprintf("device %s is not a sync partner of library %s", peer, lib), Expected: expected}
 	}
 	return nil
 }

@@ -73,3 +73,38 @@ func TestAuthorizeRemovedDevice(t *testing.T) {
 		t.Fatalf("set up again: %v", err)
 	}
 }
+
+// A device a sync-setup is under way with may report before it is a
+// partner here: still refused, but as an expected refusal (logged at
+// DEBUG), and only until the sync-setup is done.
+func TestAuthorizeExpectedPartner(t *testing.T) {
+	tab := newAuthTable()
+	lib := messages.LibraryID(testutil.UUID(1))
+	coming, stranger := testutil.DevID(1), testutil.DevID(2)
+	tab.setPartners(lib, map[messages.DeviceID]bool{})
+	expected := func(dev messages.DeviceID) bool {
+		var r *net.Refusal
+		err := tab.authorize(dev, lib, messages.TypeWatermarkReport)
+		if !errors.As(err, &r) || r.Reason != messages.ReasonUnauthorized {
+			t.Fatalf("%s: %v, want an unauthorized refusal", dev, err)
+		}
+		return r.Expected
+	}
+	done := tab.expect(lib, coming)
+	again := tab.expect(lib, coming)
+	if !expected(coming) || expected(stranger) {
+		t.Fatal("the device being set up is not expected, or a stranger is")
+	}
+	done()
+	if !expected(coming) {
+		t.Fatal("one of two sync-setups ended: the device is no longer expected")
+	}
+	again()
+	if expected(coming) {
+		t.Fatal("every sync-setup ended: the device is still expected")
+	}
+	tab.setPartners(lib, map[messages.DeviceID]bool{coming: true})
+	if err := tab.authorize(coming, lib, messages.TypeWatermarkReport); err != nil {
+		t.Fatalf("a partner: %v", err)
+	}
+}

@@ -358,6 +358,9 @@ func (n *Node) SyncSetup(ctx context.Context, dev messages.DeviceID, lib message
 	if action != ActionRegisterOnly && action != ActionJoin {
 		return nil, fmt.Errorf("sync-setup: action %q: want %s or %s", action, ActionRegisterOnly, ActionJoin)
 	}
+	// dev registers this device first and may report to it at once,
+	// before the library here is open or dev a partner of it.
+	defer n.core.auth.expect(lib, dev)()
 	resp, err := n.syncSetup(ctx, dev, lib, action)
 	if err != nil {
 		return nil, err

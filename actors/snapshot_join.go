@@ -429,6 +429,7 @@ func (n *Node) JoinBySnapshot(ctx context.Context, dev messages.DeviceID, lib me
 	if _, err := os.Stat(filepath.Join(libraryDir(n.core.cfg.Home, lib), persistence.MetaFile)); err == nil {
 		return nil, fmt.Errorf("join by snapshot: library %s already exists here (use sync-setup --action join to catch it up)", lib)
 	}
+	defer n.core.auth.expect(lib, dev)() // see SyncSetup
 	resp, err := n.syncSetup(ctx, dev, lib, ActionJoin)
 	if err != nil {
 		return nil, fmt.Errorf("join by snapshot: %w", err)

@@ -427,6 +427,12 @@ func (c *quicConn) deliver(p pending) bool {
 func (c *quicConn) unauthorized(env messages.Envelope, err error) {
 	reason := RefusalReason(err)
 	c.t.obs.Rejected(reason)
+	var r *Refusal
+	if errors.As(err, &r) && r.Expected {
+		c.t.log.Debug("refused a message of a device not a partner yet",
+			"peer", c.peer, "library", env.Library, "type", env.Type, "err", err)
+		return
+	}
 	if reason == messages.ReasonUnknownLibrary {
 		// A paired device naming a library not open here is expected: it
 		// was closed here, or a partner that just registered this device

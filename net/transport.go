@@ -152,6 +152,10 @@ type Refusal struct {
 	// Code is the messages.Error code a refused request is answered with
 	// (empty: messages.CodeUnauthorized).
 	Code string
+	// Expected marks a refusal the normal path produces (a device this
+	// one is making a partner sends before it is one): counted, logged at
+	// DEBUG, not warned about.
+	Expected bool
 }
 
 func (r *Refusal) Error() string {
