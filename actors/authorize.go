@@ -111,7 +111,9 @@ func (t *authTable) authorize(peer messages.DeviceID, lib messages.LibraryID, ty
 	t.mu.RUnlock()
 	switch {
 	case !open:
-		return &net.Refusal{Reason: messages.ReasonUnknownLibrary, Msg: fmt.Sprintf("library %s is not open here", lib)}
+		// Expected: it was closed here, or a partner that just registered
+		// this device reports before this side has opened its copy.
+		return &net.Refusal{Reason: messages.ReasonUnknownLibrary, Msg: fmt.Sprintf("library %s is not open here", lib), Expected: true}
 	case !ok && removed:
 		return &net.Refusal{Reason: messages.ReasonUnauthorized, Code: messages.CodeRemoved,
 			Msg: fmt.Sprintf("device %s was removed from library %s (sync-remove): a new sync-setup adds it again", peer, lib)}

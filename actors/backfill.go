@@ -230,7 +230,7 @@ func (b *backfillActor) run(ctx actor.Context, step joinStep) {
 		}
 	}
 	if p := step.apply; p != nil {
-		if err := b.stage(p, step.raise != nil || step.logFrom || step.done || p.checkpoint == nil); err != nil {
+		if err := b.stage(p, step.raise != nil || step.logFrom || step.done); err != nil {
 			b.failed(ctx, err)
 			return
 		}

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"slices"
 	"time"
 
 	"github.com/lsync/lsync/messages"
@@ -79,11 +80,10 @@ func (b *backfillActor) stage(p *joinPage, last bool) error {
 		}
 	}
 	if small {
-		// A copy: merging appends to its slices, which belong to the
-		// decoded answer.
+		// Clipped: merging appends to its slices, which must not write
+		// into the decoded answer's arrays.
 		own := *p
-		own.records = append([]messages.StateRecord(nil), p.records...)
-		own.shared = append([]messages.SharedChange(nil), p.shared...)
+		own.records, own.shared = slices.Clip(p.records), slices.Clip(p.shared)
 		b.held = &heldPages{page: &own, since: time.Now()}
 		if p.req != nil {
 			b.held.reqs = []messages.Message{p.req}

@@ -21,14 +21,10 @@ func testJoinBySnapshot(t *testing.T) {
 	c.corruptHook.Store(&corrupt)
 	joiner := 2
 	ctx := ctxT(t)
-	if err := c.nodes[joiner].WaitConnected(ctx, c.devs[0]); err != nil {
-		t.Fatal(err)
-	}
-	lib, err := c.nodes[joiner].JoinBySnapshot(ctx, c.devs[0], c.libs[0].ID())
+	lib, err := c.snapshotJoin(t, joiner)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.libs[joiner] = lib
 	if _, err := c.nodes[joiner].SyncSetup(ctx, c.devs[1], lib.ID(), ActionRegisterOnly); err != nil {
 		t.Fatal(err)
 	}
@@ -163,14 +159,10 @@ func testSnapshotJoinPipelines(t *testing.T) {
 	c.corruptHook.Store(&hook)
 	joiner := 1
 	ctx := ctxT(t)
-	if err := c.nodes[joiner].WaitConnected(ctx, c.devs[0]); err != nil {
-		t.Fatal(err)
-	}
-	lib, err := c.nodes[joiner].JoinBySnapshot(ctx, c.devs[0], c.libs[0].ID())
+	lib, err := c.snapshotJoin(t, joiner)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.libs[joiner] = lib
 	if !overlapped.Load() {
 		t.Fatal("chunk 3 was not built while chunk 1 was: one chunk at a time")
 	}
@@ -196,11 +188,7 @@ func testSnapshotJoinGivesUpOnBadChunks(t *testing.T) {
 	corrupt := func(uint32) bool { built.Add(1); return true }
 	c.corruptHook.Store(&corrupt)
 	joiner := 1
-	ctx := ctxT(t)
-	if err := c.nodes[joiner].WaitConnected(ctx, c.devs[0]); err != nil {
-		t.Fatal(err)
-	}
-	_, err := c.nodes[joiner].JoinBySnapshot(ctx, c.devs[0], c.libs[0].ID())
+	_, err := c.snapshotJoin(t, joiner)
 	if !errors.Is(err, ErrBadChunk) {
 		t.Fatalf("join ended with %v, want ErrBadChunk", err)
 	}
@@ -214,4 +202,19 @@ func testSnapshotJoinGivesUpOnBadChunks(t *testing.T) {
 	if got := c.nodes[joiner].Metrics().RejectedCount("snapshot_chunk_checksum"); got < 2 || built.Load() > 3*int64(max(p.Total, 1))+1+snapshotWindow {
 		t.Fatalf("%v refusals for %d chunks built: not a bounded number of refetches", got, built.Load())
 	}
+}
+
+// snapshotJoin makes device joiner join device 0's library by snapshot
+// (the library is c.libs[joiner] once it succeeds).
+func (c *cluster) snapshotJoin(t *testing.T, joiner int) (*Library, error) {
+	t.Helper()
+	ctx := ctxT(t)
+	if err := c.nodes[joiner].WaitConnected(ctx, c.devs[0]); err != nil {
+		t.Fatal(err)
+	}
+	lib, err := c.nodes[joiner].JoinBySnapshot(ctx, c.devs[0], c.libs[0].ID())
+	if err == nil {
+		c.libs[joiner] = lib
+	}
+	return lib, err
 }

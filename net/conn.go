@@ -429,17 +429,8 @@ func (c *quicConn) unauthorized(env messages.Envelope, err error) {
 	c.t.obs.Rejected(reason)
 	var r *Refusal
 	if errors.As(err, &r) && r.Expected {
-		c.t.log.Debug("refused a message of a device not a partner yet",
-			"peer", c.peer, "library", env.Library, "type", env.Type, "err", err)
-		return
-	}
-	if reason == messages.ReasonUnknownLibrary {
-		// A paired device naming a library not open here is expected: it
-		// was closed here, or a partner that just registered this device
-		// reports before this side has opened its copy. Counted, not a
-		// warning.
-		c.t.log.Debug("refused a message for a library not open here",
-			"peer", c.peer, "library", env.Library, "type", env.Type, "err", err)
+		// The normal path refuses it now and then: counted, not a warning.
+		c.t.log.Debug("refused a message", "peer", c.peer, "library", env.Library, "type", env.Type, "reason", reason, "err", err)
 		return
 	}
 	c.t.warnRefusal(c.peer.String(), reason, "refused a message the peer may not send",

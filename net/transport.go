@@ -152,9 +152,10 @@ type Refusal struct {
 	// Code is the messages.Error code a refused request is answered with
 	// (empty: messages.CodeUnauthorized).
 	Code string
-	// Expected marks a refusal the normal path produces (a device this
-	// one is making a partner sends before it is one): counted, logged at
-	// DEBUG, not warned about.
+	// Expected marks a refusal the normal path produces (a library
+	// closed here, or a device this one is making a partner sends before
+	// the library is open or it a partner): counted, logged at DEBUG, not
+	// warned about.
 	Expected bool
 }
 

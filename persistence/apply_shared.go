@@ -143,6 +143,12 @@ func (tx *txn) applyShared(mi *modelInfo, c *messages.SharedChange, remote bool)
 	if !ok {
 		return out, nil
 	}
+	return tx.applyAdmitted(mi, c, set)
+}
+
+// applyAdmitted applies an admitted change: inserted whole if its record
+// is not here (freshShared), else through the LWW rule.
+func (tx *txn) applyAdmitted(mi *modelInfo, c *messages.SharedChange, set map[int]any) (outcome, error) {
 	// Bulk fast path (a shared-state backfill into a library without
 	// tombstones of the model): a row that is not here yet is inserted
 	// whole, without reading it first. The insert finds out whether it is.

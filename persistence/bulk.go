@@ -74,25 +74,15 @@ func (tx *txn) flushBulk() error {
 	rows, m := b.rows, b.m
 	b.rows = nil
 	// Insert the rows; if all went in, write their derived caches.
-	if err := tx.c.c.Exec(`SAVEPOINT bulk`); err != nil {
-		return err
-	}
-	inserted, err := tx.bulkInsert(m, b.own.id, rows)
-	if err == nil && inserted == len(rows) {
-		err = tx.c.c.Exec(`RELEASE bulk`)
+	all, err := tx.bulkInsert(m, b.own.id, rows)
+	if err != nil || all {
 		for i := 0; err == nil && i < len(rows); i++ {
 			r := rows[i]
 			err = tx.afterWrite(m, r.id, r.rec.UUID, b.own, r.rec.HLC, nil, nil, r.sqlVals)
 		}
 		return err
 	}
-	if err != nil {
-		return err
-	}
-	// A uuid was here: undo the batch and apply its records one by one.
-	if err := tx.c.c.Exec(`ROLLBACK TO bulk; RELEASE bulk`); err != nil {
-		return err
-	}
+	// A uuid was here (the batch is undone): apply its records one by one.
 	tx.bulkOK = false
 	for _, r := range rows {
 		tx.uncacheRef(m, r.rec.UUID)
@@ -108,13 +98,11 @@ func (tx *txn) flushBulk() error {
 	return nil
 }
 
-// bulkInsert inserts rows with explicit ids in statements of up to
-// maxBulkRows rows (sizes are powers of two: few statements are ever
-// prepared), and puts them in their owner's digest. It returns how many
-// rows were inserted; unless all were, the caller rolls the batch back
-// and the digest must not count it: rows go in the digest only then.
-func (tx *txn) bulkInsert(m *modelInfo, ownerID int64, rows []bulkRow) (int, error) {
-	inserted, err := tx.insertRows(m, &m.sql.bulkInsert, len(rows), func(s *sqlite3.Stmt, i, p int) error {
+// bulkInsert inserts rows with explicit ids and puts them in their
+// owner's digest, all of them or none (all is false if a uuid was here:
+// nothing is inserted, and the digest must not count them).
+func (tx *txn) bulkInsert(m *modelInfo, ownerID int64, rows []bulkRow) (all bool, err error) {
+	all, err = tx.insertRows(m, &m.sql.bulkInsert, len(rows), func(s *sqlite3.Stmt, i, p int) error {
 		r := &rows[i]
 		err := errors.Join(s.BindInt64(p+1, r.id), bindOne(s, p+2, r.rec.UUID), s.BindInt64(p+3, ownerID), bindOne(s, p+4, r.rec.HLC))
 		for j, v := range r.sqlVals {
@@ -124,23 +112,27 @@ func (tx *txn) bulkInsert(m *modelInfo, ownerID int64, rows []bulkRow) (int, err
 		}
 		return err
 	})
-	if err != nil || inserted != len(rows) {
-		return inserted, err
+	if err != nil || !all {
+		return false, err
 	}
 	for i := range rows {
 		r := &rows[i]
 		if err := tx.digestWritten(m, ownerID, r.rec.UUID, r.rec.HLC, r.vals, r.sqlVals); err != nil {
-			return 0, err
+			return false, err
 		}
 	}
-	return inserted, nil
+	return true, nil
 }
 
 // insertRows inserts n rows with stmts[k], the statements of 1<<k rows
 // (the largest that fits what is left, so few statements are ever
-// prepared), binding row i's parameters from p+1 on with bind. It returns
-// how many rows went in.
-func (tx *txn) insertRows(m *modelInfo, stmts *[bulkInsertSizes]string, n int, bind func(s *sqlite3.Stmt, i, p int) error) (int, error) {
+// prepared), binding row i's parameters from p+1 on with bind: all of
+// them, or none if one was here already (the statements end ON CONFLICT
+// DO NOTHING; a savepoint undoes the others).
+func (tx *txn) insertRows(m *modelInfo, stmts *[bulkInsertSizes]string, n int, bind func(s *sqlite3.Stmt, i, p int) error) (all bool, err error) {
+	if err := tx.c.c.Exec(`SAVEPOINT bulk`); err != nil {
+		return false, err
+	}
 	inserted := 0
 	for done := 0; done < n; {
 		k := 0
@@ -149,24 +141,27 @@ func (tx *txn) insertRows(m *modelInfo, stmts *[bulkInsertSizes]string, n int, b
 		}
 		s, temp, err := tx.c.prep(stmts[k])
 		if err != nil {
-			return 0, err
+			return false, err
 		}
 		per := s.BindCount() >> k
 		for i := range 1 << k {
 			if err := bind(s, done+i, i*per); err != nil {
 				release(s, temp)
-				return 0, err
+				return false, err
 			}
 		}
 		err = s.Exec()
 		release(s, temp)
 		if err != nil {
-			return 0, fmt.Errorf("insert %d %s rows: %w", 1<<k, m.Name, err)
+			return false, fmt.Errorf("insert %d %s rows: %w", 1<<k, m.Name, err)
 		}
 		inserted += int(tx.c.c.Changes())
 		done += 1 << k
 	}
-	return inserted, nil
+	if inserted == n {
+		return true, tx.c.c.Exec(`RELEASE bulk`)
+	}
+	return false, tx.c.c.Exec(`ROLLBACK TO bulk; RELEASE bulk`)
 }
 
 // sharedBatch holds fresh rows of one shared model, inserted by one
@@ -207,35 +202,21 @@ func (b *sharedBatch) flush(tx *txn) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	if err := tx.c.c.Exec(`SAVEPOINT bulk`); err != nil {
-		return err
-	}
-	inserted, err := tx.sharedBulkInsert(mi, rows)
+	all, err := tx.sharedBulkInsert(mi, rows)
 	if err != nil {
 		return err
 	}
-	if inserted == len(rows) {
-		if err := tx.c.c.Exec(`RELEASE bulk`); err != nil {
-			return err
-		}
+	if all {
 		for _, r := range rows {
 			tx.sharedAdded(mi, r.c)
 			tx.count(outApplied)
 		}
 		return nil
 	}
-	if err := tx.c.c.Exec(`ROLLBACK TO bulk; RELEASE bulk`); err != nil {
-		return err
-	}
+	// A record was here, or comes twice (nothing is inserted): one by one.
 	for _, r := range rows {
-		added, err := tx.addShared(mi, r.c.Record, r.row)
+		out, err := tx.applyAdmitted(mi, r.c, r.set)
 		if err != nil {
-			return fmt.Errorf("store %s %s: %w", mi.Name, r.c.Record, err)
-		}
-		out := outApplied
-		if added {
-			tx.sharedAdded(mi, r.c)
-		} else if out, err = tx.applySharedLWW(mi, r.c, r.set); err != nil {
 			return fmt.Errorf("apply %s %s: %w", mi.Name, r.c.Record, err)
 		}
 		tx.count(out)
@@ -243,8 +224,8 @@ func (b *sharedBatch) flush(tx *txn) error {
 	return nil
 }
 
-// sharedBulkInsert inserts rows and returns how many went in.
-func (tx *txn) sharedBulkInsert(mi *modelInfo, rows []sharedBulkRow) (int, error) {
+// sharedBulkInsert inserts rows, all of them or none.
+func (tx *txn) sharedBulkInsert(mi *modelInfo, rows []sharedBulkRow) (all bool, err error) {
 	return tx.insertRows(mi, &mi.sql.sharedBulkAdd, len(rows), func(s *sqlite3.Stmt, i, p int) error {
 		r := rows[i]
 		err := errors.Join(bindOne(s, p+1, r.c.Record), bindOne(s, p+2, r.row.rowHLC()))

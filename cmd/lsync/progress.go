@@ -91,15 +91,7 @@ func (b *indexBar) update(raw json.RawMessage) error {
 		b.bar = b.p.AddBar(int64(max(p.Total, 1)),
 			mpb.PrependDecorators(decor.Name(p.Verb+" "), decor.CountersNoUnit("%d / %d entries")),
 			mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace),
-				// The daemon's recent rate and its ETA (none before there
-				// is a rate), not the bar's average since it appeared.
-				decor.Any(func(decor.Statistics) string {
-					s := ""
-					if r := math.Float64frombits(b.rate.Load()); r > 0 {
-						s = fmt.Sprintf(" %.0f entries/s", r)
-					}
-					return s + etaText(float64(b.eta.Load()))
-				})),
+				rateETA(&b.rate, &b.eta, "entries/s")),
 		)
 	}
 	b.eta.Store(int64(p.ETASeconds))
@@ -261,16 +253,7 @@ func (b *joinBar) update(raw json.RawMessage) error {
 		b.bar = b.p.New(0, style,
 			mpb.PrependDecorators(decor.Any(func(decor.Statistics) string { return "join: " + *b.phase.Load() })),
 			mpb.AppendDecorators(decor.CurrentNoUnit(" %d records"),
-				// The daemon's rate (recent, the average once done) and
-				// ETA (none before there is a rate), not the bar's own
-				// average since it appeared.
-				decor.Any(func(decor.Statistics) string {
-					s := ""
-					if r := math.Float64frombits(b.rate.Load()); r > 0 {
-						s = fmt.Sprintf(" %.0f rec/s", r)
-					}
-					return s + etaText(float64(b.eta.Load()))
-				})),
+				rateETA(&b.rate, &b.eta, "rec/s")),
 		)
 	}
 	b.eta.Store(int64(p.ETASeconds))
@@ -338,6 +321,19 @@ func joinSummary(p joinProgress) string {
 }
 
 // etaText is ", ETA 1m5s", or "" without an ETA.
+// rateETA shows the daemon's rate (recent, or the average once done) in
+// unit, and its ETA (none before there is a rate): not the bar's own
+// average since it appeared. rate holds float64 bits, eta seconds.
+func rateETA(rate *atomic.Uint64, eta *atomic.Int64, unit string) decor.Decorator {
+	return decor.Any(func(decor.Statistics) string {
+		s := ""
+		if r := math.Float64frombits(rate.Load()); r > 0 {
+			s = fmt.Sprintf(" %.0f %s", r, unit)
+		}
+		return s + etaText(float64(eta.Load()))
+	})
+}
+
 func etaText(seconds float64) string {
 	if seconds < 1 {
 		return ""
