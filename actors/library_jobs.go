@@ -1,8 +1,10 @@
 package actors
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -188,12 +190,24 @@ func (a *libraryActor) retryCatchUp(ctx actor.Context, peer messages.DeviceID, e
 		a.retry[peer] = bo
 	}
 	wait := bo.next()
-	a.n.log.Warn("catch-up failed; retrying", "library", a.id, "peer", peer, "in", wait, "err", err)
+	a.n.log.Log(context.Background(), retryLevel(bo.attempts()), "catch-up failed; retrying",
+		"library", a.id, "peer", peer, "in", wait, "attempt", bo.attempts(), "err", err)
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	if t := a.retryAt[peer]; t != nil {
 		t.Stop()
 	}
 	a.retryAt[peer] = time.AfterFunc(wait, func() { root.Send(self, &catchupRetry{dev: peer}) })
+}
+
+// retryLevel is how a failure before a retry is logged: the first since
+// the last success at INFO (the normal path fails now and then: a partner
+// that just restarted has not opened its copy yet), the ones after it,
+// which keep failing, as warnings.
+func retryLevel(attempt int) slog.Level {
+	if attempt <= 1 {
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
 }
 
 // ---- anti-entropy ----

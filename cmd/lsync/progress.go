@@ -320,7 +320,6 @@ func joinSummary(p joinProgress) string {
 	return line
 }
 
-// etaText is ", ETA 1m5s", or "" without an ETA.
 // rateETA shows the daemon's rate (recent, or the average once done) in
 // unit, and its ETA (none before there is a rate): not the bar's own
 // average since it appeared. rate holds float64 bits, eta seconds.
@@ -334,6 +333,7 @@ func rateETA(rate *atomic.Uint64, eta *atomic.Int64, unit string) decor.Decorato
 	})
 }
 
+// etaText is ", ETA 1m5s", or "" without an ETA.
 func etaText(seconds float64) string {
 	if seconds < 1 {
 		return ""
