@@ -127,10 +127,21 @@ func (tx *txn) bulkInsert(m *modelInfo, ownerID int64, rows []bulkRow) (all bool
 // insertRows inserts n rows with stmts[k], the statements of 1<<k rows
 // (the largest that fits what is left, so few statements are ever
 // prepared), binding row i's parameters from p+1 on with bind: all of
-// them, or none if one was here already (the statements end ON CONFLICT
-// DO NOTHING; a savepoint undoes the others).
+// them, or none if one was here already.
+//
+// The statements are INSERT OR IGNORE: a row whose uuid (or id) is taken,
+// or that breaks NOT NULL, is left out instead of failing the statement.
+// So no statement can abort halfway, and SQLite keeps no statement
+// journal for them; a savepoint around them would, and it copied every
+// page a statement touched first (the random-uuid index leaves of shared
+// rows: a tenth of a shared page's apply). Every row inserted here gets an
+// id above the table's largest (given, or SQLite's max+1), so if one was
+// left out, deleting the ids above that largest undoes the others. An
+// error other than a constraint (I/O, full disk) rolls the whole
+// transaction back, as for any statement without a journal.
 func (tx *txn) insertRows(m *modelInfo, stmts *[bulkInsertSizes]string, n int, bind func(s *sqlite3.Stmt, i, p int) error) (all bool, err error) {
-	if err := tx.c.c.Exec(`SAVEPOINT bulk`); err != nil {
+	last, err := tx.c.queryInt(`SELECT max(id) FROM ` + m.table)
+	if err != nil {
 		return false, err
 	}
 	inserted := 0
@@ -159,9 +170,14 @@ func (tx *txn) insertRows(m *modelInfo, stmts *[bulkInsertSizes]string, n int, b
 		done += 1 << k
 	}
 	if inserted == n {
-		return true, tx.c.c.Exec(`RELEASE bulk`)
+		return true, nil
 	}
-	return false, tx.c.c.Exec(`ROLLBACK TO bulk; RELEASE bulk`)
+	if inserted > 0 {
+		if err := tx.c.exec(`DELETE FROM `+m.table+` WHERE id > ?`, last); err != nil {
+			return false, fmt.Errorf("undo %d %s rows: %w", inserted, m.Name, err)
+		}
+	}
+	return false, nil
 }
 
 // sharedBatch holds fresh rows of one shared model, inserted by one

@@ -109,4 +109,17 @@ func TestBulkApplyTwice(t *testing.T) {
 	if entriesJSON(t, l2) != entriesJSON(t, want) {
 		t.Fatal("overlapping apply differs from a single apply")
 	}
+	// A record twice within one batch: its statement leaves the second
+	// copy out, the rows it did insert are deleted again, and the batch's
+	// records go one by one (the copy is stale).
+	l3 := bulkLib(t, loc2)
+	dup := slices.Insert(slices.Clone(recs2), 20, recs2[5])
+	res = mustApply(t, l3, devA, ModelEntry, dup...)
+	if res.Applied != len(recs2) || res.Stale != 1 {
+		t.Fatalf("page with a record twice: applied %d, stale %d, want %d, 1", res.Applied, res.Stale, len(recs2))
+	}
+	mustVerify(t, l3)
+	if entriesJSON(t, l3) != entriesJSON(t, want) {
+		t.Fatal("a page with a record twice differs from a single apply")
+	}
 }

@@ -221,7 +221,7 @@ type modelSQL struct {
 	// device-owned
 	insert string // uuid, owner_id, hlc, cols... ; ON CONFLICT(uuid) DO NOTHING
 	// bulkInsert[k] inserts 1<<k rows: id, uuid, owner_id, hlc, cols...
-	// each; ON CONFLICT(uuid) DO NOTHING.
+	// each; OR IGNORE (see insertRows).
 	bulkInsert [bulkInsertSizes]string
 	update     string // hlc, cols..., id
 	byUUID     string // -> id, owner_id, hlc, cols (SQL form)
@@ -239,7 +239,8 @@ type modelSQL struct {
 	sharedGet    string // uuid -> id, hlc, (col, col_hlc)...
 	sharedInsert string // uuid, hlc, (col, col_hlc)...
 	sharedAdd    string // sharedInsert that does nothing if the uuid is here
-	// sharedBulkAdd[k] is sharedAdd of 1<<k rows.
+	// sharedBulkAdd[k] inserts 1<<k rows as sharedInsert does; OR IGNORE
+	// (see insertRows).
 	sharedBulkAdd [bulkInsertSizes]string
 	sharedUpdate  string // hlc, (col, col_hlc)..., id
 	sharedPage    string // cursor hlc, cursor uuid, limit -> uuid, hlc, (col, col_hlc)...
@@ -312,7 +313,7 @@ func deviceOwnedSQL(mi *modelInfo) modelSQL {
 		t, prefixJoin(", ", cols), placeholders(3+len(cols)))
 	row := "(" + placeholders(4+len(cols)) + ")"
 	for k := range q.bulkInsert {
-		q.bulkInsert[k] = fmt.Sprintf(`INSERT INTO %s (id, uuid, owner_id, hlc%s) VALUES %s ON CONFLICT (uuid) DO NOTHING`,
+		q.bulkInsert[k] = fmt.Sprintf(`INSERT OR IGNORE INTO %s (id, uuid, owner_id, hlc%s) VALUES %s`,
 			t, prefixJoin(", ", cols), strings.TrimSuffix(strings.Repeat(row+", ", 1<<k), ", "))
 	}
 	var sets []string
@@ -379,7 +380,7 @@ func sharedSQL(mi *modelInfo) modelSQL {
 	q.sharedAdd = q.sharedInsert + ` ON CONFLICT (uuid) DO NOTHING`
 	row := "(" + placeholders(2+len(pairs)) + ")"
 	for k := range q.sharedBulkAdd {
-		q.sharedBulkAdd[k] = fmt.Sprintf(`INSERT INTO %s (uuid, hlc%s) VALUES %s ON CONFLICT (uuid) DO NOTHING`,
+		q.sharedBulkAdd[k] = fmt.Sprintf(`INSERT OR IGNORE INTO %s (uuid, hlc%s) VALUES %s`,
 			t, prefixJoin(", ", pairs), strings.TrimSuffix(strings.Repeat(row+", ", 1<<k), ", "))
 	}
 	q.sharedUpdate = fmt.Sprintf(`UPDATE %s SET hlc = ?%s WHERE id = ?`, t, prefixJoin(", ", sets))
