@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/ncruces/go-sqlite3"
@@ -36,7 +37,8 @@ type copyResult struct {
 const (
 	rawMaxMemory = 1 << 30
 	rawPragmas   = `PRAGMA main.cache_size = -65536; PRAGMA temp_store = MEMORY;
-		PRAGMA main.journal_mode = WAL; PRAGMA main.synchronous = NORMAL;`
+		PRAGMA main.journal_mode = WAL; PRAGMA main.synchronous = NORMAL;
+		PRAGMA wal_autocheckpoint = `
 	rawTxRows = 10_000
 )
 
@@ -64,7 +66,7 @@ func rawInsertBaseline(dir string, lib *cachedLib) (rawResult, error) {
 		return rawResult{}, err
 	}
 	defer c.Close()
-	if err := c.Exec(rawPragmas); err != nil {
+	if err := c.Exec(rawPragmas + strconv.Itoa(persistence.WALCheckpointPages)); err != nil {
 		return rawResult{}, err
 	}
 	s := &rawSink{c: c, ids: map[messages.UUID]int64{}, owners: map[messages.DeviceID]int64{}}
