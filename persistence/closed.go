@@ -26,8 +26,10 @@ func dbNote(dir string) (closedNote, bool) {
 	if err != nil {
 		return closedNote{}, false
 	}
-	// A WAL left behind holds writes the note does not cover.
-	if _, err := os.Stat(filepath.Join(dir, DatabaseFile+"-wal")); !errors.Is(err, fs.ErrNotExist) {
+	// A WAL left behind holds writes the note does not cover. An empty one
+	// holds none: a read-only connection (a backup tool, the sqlite3
+	// shell) leaves one, since it may not remove it.
+	if wal, err := os.Stat(filepath.Join(dir, DatabaseFile+"-wal")); err == nil && wal.Size() > 0 || err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return closedNote{}, false
 	}
 	return closedNote{Size: st.Size(), MTimeNS: st.ModTime().UnixNano()}, true

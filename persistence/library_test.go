@@ -324,3 +324,48 @@ func TestEndPartnership(t *testing.T) {
 		t.Fatalf("after setting A up again: %+v", ended)
 	}
 }
+
+// A library reopened as lsync closed it needs no audit (ClosedCleanly),
+// also when a read-only reader left an empty WAL behind; one with writes
+// in a WAL, or a database.db changed since, does.
+func TestClosedCleanly(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "lib")
+	l, err := Create(dir, Meta{Name: "test"}, Options{Self: devR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wal := filepath.Join(dir, DatabaseFile+"-wal")
+	reopen := func(what string, want bool, before func()) {
+		t.Helper()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if before != nil {
+			before()
+		}
+		if l, err = Open(dir, Options{Self: devR}); err != nil {
+			t.Fatal(err)
+		}
+		if got := l.ClosedCleanly(); got != want {
+			t.Errorf("%s: closed cleanly %v, want %v", what, got, want)
+		}
+	}
+	reopen("as closed", true, nil)
+	reopen("an empty WAL left by a reader", true, func() {
+		if err := os.WriteFile(wal, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	reopen("a WAL with data", false, func() {
+		if err := os.WriteFile(wal, []byte("frames"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	reopen("database.db touched", false, func() {
+		later := time.Now().Add(time.Hour)
+		if err := os.Chtimes(filepath.Join(dir, DatabaseFile), later, later); err != nil {
+			t.Fatal(err)
+		}
+	})
+	l.Close()
+}
