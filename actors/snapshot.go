@@ -20,7 +20,7 @@ import (
 // Snapshot mode: the first sync of a large library copies the database
 // file itself instead of its rows. The source makes a consistent copy
 // (SQLite's online backup, writers keep going) and serves it in
-// zstd-compressed, SHA-256-checksummed chunks (serve actor, each chunk
+// S2-compressed, SHA-256-checksummed chunks (serve actor, each chunk
 // built off it); the joiner's snapshot-join actor (snapshot_join.go) keeps
 // a few chunks asked for, verifies each (a bad one is fetched again),
 // writes them in order, resumes by chunk after a crash, has the node
@@ -115,9 +115,8 @@ func (s *serveActor) snapshotChunk(m *serveReq, req *messages.SnapshotRequest) {
 	}()
 }
 
-// chunkWorkers bounds the chunks a library builds at once: one
-// compressing (the chunk codec compresses one at a time) while another
-// is read and checksummed.
+// chunkWorkers bounds the chunks a library builds at once (each read,
+// checksummed and compressed on its own goroutine).
 const chunkWorkers = 2
 
 // chunkJob is one chunk to build, off the serve actor.
@@ -171,7 +170,7 @@ func (j chunkJob) build(corrupt func(uint32) bool) (*messages.SnapshotChunk, err
 		return nil, err
 	}
 	sum := sha256.Sum256(raw)
-	data := messages.CompressChunk(make([]byte, 0, len(raw)/2), raw)
+	data := messages.CompressChunk(nil, raw)
 	if corrupt != nil && corrupt(j.index) && len(data) > 0 {
 		data = bytes.Clone(data)
 		data[len(data)/2] ^= 0xff

@@ -71,8 +71,8 @@ func TestHostileDecodeZstdBomb(t *testing.T) {
 // payload may hold several zstd frames: the frame decoder stops at the
 // limit either way.
 func TestHostileDecodeZstdLies(t *testing.T) {
-	small := CompressChunk(nil, nilArray(1000))
-	big := CompressChunk(nil, make([]byte, DefaultMaxFrame))
+	small := mustCompressPayload(t, nilArray(1000))
+	big := mustCompressPayload(t, make([]byte, DefaultMaxFrame))
 	for name, z := range map[string][]byte{
 		"several frames over the limit": append(append(bytes.Clone(big), big...), big...),
 		"a header that lies":            redeclare(t, small, 10),

@@ -19,7 +19,10 @@ import (
 // 3 (issue 12, verifiable convergence): database.db keeps a digest of
 // each owner's rows (owner_digests), and LtHash elements expand by
 // AES-256-CTR: a digest of version 2 means nothing to version 3.
-const SchemaVersion uint16 = 3
+//
+// 4 (issue 13, join performance): a SnapshotChunk's data is an S2 block,
+// not zstd (chunk.go), which a build of version 3 cannot read.
+const SchemaVersion uint16 = 4
 
 // Type tags a message on the wire. The list is append-only: a number, once
 // given, is never reused or renumbered.
@@ -519,7 +522,8 @@ type SnapshotRequest struct {
 	Index      uint32
 }
 
-// SnapshotChunk is one zstd-compressed, checksummed chunk of a snapshot.
+// SnapshotChunk is one S2-compressed (CompressChunk), checksummed chunk
+// of a snapshot.
 // Checksum is the SHA-256 of the uncompressed chunk. The first chunk also
 // carries the watermarks the snapshot is consistent with.
 type SnapshotChunk struct {
