@@ -84,6 +84,9 @@ type libraryActor struct {
 	buffer      []*inboundMsg
 	bufferBytes int64 // what buffer holds, by the cost of its messages
 	dropped     int
+	// installedFrom: the snapshot this library was installed from (since
+	// start).
+	installedFrom *SnapshotDownload
 
 	// inboxes are the appliers' queues (they outlive an applier's
 	// restarts, not the library's): a library that stops or restarts

@@ -74,6 +74,9 @@ func (a *libraryActor) receiveWrite(ctx actor.Context) bool {
 	case *commitBatch:
 		v, err = a.commitBatch(ctx, m.writes)
 	case *addPartner:
+		if m.snapshot != nil {
+			a.installedFrom = m.snapshot
+		}
 		if err = a.addPartner(ctx, m.dev, m.name, m.join); err == nil {
 			err = a.readmit(ctx, m.dev) // by hand: back in the library
 		}

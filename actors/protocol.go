@@ -241,6 +241,9 @@ type addPartner struct { // → nil
 	dev  messages.DeviceID
 	name string
 	join bool
+	// snapshot: the library was just installed from dev's snapshot (the
+	// download's totals, for status).
+	snapshot *SnapshotDownload
 }
 
 type removePartner struct{ dev messages.DeviceID } // → nil

@@ -226,6 +226,35 @@ type snapshotProgress struct {
 	StartedAt  time.Time          `json:"started_at"`
 }
 
+// SnapshotDownload is how far a join by snapshot has come: its staging
+// checkpoint, saved each time chunks are written.
+type SnapshotDownload struct {
+	Source      messages.DeviceID `json:"source"`
+	Chunks      uint32            `json:"chunks"`       // written, in order
+	TotalChunks uint32            `json:"total_chunks"` // 0 until the first chunk came
+	Written     int64             `json:"bytes_written"`
+	TotalBytes  int64             `json:"total_bytes"`    // of the copy (0 until the first chunk came)
+	Received    int64             `json:"bytes_received"` // compressed, as on the wire
+	Refetched   int               `json:"refetched_chunks"`
+	// ElapsedSeconds: since the download began (across restarts).
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+}
+
+func (p *snapshotProgress) download(now time.Time) SnapshotDownload {
+	return SnapshotDownload{Source: p.Source, Chunks: p.Done, TotalChunks: p.Total, Written: p.Offset, TotalBytes: int64(p.TotalBytes),
+		Received: p.Bytes, Refetched: p.Refetched, ElapsedSeconds: now.Sub(p.StartedAt).Seconds()}
+}
+
+// SnapshotDownload reads how far lib's join by snapshot has come; false
+// if no download of it is staged here (none began, or it was installed).
+func (n *Node) SnapshotDownload(lib messages.LibraryID) (SnapshotDownload, bool) {
+	p, err := loadSnapshotProgress(stagingDir(n.core.cfg.Home, lib))
+	if err != nil {
+		return SnapshotDownload{}, false
+	}
+	return p.download(time.Now()), true
+}
+
 func stagingDir(home string, id messages.LibraryID) string {
 	return filepath.Join(home, "libraries", id.String()+".staging")
 }

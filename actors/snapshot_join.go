@@ -388,7 +388,8 @@ func (na *nodeActor) installSnapshot(ctx actor.Context, p *snapshotProgress) {
 	na.n.log.Info("snapshot installed", "library", p.Library, "source", p.Source, "chunks", p.Total,
 		"bytes", p.Bytes, "refetched", p.Refetched, "took", time.Since(p.StartedAt))
 	// Queued ahead of anything the waiters ask of the library next.
-	ctx.Send(h.pid, &addPartner{dev: p.Source, name: p.SourceName})
+	d := p.download(time.Now())
+	ctx.Send(h.pid, &addPartner{dev: p.Source, name: p.SourceName, snapshot: &d})
 	na.endSnapshotJoin(ctx, p.Library, h, nil)
 }
 

@@ -35,6 +35,9 @@ type Status struct {
 	// not finished (running, or interrupted: the daemon resumes them).
 	Scans        []ScanJob       `json:"unfinished_scans,omitempty"`
 	LastBackfill *BackfillStatus `json:"last_backfill,omitempty"` // the join that finished last, since the node started
+	// InstalledFrom is the snapshot this library was installed from (a
+	// join by snapshot), since the node started.
+	InstalledFrom *SnapshotDownload `json:"installed_from_snapshot,omitempty"`
 	// Verification is, per owner whose signed digest reached this device,
 	// whether its rows here are the ones it signed (words.go).
 	Verification []OwnerVerification `json:"verification,omitempty"`
@@ -247,6 +250,7 @@ func (a *libraryActor) status() (*Status, error) {
 	if a.lastJoin != nil {
 		st.LastBackfill = backfillStatus(a.lastJoin, PhaseReady, nil, time.Now())
 	}
+	st.InstalledFrom = a.installedFrom
 	for owner := range a.repairing {
 		st.Jobs = append(st.Jobs, "repair/"+owner.String())
 	}

@@ -1282,6 +1282,11 @@ func printStatus(w io.Writer, st *actors.Status) {
 			fmt.Fprintf(tw, "backfill error\t%s\n", b.LastError)
 		}
 	}
+	if d := st.InstalledFrom; d != nil {
+		fmt.Fprintf(tw, "installed from snapshot\t%s of %s, %s on the wire, %d chunks (%d fetched again), in %s\n",
+			humanBytes(d.TotalBytes), d.Source, humanBytes(d.Received), d.TotalChunks, d.Refetched,
+			time.Duration(d.ElapsedSeconds*float64(time.Second)).Round(100*time.Millisecond))
+	}
 	tw.Flush()
 	fmt.Fprintln(w)
 	for _, r := range st.Removed {

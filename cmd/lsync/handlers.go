@@ -437,7 +437,7 @@ func hSyncSetup(ctx context.Context, s *server, raw json.RawMessage, progress fu
 	}
 	var lib *actors.Library
 	if a.Snapshot {
-		lib, err = s.node.JoinBySnapshot(ctx, dev, libID)
+		lib, err = s.joinBySnapshot(ctx, dev, libID, progress)
 	} else {
 		lib, err = s.node.SyncSetup(ctx, dev, libID, a.Action)
 	}
@@ -457,6 +457,41 @@ func hSyncSetup(ctx context.Context, s *server, raw json.RawMessage, progress fu
 	}
 	res.Phase = string(st.Phase)
 	return res, nil
+}
+
+// joinBySnapshot joins by snapshot, reporting the download's progress
+// (from its staging checkpoint) until the copy is installed.
+func (s *server) joinBySnapshot(ctx context.Context, dev messages.DeviceID, libID messages.LibraryID, progress func(any)) (*actors.Library, error) {
+	type result struct {
+		lib *actors.Library
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		lib, err := s.node.JoinBySnapshot(ctx, dev, libID)
+		done <- result{lib, err}
+	}()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	shown := false // a frame of the whole download
+	for {
+		select {
+		case r := <-done:
+			if r.err == nil && !shown {
+				// Done between two ticks (a small library): the download's
+				// totals, as the installed library keeps them.
+				if st, err := r.lib.Status(ctx); err == nil && st.InstalledFrom != nil {
+					progress(joinProgress{Phase: phaseCopyingSnapshot, Snapshot: st.InstalledFrom})
+				}
+			}
+			return r.lib, r.err
+		case <-tick.C:
+			if d, ok := s.node.SnapshotDownload(libID); ok {
+				progress(joinProgress{Phase: phaseCopyingSnapshot, Snapshot: &d})
+				shown = d.TotalChunks > 0 && d.Chunks == d.TotalChunks
+			}
+		}
+	}
 }
 
 // joinSettle is how long a join that never left the ready phase is watched

@@ -176,7 +176,14 @@ type joinProgress struct {
 	// Done marks the last frame: the finished join's totals.
 	Done           bool    `json:"done,omitempty"`
 	ElapsedSeconds float64 `json:"elapsed_seconds,omitempty"`
+	// Snapshot: a join by snapshot's download (phase copying_snapshot
+	// while it runs; the copy's totals in the frames after it).
+	Snapshot *actors.SnapshotDownload `json:"snapshot,omitempty"`
 }
+
+// phaseCopyingSnapshot is the phase of a join by snapshot's frames while
+// the copy downloads (the library does not exist here yet).
+const phaseCopyingSnapshot = "copying_snapshot"
 
 type locationAddArgs struct {
 	Lib        string `json:"lib"`

@@ -197,6 +197,7 @@ type joinBar struct {
 
 	p         *mpb.Progress
 	bar       *mpb.Bar
+	snap      *mpb.Bar               // a join by snapshot's download, in bytes
 	phase     atomic.Pointer[string] // read by the bar's decorators
 	eta       atomic.Int64           // seconds, from the daemon
 	rate      atomic.Uint64          // records/s (float64 bits), from the daemon
@@ -221,6 +222,17 @@ func (b *joinBar) update(raw json.RawMessage) error {
 	if p.Done {
 		b.final = &p
 	}
+	if p.Phase == phaseCopyingSnapshot {
+		b.copying(p)
+		return nil
+	}
+	if b.snap != nil {
+		if p.Snapshot != nil {
+			b.snap.SetCurrent(p.Snapshot.Written)
+		}
+		b.snap.SetTotal(-1, true) // the copy is installed
+		b.snap = nil
+	}
 	if !b.tty {
 		if p.Done {
 			return nil // finish prints the totals
@@ -243,14 +255,11 @@ func (b *joinBar) update(raw json.RawMessage) error {
 		if p.Expected == 0 && p.Records == 0 {
 			return nil // the plan (with the row count) is not in yet
 		}
-		// Auto refresh: b.tty already says stderr is a terminal (and a
-		// test's buffer then sees the frames too).
-		b.p = mpb.New(mpb.WithOutput(b.g.stderr), mpb.WithWidth(40), mpb.WithRefreshRate(150*time.Millisecond), mpb.WithAutoRefresh())
 		var style mpb.BarFillerBuilder = mpb.SpinnerStyle() // how many rows is not known
 		if p.Expected > 0 {
 			style = mpb.BarStyle()
 		}
-		b.bar = b.p.New(0, style,
+		b.bar = b.progress().New(0, style,
 			mpb.PrependDecorators(decor.Any(func(decor.Statistics) string { return "join: " + *b.phase.Load() })),
 			mpb.AppendDecorators(decor.CurrentNoUnit(" %d records"),
 				rateETA(&b.rate, &b.eta, "rec/s")),
@@ -272,15 +281,66 @@ func (b *joinBar) update(raw json.RawMessage) error {
 	return nil
 }
 
+// copying shows a join by snapshot's download: its bytes.
+func (b *joinBar) copying(p joinProgress) {
+	d := p.Snapshot
+	if d == nil {
+		return
+	}
+	if !b.tty {
+		if p.Phase != b.lastPhase || time.Since(b.last) >= plainEvery {
+			b.last, b.lastPhase = time.Now(), p.Phase
+			fmt.Fprintln(b.g.stderr, "join: "+snapshotText(d))
+		}
+		return
+	}
+	if d.TotalBytes == 0 {
+		return // the first chunk (with the size) is not in yet
+	}
+	if b.snap == nil {
+		b.snap = b.progress().New(d.TotalBytes, mpb.BarStyle(),
+			mpb.PrependDecorators(decor.Name("join: copying snapshot")),
+			mpb.AppendDecorators(decor.Counters(decor.SizeB1024(0), " % .1f / % .1f")))
+	}
+	b.snap.SetCurrent(d.Written)
+}
+
+// progress is the bars' container, made with the first bar. Auto
+// refresh: b.tty already says stderr is a terminal (and a test's buffer
+// then sees the frames too).
+func (b *joinBar) progress() *mpb.Progress {
+	if b.p == nil {
+		b.p = mpb.New(mpb.WithOutput(b.g.stderr), mpb.WithWidth(40), mpb.WithRefreshRate(150*time.Millisecond), mpb.WithAutoRefresh())
+	}
+	return b.p
+}
+
+// snapshotText says how far a snapshot download has come.
+func snapshotText(d *actors.SnapshotDownload) string {
+	if d.TotalChunks == 0 {
+		return "copying snapshot, waiting for its first chunk"
+	}
+	s := fmt.Sprintf("copying snapshot, %s of %s, chunk %d of %d", humanBytes(d.Written), humanBytes(d.TotalBytes), d.Chunks, d.TotalChunks)
+	if d.Refetched > 0 {
+		s += fmt.Sprintf(", %d fetched again", d.Refetched)
+	}
+	return s
+}
+
 // finish completes (or abandons) the bar, then prints the finished join's
 // totals.
 func (b *joinBar) finish(ok bool) {
+	if b.snap != nil {
+		b.snap.Abort(false) // the join ended during the download
+	}
 	if b.bar != nil {
 		if ok {
 			b.bar.SetTotal(-1, true)
 		} else {
 			b.bar.Abort(false)
 		}
+	}
+	if b.p != nil {
 		b.p.Wait()
 	}
 	if ok && b.enabled && b.final != nil {
@@ -294,7 +354,7 @@ func (b *joinBar) finish(ok bool) {
 // seen running, names it; if none was seen but the library was busy, the
 // join finished between two frames and is the library's last one).
 func joinFrame(st *actors.Status, job string, busy, done bool) joinProgress {
-	jp := joinProgress{Phase: string(st.Phase), Jobs: len(st.Jobs), Done: done}
+	jp := joinProgress{Phase: string(st.Phase), Jobs: len(st.Jobs), Done: done, Snapshot: st.InstalledFrom}
 	b := st.Backfill
 	if lb := st.LastBackfill; b == nil && done && lb != nil && (lb.Job == job || job == "" && busy) {
 		b = lb
@@ -316,6 +376,13 @@ func joinSummary(p joinProgress) string {
 	if p.ElapsedSeconds > 0 {
 		el := time.Duration(p.ElapsedSeconds * float64(time.Second))
 		line += fmt.Sprintf(" in %s (%.0f records/s)", el.Round(100*time.Millisecond), p.RecordsPerSec)
+	}
+	if d := p.Snapshot; d != nil && d.TotalBytes > 0 {
+		el, round := time.Duration(d.ElapsedSeconds*float64(time.Second)), 100*time.Millisecond
+		if el < time.Second {
+			round = time.Millisecond
+		}
+		line += fmt.Sprintf(", after a snapshot of %s (%s on the wire) copied in %s", humanBytes(d.TotalBytes), humanBytes(d.Received), el.Round(round))
 	}
 	return line
 }

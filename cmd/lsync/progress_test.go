@@ -172,3 +172,50 @@ func TestIndexBarPlain(t *testing.T) {
 		t.Fatalf("plain progress\n%s\nwant\n%s", out.String(), want)
 	}
 }
+
+// A join by snapshot: the download's bytes while it runs (the library is
+// not here yet), then the catch-up, and totals that name the copy.
+var snapshotJoin = func() []joinProgress {
+	dl := func(chunks uint32, written int64) *actors.SnapshotDownload {
+		d := &actors.SnapshotDownload{Chunks: chunks, Written: written, Received: written / 3, ElapsedSeconds: 0.3 * float64(chunks)}
+		if chunks > 0 {
+			d.TotalChunks, d.TotalBytes = 4, 16<<20
+		}
+		return d
+	}
+	done := dl(4, 16<<20)
+	done.ElapsedSeconds = 1.24
+	return []joinProgress{
+		{Phase: phaseCopyingSnapshot, Snapshot: dl(0, 0)},
+		{Phase: phaseCopyingSnapshot, Snapshot: dl(1, 4<<20)},
+		{Phase: phaseCopyingSnapshot, Snapshot: dl(3, 12<<20)},
+		{Phase: "catching_up", Snapshot: done},
+		{Phase: "ready", Done: true, Snapshot: done},
+	}
+}()
+
+const snapshotSummary = "join: ready, 0 records, 0 pages, after a snapshot of 16.0 MiB (5.3 MiB on the wire) copied in 1.2s"
+
+func TestJoinBarSnapshot(t *testing.T) {
+	if got := joinSummary(snapshotJoin[len(snapshotJoin)-1]); got != snapshotSummary {
+		t.Fatalf("summary %q, want %q", got, snapshotSummary)
+	}
+	var plain bytes.Buffer
+	b := &joinBar{g: &globals{stderr: &plain}, enabled: true}
+	frames(t, b, snapshotJoin...)
+	b.finish(true)
+	want := "join: copying snapshot, waiting for its first chunk\n" + // later download frames are within the second
+		"join: catching_up, 0 records, 0 pages\n" + snapshotSummary + "\n"
+	if plain.String() != want {
+		t.Fatalf("plain output:\n%s\nwant:\n%s", plain.String(), want)
+	}
+	var term bytes.Buffer
+	b = &joinBar{g: &globals{stderr: &term}, enabled: true, tty: true}
+	frames(t, b, snapshotJoin...)
+	b.finish(true)
+	// The bar's last frame shows all of the copy (a test's line is 40 wide).
+	if text := term.String(); !strings.Contains(text, "join: copying snapshot 16.0 MiB /") ||
+		!strings.HasSuffix(text, snapshotSummary+"\n") {
+		t.Fatalf("terminal output:\n%q", text)
+	}
+}
