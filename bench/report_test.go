@@ -14,7 +14,7 @@ func TestJoinTargets(t *testing.T) {
 			Phases: map[string]float64{"state_pages": 9, "shared_state": 3.1, "catching_up": 0.1}},
 		{Name: "batched-1k", Mode: "state", PageSize: 1000, Status: "ok", XRaw: 1.7, WireBytes: 39e6, JoinerRSSMB: 201,
 			Phases: map[string]float64{"state_pages": 9, "shared_state": 2.9}},
-		{Name: "individual", Mode: "state", PageSize: 1, Status: "ok", WallSecs: 590, JoinerRSSMB: 480},
+		{Name: "individual", Mode: "state", PageSize: 1, Status: "ok", WallSecs: 590, WireBytes: 501e6, JoinerRSSMB: 85},
 		{Name: "snapshot", Mode: "snapshot", Status: "ok", XRaw: 0.36, ServerCPU: 2.9, JoinerRSSMB: 80},
 		{Name: "broken", Mode: "state", PageSize: 10_000, Status: "failed: x"},
 	}}
@@ -28,7 +28,7 @@ func TestJoinTargets(t *testing.T) {
 		"batched-10k wire": false, "batched-10k joiner RSS": true,
 		"batched-1k vs raw insert": false, "batched-1k shared-state phase": true,
 		"batched-1k wire": true, "batched-1k joiner RSS": false,
-		"individual wall": true, "individual joiner RSS": true,
+		"individual wall": true, "individual wire": false, "individual joiner RSS": true,
 		"snapshot vs raw insert": false, "snapshot server CPU": true, "snapshot joiner RSS": true,
 	}
 	if len(got) != len(want) {
