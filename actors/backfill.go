@@ -261,10 +261,14 @@ func (b *backfillActor) apply(p *joinPage) error {
 		b.n.pageHook(b.libID, p)
 	}
 	n := len(p.records) + len(p.shared)
+	var ckpt *persistence.Checkpoint
+	if p.checkpoint != nil {
+		ckpt = p.checkpoint.checkpoint()
+	}
 	switch {
 	case len(p.records) > 0:
 		recs := admitAll(b.n, b.lib, b.libID, b.j.st.Source, p.records)
-		if _, err := b.n.guardedApplyState(b.lib, b.libID, p.owner, p.model, recs, persistence.ApplyOptions{Checkpoint: p.checkpoint}); err != nil {
+		if _, err := b.n.guardedApplyState(b.lib, b.libID, p.owner, p.model, recs, persistence.ApplyOptions{Checkpoint: ckpt}); err != nil {
 			return fmt.Errorf("apply a page of %s: %w", p.owner, err)
 		}
 	case p.log:
@@ -274,11 +278,11 @@ func (b *backfillActor) apply(p *joinPage) error {
 		}
 	case p.shared != nil || p.wms != nil:
 		b.n.traceShared("backfill", p.shared)
-		if _, err := b.lib.ApplySharedState(p.shared, p.wms, persistence.ApplyOptions{Checkpoint: p.checkpoint}); err != nil {
+		if _, err := b.lib.ApplySharedState(p.shared, p.wms, persistence.ApplyOptions{Checkpoint: ckpt}); err != nil {
 			return fmt.Errorf("apply shared state: %w", err)
 		}
-	case p.checkpoint != nil:
-		if err := b.lib.SaveCheckpoint(*p.checkpoint); err != nil {
+	case ckpt != nil:
+		if err := b.lib.SaveCheckpoint(*ckpt); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -180,7 +181,7 @@ func runJoin(t *testing.T, src *fakeSource, store *fakeStore, crashAfter int) bo
 				}
 			}
 			if p.checkpoint != nil {
-				store.checkpoint = p.checkpoint.Data
+				store.checkpoint = p.checkpoint.checkpoint().Data
 				store.pages++
 			}
 			if p.wms != nil {
@@ -367,5 +368,24 @@ func TestJoinRefusesAnswersOutOfPlace(t *testing.T) {
 	j.failed(fmt.Errorf("boom"))
 	if j.st.Phase != PhaseFailed || j.st.Attempts != 1 || j.avoid != testutil.DevID(1) || j.st.LastError != "boom" {
 		t.Fatalf("after a failure: %+v, avoid %s", j.st, j.avoid)
+	}
+}
+
+// A page carries the join's state as it was after that page, encoded only
+// when the page is applied (held pages keep the last one's): later pages
+// must not change what an earlier one will save.
+func TestPageCheckpointIsTheStateAfterIt(t *testing.T) {
+	st := newJoin(testutil.DevID(1), testutil.DevID(2), 100, time.Unix(1, 0))
+	st.Owners = []messages.OriginWatermark{{Origin: testutil.DevID(3), HLC: messages.HLC{Timestamp: 5}}}
+	st.SharedWMs = []messages.OriginWatermark{{Origin: testutil.DevID(4), HLC: messages.HLC{Timestamp: 6}}}
+	st.Pages = 7
+	want := st.checkpoint().Data
+	at := st.at()
+	st.Owners[0].HLC.Timestamp = 50
+	st.SharedWMs[0].HLC.Timestamp = 60
+	st.SharedWMs = append(st.SharedWMs, messages.OriginWatermark{Origin: testutil.DevID(5)})
+	st.Pages++
+	if got := at.checkpoint().Data; !bytes.Equal(got, want) {
+		t.Fatalf("the page's checkpoint changed with later pages:\n got %s\nwant %s", got, want)
 	}
 }
