@@ -1283,8 +1283,14 @@ func printStatus(w io.Writer, st *actors.Status) {
 		}
 	}
 	if d := st.InstalledFrom; d != nil {
+		from := d.Source.String()
+		for _, p := range st.Peers {
+			if p.ID == d.Source && p.Name != "" {
+				from = fmt.Sprintf("%s (%s)", p.Name, p.ID)
+			}
+		}
 		fmt.Fprintf(tw, "installed from snapshot\t%s of %s, %s on the wire, %d chunks (%d fetched again), in %s\n",
-			humanBytes(d.TotalBytes), d.Source, humanBytes(d.Received), d.TotalChunks, d.Refetched,
+			humanBytes(d.TotalBytes), from, humanBytes(d.Received), d.TotalChunks, d.Refetched,
 			time.Duration(d.ElapsedSeconds*float64(time.Second)).Round(100*time.Millisecond))
 	}
 	tw.Flush()

@@ -33,7 +33,7 @@ func TestE2ESnapshotJoinReportsTheCopy(t *testing.T) {
 		t.Errorf("the join's last line %q does not name the copy\nstderr %q", last, stderr)
 	}
 	status := b.mustRun("sync", "status", l.UUID)
-	if !regexp.MustCompile(`installed from snapshot\s+[0-9.]+ [KM]iB of ` + regexp.QuoteMeta(a.id)).MatchString(status) {
+	if !regexp.MustCompile(`installed from snapshot\s+[0-9.]+ [KM]iB of alpha \(` + regexp.QuoteMeta(a.id) + `\)`).MatchString(status) {
 		t.Errorf("sync status does not say the library came from a snapshot:\n%s", status)
 	}
 	for _, name := range []string{"Summer", "Winter", "Family"} {
