@@ -223,8 +223,8 @@ func (b *backfillActor) run(ctx actor.Context, step joinStep) {
 		return
 	}
 	if step.ask != nil {
-		if step.spooled && b.spools() {
-			b.fetch.askSpooled(conn, source, step.ask, nil)
+		if step.spooled {
+			b.fetch.askScan(conn, source, step.ask, b.spools(), b.fetchAhead())
 		} else {
 			b.fetch.ask(conn, step.ask, nil)
 		}
@@ -325,6 +325,12 @@ func (b *backfillActor) failed(ctx actor.Context, err error) {
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	b.timer = time.AfterFunc(wait, func() { root.Send(self, &joinRetry{}) })
 	b.report(ctx)
+}
+
+// fetchAhead is how many scan pages the join fetches ahead of its asks
+// (fetchahead.go): a batch's worth (JoinBatchRows rows), 1 to 16 pages.
+func (b *backfillActor) fetchAhead() int {
+	return min(max(b.n.sync.JoinBatchRows/max(b.j.st.PageSize, 1), 1), 16)
 }
 
 // finish ends the join: the checkpoint and the spool go, the library

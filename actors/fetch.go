@@ -25,6 +25,7 @@ type fetcher struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	spool  *pageSpool // where spooled answers are kept (nil: none)
+	ahead  aheadQueue // scan pages fetched before the job asked (fetchahead.go)
 }
 
 // answered is a fetcher's answer to one request.

@@ -48,8 +48,10 @@ type Metrics struct {
 	digestMismatch prometheus.Counter     // an owner's rows found to differ from its signed digest
 	digestRepairs  *prometheus.CounterVec // result: ok, failed
 	pagesAhead     *prometheus.CounterVec // result: used, dropped
-	digestDamaged  prometheus.Counter     // kept digests that a full pass found wrong (rows changed behind lsync's back)
-	buildInfo      *prometheus.GaugeVec   // version, revision, go_version: always 1
+	// pagesFetchedAhead: the joining side's (fetchahead.go).
+	pagesFetchedAhead *prometheus.CounterVec
+	digestDamaged     prometheus.Counter   // kept digests that a full pass found wrong (rows changed behind lsync's back)
+	buildInfo         *prometheus.GaugeVec // version, revision, go_version: always 1
 
 	now func() time.Time // the clock of lsync_peer_last_seen_timestamp_seconds
 
@@ -121,8 +123,12 @@ func newMetrics() *Metrics {
 	m.pagesAhead = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lsync_pages_read_ahead_total", Help: "Scan pages read before a peer asked for them, by result: used (the peer asked for it) or dropped (it asked for something else).",
 	}, []string{"result"})
+	m.pagesFetchedAhead = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lsync_pages_fetched_ahead_total", Help: "Scan pages a joining device fetched before its join asked for them, by result: used or dropped (the join asked for something else).",
+	}, []string{"result"})
 	for _, r := range []string{"used", "dropped"} {
 		m.pagesAhead.WithLabelValues(r)
+		m.pagesFetchedAhead.WithLabelValues(r)
 	}
 	m.pagesReused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lsync_backfill_pages_reused_total", Help: "Backfill pages read back from the local spool after a restart instead of fetched again.",
@@ -164,7 +170,7 @@ func newMetrics() *Metrics {
 		Name: "lsync_build_info", Help: "Always 1; the labels say which build of lsync runs.",
 	}, []string{"version", "revision", "go_version"})
 	m.buildInfo.WithLabelValues(buildLabels(debug.ReadBuildInfo())).Set(1)
-	m.Registry.MustRegister(m.buildInfo, m.sharedApply, m.peerConnected, m.peerLastSeen, m.digestDamaged, m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesAhead, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.Registry.MustRegister(m.buildInfo, m.sharedApply, m.peerConnected, m.peerLastSeen, m.digestDamaged, m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesAhead, m.pagesFetchedAhead, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
