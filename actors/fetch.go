@@ -57,20 +57,6 @@ func (f *fetcher) ask(conn net.Conn, req messages.Message, tag any) {
 	}()
 }
 
-// askSpooled is ask through the page spool: a page already on disk is
-// answered from there; a fetched page is written to disk before it is
-// handed over, so it survives a crash during its apply.
-func (f *fetcher) askSpooled(conn net.Conn, source messages.DeviceID, req messages.Message, tag any) {
-	if f.spool == nil {
-		f.ask(conn, req, tag)
-		return
-	}
-	go func() {
-		resp, err := f.spooled(conn, source, req)
-		f.root.Send(f.self, &answered{from: f, tag: tag, req: req, resp: resp, err: err})
-	}()
-}
-
 // ping asks each connection for a cheap answer (probe) at once and
 // reports how long each took; the answer's resp is nil and tag is the
 // []candidate.

@@ -43,8 +43,10 @@ type aheadQueue struct {
 
 type fetchFunc func(messages.Message) (messages.Message, error)
 
-// askScan is ask (or askSpooled, if spool) for a page of a paged scan,
-// fetching up to ahead pages after it too.
+// askScan is ask for a page of a paged scan, through the page spool if
+// spool (a page already on disk is answered from there; a fetched one is
+// written to disk before it is handed over, so it survives a crash during
+// its apply), fetching up to ahead pages after it too.
 func (f *fetcher) askScan(conn net.Conn, source messages.DeviceID, req messages.Message, spool bool, ahead int) {
 	get := func(req messages.Message) (messages.Message, error) {
 		if spool && f.spool != nil {

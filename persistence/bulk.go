@@ -102,7 +102,7 @@ func (tx *txn) flushBulk() error {
 // owner's digest, all of them or none (all is false if a uuid was here:
 // nothing is inserted, and the digest must not count them).
 func (tx *txn) bulkInsert(m *modelInfo, ownerID int64, rows []bulkRow) (all bool, err error) {
-	all, err = tx.insertRows(m, &m.sql.bulkInsert, len(rows), func(s *sqlite3.Stmt, i, p int) error {
+	all, err = tx.insertRows(m, &m.sql.bulkInsert, rows[0].id-1, len(rows), func(s *sqlite3.Stmt, i, p int) error {
 		r := &rows[i]
 		err := errors.Join(s.BindInt64(p+1, r.id), bindOne(s, p+2, r.rec.UUID), s.BindInt64(p+3, ownerID), bindOne(s, p+4, r.rec.HLC))
 		for j, v := range r.sqlVals {
@@ -127,7 +127,8 @@ func (tx *txn) bulkInsert(m *modelInfo, ownerID int64, rows []bulkRow) (all bool
 // insertRows inserts n rows with stmts[k], the statements of 1<<k rows
 // (the largest that fits what is left, so few statements are ever
 // prepared), binding row i's parameters from p+1 on with bind: all of
-// them, or none if one was here already.
+// them, or none if one was here already. last is the table's largest id
+// before them.
 //
 // The statements are INSERT OR IGNORE: a row whose uuid (or id) is taken,
 // or that breaks NOT NULL, is left out instead of failing the statement.
@@ -139,11 +140,7 @@ func (tx *txn) bulkInsert(m *modelInfo, ownerID int64, rows []bulkRow) (all bool
 // left out, deleting the ids above that largest undoes the others. An
 // error other than a constraint (I/O, full disk) rolls the whole
 // transaction back, as for any statement without a journal.
-func (tx *txn) insertRows(m *modelInfo, stmts *[bulkInsertSizes]string, n int, bind func(s *sqlite3.Stmt, i, p int) error) (all bool, err error) {
-	last, err := tx.c.queryInt(`SELECT max(id) FROM ` + m.table)
-	if err != nil {
-		return false, err
-	}
+func (tx *txn) insertRows(m *modelInfo, stmts *[bulkInsertSizes]string, last int64, n int, bind func(s *sqlite3.Stmt, i, p int) error) (all bool, err error) {
 	inserted := 0
 	for done := 0; done < n; {
 		k := 0
@@ -242,7 +239,11 @@ func (b *sharedBatch) flush(tx *txn) error {
 
 // sharedBulkInsert inserts rows, all of them or none.
 func (tx *txn) sharedBulkInsert(mi *modelInfo, rows []sharedBulkRow) (all bool, err error) {
-	return tx.insertRows(mi, &mi.sql.sharedBulkAdd, len(rows), func(s *sqlite3.Stmt, i, p int) error {
+	last, err := tx.c.queryInt(`SELECT max(id) FROM ` + mi.table)
+	if err != nil {
+		return false, err
+	}
+	return tx.insertRows(mi, &mi.sql.sharedBulkAdd, last, len(rows), func(s *sqlite3.Stmt, i, p int) error {
 		r := rows[i]
 		err := errors.Join(bindOne(s, p+1, r.c.Record), bindOne(s, p+2, r.row.rowHLC()))
 		for j := range r.row.vals {

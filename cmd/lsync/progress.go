@@ -237,8 +237,7 @@ func (b *joinBar) update(raw json.RawMessage) error {
 		if p.Done {
 			return nil // finish prints the totals
 		}
-		if p.Phase != b.lastPhase || time.Since(b.last) >= plainEvery {
-			b.last, b.lastPhase = time.Now(), p.Phase
+		if b.lineDue(p.Phase) {
 			line := fmt.Sprintf("join: %s, %d records, %d pages", p.Phase, p.Records, p.Pages)
 			if p.Expected > 0 {
 				line = fmt.Sprintf("join: %s, %d of about %d records, %d pages", p.Phase, p.Records, p.Expected, p.Pages)
@@ -281,6 +280,16 @@ func (b *joinBar) update(raw json.RawMessage) error {
 	return nil
 }
 
+// lineDue reports whether a plain progress line is due: on a phase
+// change, else once per plainEvery.
+func (b *joinBar) lineDue(phase string) bool {
+	if phase == b.lastPhase && time.Since(b.last) < plainEvery {
+		return false
+	}
+	b.last, b.lastPhase = time.Now(), phase
+	return true
+}
+
 // copying shows a join by snapshot's download: its bytes.
 func (b *joinBar) copying(p joinProgress) {
 	d := p.Snapshot
@@ -288,8 +297,7 @@ func (b *joinBar) copying(p joinProgress) {
 		return
 	}
 	if !b.tty {
-		if p.Phase != b.lastPhase || time.Since(b.last) >= plainEvery {
-			b.last, b.lastPhase = time.Now(), p.Phase
+		if b.lineDue(p.Phase) {
 			fmt.Fprintln(b.g.stderr, "join: "+snapshotText(d))
 		}
 		return
