@@ -178,11 +178,11 @@ func (env Envelope) Decode() (Message, error) {
 	if len(payload) > DefaultMaxFrame {
 		return nil, fmt.Errorf("%w: %s: payload of %d bytes (limit %d)", ErrFrameTooLarge, env.Type, len(payload), DefaultMaxFrame)
 	}
-	cost, err := skimShape(payload, typeTable[env.Type].shape)
+	cost, limit, err := skimPayload(payload, typeTable[env.Type].shape)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, env.Type, err)
 	}
-	if limit := decodeBudget(len(payload)); cost > limit {
+	if cost > limit {
 		return nil, fmt.Errorf("%w: %s: a payload of %d bytes that decodes into up to %d (limit %d)", ErrFrameTooLarge, env.Type, len(payload), cost, limit)
 	}
 	m := newMessage(env.Type)

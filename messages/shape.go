@@ -27,14 +27,15 @@ type shape struct {
 type shapeKind uint8
 
 const (
-	shapeAny    shapeKind = iota // interface{}: msgpack's natural Go types
-	shapeScalar                  // bool, integers, floats: nil or a number or bool
-	shapeString                  // string: nil, str or bin
-	shapeBytes                   // []byte: nil, str or bin, its bytes copied
-	shapeFixed                   // HLC and ids: nil, str or bin, read in place
-	shapeSlice                   // []T: nil or an array
-	shapeMap                     // map[string]T: nil or a map
-	shapeStruct                  // struct: nil or an array of its fields
+	shapeAny     shapeKind = iota // interface{}: msgpack's natural Go types
+	shapeScalar                   // bool, integers, floats: nil or a number or bool
+	shapeString                   // string: nil, str or bin
+	shapeBytes                    // []byte: nil, str or bin, its bytes copied
+	shapeFixed                    // HLC and ids: nil, str or bin, read in place
+	shapeSlice                    // []T: nil or an array
+	shapeMap                      // map[string]T: nil or a map
+	shapeStruct                   // struct: nil or an array of its fields
+	shapeColumns                  // Records: nil or a bin in the columnar layout
 )
 
 var (
@@ -73,6 +74,10 @@ func shapeOf(t reflect.Type) *shape {
 	s := &shape{size: int64(t.Size()), name: t.String(), own: ownDecoded[t]}
 	if fixedTypes[t] {
 		s.kind = shapeFixed
+		return s
+	}
+	if t == reflect.TypeFor[Records]() {
+		s.kind = shapeColumns
 		return s
 	}
 	switch t.Kind() {

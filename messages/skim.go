@@ -46,16 +46,26 @@ func skim(b []byte) error {
 // decoding b into that type allocates (msgpack v5 on Go's allocator:
 // TestDecodeCostBoundsAllocation holds the model to it).
 func skimShape(b []byte, root *shape) (cost int64, err error) {
+	cost, _, err = skimPayload(b, root)
+	return cost, err
+}
+
+// skimPayload is skimShape, and the payload's decode budget: a byte of a
+// columnar page (Records) counts twice, for it is dense already (a page
+// of entries decodes into about 8 times its columnar bytes, against 3
+// times its msgpack rows).
+func skimPayload(b []byte, root *shape) (cost, budget int64, err error) {
 	s := skimmer{b: b}
 	if err := s.value(root); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if s.pos != len(b) {
-		return 0, fmt.Errorf("%d trailing bytes", len(b)-s.pos)
+		return 0, 0, fmt.Errorf("%d trailing bytes", len(b)-s.pos)
 	}
 	// The message itself, the decoder, and its scratch buffer, which
 	// grows (by appending) to the longest string.
-	return s.cost + heapBytes(root.size) + 512 + 3*heapBytes(s.longest), nil
+	cost = s.cost + heapBytes(root.size) + 512 + 3*heapBytes(s.longest)
+	return cost, decodeBudget(len(b)) + decodeFactor*s.dense, nil
 }
 
 // skimmer is one walk of skimShape.
@@ -65,6 +75,7 @@ type skimmer struct {
 	depth   int
 	cost    int64 // bytes decoding allocates, at most
 	longest int64 // longest string, which the decoder reads via scratch
+	dense   int64 // bytes of columnar pages
 }
 
 // A msgpack value's kind, as far as skim cares.
@@ -110,6 +121,14 @@ func (s *skimmer) value(sh *shape) error {
 				s.cost += heapBytes(n)
 			}
 			return nil
+		}
+	case shapeColumns:
+		if k == kindBin {
+			// The bin is copied out, then read column by column.
+			cost, err := recordColumnsCost(s.b[s.pos-int(n) : s.pos])
+			s.cost += heapBytes(n) + cost
+			s.dense += n
+			return err
 		}
 	case shapeSlice:
 		if k == kindArray {

@@ -22,7 +22,10 @@ import (
 //
 // 4 (issue 13, join performance): a SnapshotChunk's data is an S2 block,
 // not zstd (chunk.go), which a build of version 3 cannot read.
-const SchemaVersion uint16 = 4
+//
+// 5 (issue 13, join performance): a StateResponse's records travel column
+// by column (Records, columns.go), not as msgpack rows.
+const SchemaVersion uint16 = 5
 
 // Type tags a message on the wire. The list is append-only: a number, once
 // given, is never reused or renumbered.
@@ -312,7 +315,7 @@ type StateResponse struct {
 	_msgpack  struct{} `msgpack:",as_array"`
 	Owner     DeviceID
 	Model     string
-	Records   []StateRecord
+	Records   Records // column by column (columns.go)
 	Cursor    Cursor
 	HasMore   bool
 	Watermark HLC
