@@ -108,62 +108,10 @@ func appendRecordColumns(b []byte, recs []StateRecord) ([]byte, error) {
 	b = append(b, columnsVersion)
 	b = binary.AppendUvarint(b, uint64(n))
 
-	// uuids: delta mode when it is smaller.
-	delta, prev := 0, uint64(0)
-	for i := range recs {
-		hi := binary.BigEndian.Uint64(recs[i].UUID[:8])
-		delta += uvarintLen(zigzag(int64(hi-prev))) + 8
-		prev = hi
-	}
-	if delta < 16*n {
-		b = append(b, uuidsDelta)
-		prev = 0
-		for i := range recs {
-			hi := binary.BigEndian.Uint64(recs[i].UUID[:8])
-			b = binary.AppendUvarint(b, zigzag(int64(hi-prev)))
-			b = append(b, recs[i].UUID[8:]...)
-			prev = hi
-		}
-	} else {
-		b = append(b, uuidsRaw)
-		for i := range recs {
-			b = append(b, recs[i].UUID[:]...)
-		}
-	}
+	b = appendUUIDs(b, n, func(i int) *UUID { return &recs[i].UUID })
+	b = appendHLCs(b, n, func(i int) *HLC { return &recs[i].HLC })
 
-	// HLCs.
-	devs := map[uuid.UUID]uint64{}
-	var order []uuid.UUID
-	for i := range recs {
-		if _, ok := devs[recs[i].HLC.Device]; !ok {
-			devs[recs[i].HLC.Device] = uint64(len(order))
-			order = append(order, recs[i].HLC.Device)
-		}
-	}
-	b = binary.AppendUvarint(b, uint64(len(order)))
-	for _, d := range order {
-		b = append(b, d[:]...)
-	}
-	for i := range recs {
-		b = binary.AppendUvarint(b, devs[recs[i].HLC.Device])
-	}
-	prev = 0
-	for i := range recs {
-		b = binary.AppendUvarint(b, zigzag(int64(recs[i].HLC.Timestamp-prev)))
-		prev = recs[i].HLC.Timestamp
-	}
-	for i := range recs {
-		b = binary.AppendUvarint(b, uint64(recs[i].HLC.Counter))
-	}
-
-	// deleted.
-	start := len(b)
-	b = append(b, make([]byte, (n+7)/8)...)
-	for i := range recs {
-		if recs[i].Deleted {
-			b[start+i/8] |= 1 << (i % 8)
-		}
-	}
+	b = appendBits(b, n, func(i int) bool { return recs[i].Deleted })
 
 	// values.
 	cols := 0
@@ -185,6 +133,79 @@ func appendRecordColumns(b []byte, recs []StateRecord) ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+// appendUUIDs appends the uuids of n rows (at(i) is row i's): in delta
+// mode when that is smaller.
+func appendUUIDs(b []byte, n int, at func(int) *UUID) []byte {
+	delta, prev := 0, uint64(0)
+	for i := range n {
+		hi := binary.BigEndian.Uint64(at(i)[:8])
+		delta += uvarintLen(zigzag(int64(hi-prev))) + 8
+		prev = hi
+	}
+	if delta >= 16*n {
+		b = append(b, uuidsRaw)
+		for i := range n {
+			b = append(b, at(i)[:]...)
+		}
+		return b
+	}
+	b = append(b, uuidsDelta)
+	prev = 0
+	for i := range n {
+		u := at(i)
+		hi := binary.BigEndian.Uint64(u[:8])
+		b = binary.AppendUvarint(b, zigzag(int64(hi-prev)))
+		b = append(b, u[8:]...)
+		prev = hi
+	}
+	return b
+}
+
+// appendHLCs appends the HLCs of n rows: a dictionary of their devices,
+// then per row its device's index, its timestamp as a delta from the
+// previous row's, its counter.
+func appendHLCs(b []byte, n int, at func(int) *HLC) []byte {
+	devs := map[uuid.UUID]uint64{}
+	var order []uuid.UUID
+	for i := range n {
+		if d := at(i).Device; !has(devs, d) {
+			devs[d] = uint64(len(order))
+			order = append(order, d)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(order)))
+	for _, d := range order {
+		b = append(b, d[:]...)
+	}
+	for i := range n {
+		b = binary.AppendUvarint(b, devs[at(i).Device])
+	}
+	prev := uint64(0)
+	for i := range n {
+		h := at(i)
+		b = binary.AppendUvarint(b, zigzag(int64(h.Timestamp-prev)))
+		prev = h.Timestamp
+	}
+	for i := range n {
+		b = binary.AppendUvarint(b, uint64(at(i).Counter))
+	}
+	return b
+}
+
+func has[K comparable, V any](m map[K]V, k K) bool { _, ok := m[k]; return ok }
+
+// appendBits appends a bitmap of n rows, ⌈n/8⌉ bytes.
+func appendBits(b []byte, n int, at func(int) bool) []byte {
+	start := len(b)
+	b = append(b, make([]byte, (n+7)/8)...)
+	for i := range n {
+		if at(i) {
+			b[start+i/8] |= 1 << (i % 8)
+		}
+	}
+	return b
 }
 
 // columnWriter writes one column's values, keeping its dictionaries.
@@ -352,6 +373,68 @@ func (r *columnReader) byte() byte {
 	return 0
 }
 
+// uuids reads the uuids of n rows into at(i) (nothing when walking).
+func (r *columnReader) uuids(n int, at func(int) *UUID) {
+	switch mode := r.byte(); {
+	case r.err != nil:
+	case mode == uuidsRaw:
+		for i := 0; i < n && r.err == nil; i++ {
+			if p := r.next(16); r.build && p != nil {
+				*at(i) = UUID(p)
+			}
+		}
+	case mode == uuidsDelta:
+		prev := uint64(0)
+		for i := 0; i < n && r.err == nil; i++ {
+			prev += uint64(unzigzag(r.uvarint()))
+			if p := r.next(8); r.build && p != nil {
+				u := at(i)
+				binary.BigEndian.PutUint64(u[:8], prev)
+				copy(u[8:], p)
+			}
+		}
+	default:
+		r.fail("uuid mode %d", mode)
+	}
+}
+
+// hlcs reads the HLCs of n rows into at(i) (nothing when walking).
+func (r *columnReader) hlcs(n int, at func(int) *HLC) {
+	k := r.count(16)
+	devs := r.next(16 * k)
+	for i := 0; i < n && r.err == nil; i++ {
+		d := r.uvarint()
+		if r.err == nil && d >= uint64(k) {
+			r.fail("device %d of %d", d, k)
+		}
+		if r.build && r.err == nil {
+			at(i).Device = uuid.UUID(devs[16*d:])
+		}
+	}
+	prev := uint64(0)
+	for i := 0; i < n && r.err == nil; i++ {
+		prev += uint64(unzigzag(r.uvarint()))
+		if r.build {
+			at(i).Timestamp = prev
+		}
+	}
+	for i := 0; i < n && r.err == nil; i++ {
+		c := r.uvarint()
+		if c > math.MaxUint32 {
+			r.fail("counter %d", c)
+		}
+		if r.build {
+			at(i).Counter = uint32(c)
+		}
+	}
+}
+
+// bits reads a bitmap of n rows (see bit).
+func (r *columnReader) bits(n int) []byte { return r.next((n + 7) / 8) }
+
+// bit is row i's bit in a bitmap bits read.
+func bit(p []byte, i int) bool { return p[i/8]&(1<<(i%8)) != 0 }
+
 // readRecordColumns reads (build) or walks (!build) a columnar page,
 // returning the records and what building them allocates at most.
 func readRecordColumns(b []byte, build bool) ([]StateRecord, int64, error) {
@@ -366,59 +449,11 @@ func readRecordColumns(b []byte, build bool) ([]StateRecord, int64, error) {
 		recs = make([]StateRecord, n)
 	}
 
-	switch mode := r.byte(); {
-	case r.err != nil:
-	case mode == uuidsRaw:
-		for i := 0; i < n && r.err == nil; i++ {
-			if p := r.next(16); build && p != nil {
-				recs[i].UUID = UUID(p)
-			}
-		}
-	case mode == uuidsDelta:
-		prev := uint64(0)
-		for i := 0; i < n && r.err == nil; i++ {
-			prev += uint64(unzigzag(r.uvarint()))
-			if p := r.next(8); build && p != nil {
-				binary.BigEndian.PutUint64(recs[i].UUID[:8], prev)
-				copy(recs[i].UUID[8:], p)
-			}
-		}
-	default:
-		r.fail("uuid mode %d", mode)
-	}
-
-	k := r.count(16)
-	devs := r.next(16 * k)
-	for i := 0; i < n && r.err == nil; i++ {
-		d := r.uvarint()
-		if r.err == nil && d >= uint64(k) {
-			r.fail("device %d of %d", d, k)
-		}
-		if build && r.err == nil {
-			recs[i].HLC.Device = uuid.UUID(devs[16*d:])
-		}
-	}
-	prev := uint64(0)
-	for i := 0; i < n && r.err == nil; i++ {
-		prev += uint64(unzigzag(r.uvarint()))
-		if build {
-			recs[i].HLC.Timestamp = prev
-		}
-	}
-	for i := 0; i < n && r.err == nil; i++ {
-		c := r.uvarint()
-		if c > math.MaxUint32 {
-			r.fail("counter %d", c)
-		}
-		if build {
-			recs[i].HLC.Counter = uint32(c)
-		}
-	}
-
-	deleted := r.next((n + 7) / 8)
-	if build && r.err == nil {
+	r.uuids(n, func(i int) *UUID { return &recs[i].UUID })
+	r.hlcs(n, func(i int) *HLC { return &recs[i].HLC })
+	if deleted := r.bits(n); build && r.err == nil {
 		for i := range recs {
-			recs[i].Deleted = deleted[i/8]&(1<<(i%8)) != 0
+			recs[i].Deleted = bit(deleted, i)
 		}
 	}
 
@@ -426,6 +461,7 @@ func readRecordColumns(b []byte, build bool) ([]StateRecord, int64, error) {
 	// are kept for the walk too (each value takes a byte at least, so they
 	// total under the bytes left).
 	counts := make([]uint32, n)
+	r.cost += heapBytes(4 * int64(n))
 	cols, left := 0, len(b)-r.pos
 	for i := 0; i < n && r.err == nil; i++ {
 		c := r.count(1)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -286,6 +287,229 @@ func FuzzRecordColumns(f *testing.F) {
 		// Compared as encoded: a NaN is not equal to itself.
 		if again2, err := appendRecordColumns(nil, recs2); err != nil || !bytes.Equal(again, again2) {
 			t.Fatalf("re-encoded: %v\n%v\n%v", err, recs, recs2)
+		}
+	})
+}
+
+// testDeriver derives a uuid for model "content_identity" from its
+// "content_hash", as the registry does (its exact rule is persistence's).
+func testDeriver(model string, fields map[string]any) (UUID, bool) {
+	h, ok := fields["content_hash"].(string)
+	if model != "content_identity" || !ok {
+		return UUID{}, false
+	}
+	return UUID(uuid.NewSHA1(uuid.Nil, []byte(h))), true
+}
+
+// withDeriver installs d for the test.
+func withDeriver(t testing.TB, d UUIDDeriver) {
+	old := deriver.Load()
+	SetUUIDDeriver(d)
+	t.Cleanup(func() { deriver.Store(old) })
+}
+
+// genChanges draws a page of shared changes: content identities whose
+// uuids derive from their hash (and some whose do not), tags, deletes
+// without fields, empty field maps.
+func genChanges(t *rapid.T) []SharedChange {
+	recs := genRecords(t) // for HLCs, uuids and values
+	cs := make([]SharedChange, len(recs))
+	for i, r := range recs {
+		c := &cs[i]
+		// Valid changes: an HLC, an op, a Prev older than the HLC.
+		c.HLC, c.Record, c.Op = r.HLC, r.UUID, ChangeOp(rapid.IntRange(int(OpInsert), int(OpDelete)).Draw(t, "op"))
+		c.HLC.Timestamp |= 1
+		if rapid.Bool().Draw(t, "prev") {
+			c.Prev = HLC{Timestamp: r.HLC.Timestamp / 2, Device: r.HLC.Device}
+		}
+		switch rapid.IntRange(0, 3).Draw(t, "kind") {
+		case 0:
+			h := rapid.SampledFrom([]string{"blake3:aa", "blake3:bb", "sha256:cc"}).Draw(t, "hash")
+			c.Model, c.Fields = "content_identity", map[string]any{"content_hash": h, "size": int64(i), "kind": "image"}
+			if rapid.IntRange(0, 4).Draw(t, "derived") > 0 {
+				c.Record, _ = testDeriver(c.Model, c.Fields)
+			}
+		case 1:
+			c.Model, c.Fields = "tag", map[string]any{}
+			for j, v := range r.Values {
+				c.Fields[rapid.SampledFrom([]string{"a", "b", "c", "name"}).Draw(t, "field")+string(rune('0'+j%3))] = v
+			}
+		case 2:
+			c.Model, c.Fields = "tag", nil
+		case 3:
+			c.Model, c.Fields = "album", map[string]any{}
+		}
+		if c.Op == OpDelete {
+			c.Fields = nil
+		}
+	}
+	return cs
+}
+
+// wantChanges is cs as they decode.
+func wantChanges(cs []SharedChange) []SharedChange {
+	out := make([]SharedChange, len(cs))
+	for i, c := range cs {
+		out[i] = c
+		if c.Fields != nil {
+			out[i].Fields = map[string]any{}
+			for k, v := range c.Fields {
+				out[i].Fields[k] = decodedValue(v)
+			}
+		}
+	}
+	return out
+}
+
+// TestChangeColumnsRoundTrip: any page of shared changes decodes to its
+// changes through a whole frame, uuids that derive from their fields left
+// off the wire and derived again; the walk counts at least what decoding
+// allocates.
+func TestChangeColumnsRoundTrip(t *testing.T) {
+	withDeriver(t, testDeriver)
+	rapid.Check(t, func(t *rapid.T) {
+		cs := genChanges(t)
+		page := &SharedStateResponse{Model: "content_identity", Entries: cs, HasMore: true}
+		frame, err := EncodeFrame(lib, page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := DecodeFrame(frame, DefaultMaxFrame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotCs := []SharedChange(got.(*SharedStateResponse).Entries)
+		if w := wantChanges(cs); !reflect.DeepEqual(gotCs, w) && !(len(w) == 0 && len(gotCs) == 0) {
+			t.Fatalf("decoded\n%v\nwant\n%v", gotCs, w)
+		}
+		blob, err := appendChangeColumns(nil, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cost, err := changeColumnsCost(blob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, _ = readChangeColumns(blob, true)
+		if alloc := allocatedBy(func() { _, _, _ = readChangeColumns(blob, true) }); alloc > uint64(cost)+measureSlack {
+			t.Fatalf("decoding allocated %d, the walk counted %d", alloc, cost)
+		}
+	})
+}
+
+// contentPage is n content identities, as a join's shared-state page
+// sends them.
+func contentPage(n int) []SharedChange {
+	cs := make([]SharedChange, n)
+	for i := range cs {
+		f := map[string]any{"content_hash": fmt.Sprintf("blake3:%064x", i*7919), "size": int64(1000 + i), "kind": "image",
+			"created_at": int64(1_700_000_000 + i)}
+		u, _ := testDeriver("content_identity", f)
+		cs[i] = SharedChange{HLC: HLC{Timestamp: 1_730_000_000_000 + uint64(i), Device: devA}, Model: "content_identity",
+			Record: u, Op: OpInsert, Fields: f}
+	}
+	return cs
+}
+
+// TestChangeColumnsDerivedUUIDs: a page of content identities leaves
+// their uuids off (a smaller page than with them); a receiver without
+// the rule, or one whose rule does not derive them, refuses the page
+// saying so rather than inventing uuids.
+func TestChangeColumnsDerivedUUIDs(t *testing.T) {
+	withDeriver(t, testDeriver)
+	cs := contentPage(1000)
+	with, err := appendChangeColumns(nil, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	SetUUIDDeriver(nil)
+	without, err := appendChangeColumns(nil, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(with) > len(without)-16*len(cs)+len(cs) {
+		t.Fatalf("with derived uuids left off %d bytes, without %d", len(with), len(without))
+	}
+	if got, _, err := readChangeColumns(without, true); err != nil || !reflect.DeepEqual(got, cs) {
+		t.Fatalf("all uuids sent: %v", err)
+	}
+	if _, _, err := readChangeColumns(with, true); err == nil || !strings.Contains(err.Error(), "does not derive") {
+		t.Fatalf("no rule to derive with: %v", err)
+	}
+	SetUUIDDeriver(func(string, map[string]any) (UUID, bool) { return UUID{}, false })
+	if _, _, err := readChangeColumns(with, true); err == nil || !strings.Contains(err.Error(), "does not derive") {
+		t.Fatalf("a rule that does not derive: %v", err)
+	}
+}
+
+// TestChangeColumnsMalformed: cut anywhere, a page is refused; with any
+// byte changed it is refused or decodes within its walk's count, never a
+// panic; the walk and the decoder agree.
+func TestChangeColumnsMalformed(t *testing.T) {
+	withDeriver(t, testDeriver)
+	cs := contentPage(20)
+	cs[3].Fields, cs[4].Fields, cs[5].Model = nil, map[string]any{}, "tag"
+	blob, err := appendChangeColumns(nil, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range blob {
+		if _, _, err := readChangeColumns(blob[:i], true); err == nil {
+			t.Fatalf("cut at %d of %d: decoded", i, len(blob))
+		}
+	}
+	for i := range blob {
+		for _, x := range []byte{0x01, 0x80, 0xff} {
+			b := append([]byte(nil), blob...)
+			b[i] ^= x
+			cost, err := changeColumnsCost(b)
+			_, _, err2 := readChangeColumns(b, true)
+			if err == nil && err2 != nil && strings.Contains(err2.Error(), "does not derive") {
+				continue // the walk does not derive
+			}
+			if (err == nil) != (err2 == nil) {
+				t.Fatalf("byte %d ^ %#x: walk %v, decode %v", i, x, err, err2)
+			}
+			if err != nil {
+				continue
+			}
+			if alloc := allocatedBy(func() { _, _, _ = readChangeColumns(b, true) }); alloc > uint64(cost)+measureSlack {
+				t.Fatalf("byte %d ^ %#x: allocated %d, counted %d", i, x, alloc, cost)
+			}
+		}
+	}
+}
+
+// FuzzChangeColumns: whatever the bytes, no panic, and what decodes
+// encodes to a page that decodes the same.
+func FuzzChangeColumns(f *testing.F) {
+	withDeriver(f, testDeriver)
+	cs := contentPage(3)
+	cs[1].Fields = nil
+	blob, err := appendChangeColumns(nil, cs)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(blob)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, err := changeColumnsCost(b)
+		got, _, err2 := readChangeColumns(b, true)
+		if err != nil && err2 == nil {
+			t.Fatalf("walk %v, decoded", err)
+		}
+		if err2 != nil {
+			return
+		}
+		again, err := appendChangeColumns(nil, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got2, _, err := readChangeColumns(again, true)
+		if err != nil {
+			t.Fatalf("re-encoded: %v", err)
+		}
+		if again2, err := appendChangeColumns(nil, got2); err != nil || !bytes.Equal(again, again2) {
+			t.Fatalf("re-encoded differently: %v", err)
 		}
 	})
 }

@@ -22,6 +22,15 @@ type shape struct {
 	// reflection: a slice is allocated once, a struct without the
 	// library's throw-away error.
 	own bool
+	// columns walks a columnar page (shapeColumns): an error, or what
+	// decoding it allocates.
+	columns func([]byte) (int64, error)
+}
+
+// columnTypes are the pages sent column by column, with their walks.
+var columnTypes = map[reflect.Type]func([]byte) (int64, error){
+	reflect.TypeFor[Records](): recordColumnsCost,
+	reflect.TypeFor[Changes](): changeColumnsCost,
 }
 
 type shapeKind uint8
@@ -76,8 +85,8 @@ func shapeOf(t reflect.Type) *shape {
 		s.kind = shapeFixed
 		return s
 	}
-	if t == reflect.TypeFor[Records]() {
-		s.kind = shapeColumns
+	if cost, ok := columnTypes[t]; ok {
+		s.kind, s.columns = shapeColumns, cost
 		return s
 	}
 	switch t.Kind() {

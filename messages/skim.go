@@ -125,7 +125,7 @@ func (s *skimmer) value(sh *shape) error {
 	case shapeColumns:
 		if k == kindBin {
 			// The bin is copied out, then read column by column.
-			cost, err := recordColumnsCost(s.b[s.pos-int(n) : s.pos])
+			cost, err := sh.columns(s.b[s.pos-int(n) : s.pos])
 			s.cost += heapBytes(n) + cost
 			s.dense += n
 			return err

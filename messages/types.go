@@ -23,8 +23,10 @@ import (
 // 4 (issue 13, join performance): a SnapshotChunk's data is an S2 block,
 // not zstd (chunk.go), which a build of version 3 cannot read.
 //
-// 5 (issue 13, join performance): a StateResponse's records travel column
-// by column (Records, columns.go), not as msgpack rows.
+// 5 (issue 13, join performance): a StateResponse's records and a
+// SharedStateResponse's changes travel column by column (Records,
+// Changes: columns.go), not as msgpack rows, and a shared-state page
+// leaves off uuids that derive from their record's fields.
 const SchemaVersion uint16 = 5
 
 // Type tags a message on the wire. The list is append-only: a number, once
@@ -423,7 +425,7 @@ type SharedStateRequest struct {
 type SharedStateResponse struct {
 	_msgpack   struct{} `msgpack:",as_array"`
 	Model      string
-	Entries    []SharedChange
+	Entries    Changes // column by column (columns_shared.go)
 	Cursor     Cursor
 	HasMore    bool
 	Watermarks []OriginWatermark

@@ -1,6 +1,10 @@
 package persistence
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/lsync/lsync/messages"
+)
 
 // Model names: the names on the wire (StateChange.Model, SharedChange.Model)
 // and of the tables. Use these, never the literals.
@@ -131,3 +135,12 @@ var defaultRegistry = sync.OnceValue(func() *Registry {
 
 // DefaultRegistry declares every model of DESIGN.md §3.
 func DefaultRegistry() *Registry { return defaultRegistry() }
+
+// A page of shared state leaves off the uuids that derive from their
+// record's fields (messages.Changes): both ends derive them by the
+// default models' rule, the one every library uses.
+func init() {
+	messages.SetUUIDDeriver(func(model string, fields map[string]any) (messages.UUID, bool) {
+		return DefaultRegistry().DeterministicUUID(model, fields)
+	})
+}

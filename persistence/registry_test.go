@@ -302,3 +302,57 @@ func TestEncodedSizes(t *testing.T) {
 		}
 	})
 }
+
+// TestSharedPagesLeaveDerivedUUIDsOff: with persistence loaded, a page of
+// shared state leaves off the uuids the default models derive (content
+// identities', junctions'), 16 bytes a row, and the receiver derives them
+// again; rows whose uuid does not derive keep theirs.
+func TestSharedPagesLeaveDerivedUUIDsOff(t *testing.T) {
+	r := DefaultRegistry()
+	page := func(derived bool) *messages.SharedStateResponse {
+		var cs []messages.SharedChange
+		for i := range 40 {
+			f := map[string]any{"content_hash": fmt.Sprintf("blake3:%08x", i), "size": int64(i), "kind": "image", "created_at": int64(i)}
+			u, ok := r.DeterministicUUID(ModelContentIdentity, f)
+			if !ok {
+				t.Fatal("content identities derive their uuids")
+			}
+			if !derived {
+				u = messages.UUID(uuid.New())
+			}
+			cs = append(cs, messages.SharedChange{HLC: messages.HLC{Timestamp: uint64(1 + i), Device: uuid.New()},
+				Model: ModelContentIdentity, Record: u, Op: messages.OpInsert, Fields: f})
+		}
+		return &messages.SharedStateResponse{Model: ModelContentIdentity, Entries: cs}
+	}
+	size := func(m *messages.SharedStateResponse) int {
+		env, err := messages.Encode(messages.LibraryID{}, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.Flags != 0 {
+			t.Fatal("a page this small is not compressed")
+		}
+		_, got, err := messages.DecodeFrame(must(messages.EncodeFrame(messages.LibraryID{}, m)), messages.DefaultMaxFrame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range got.(*messages.SharedStateResponse).Entries {
+			if c.Record != m.Entries[i].Record {
+				t.Fatalf("row %d: uuid %s, sent %s", i, c.Record, m.Entries[i].Record)
+			}
+		}
+		return len(env.Payload)
+	}
+	with, without := size(page(true)), size(page(false))
+	if with > without-15*40 {
+		t.Fatalf("a page of derived uuids is %d bytes, of random ones %d", with, without)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -74,7 +74,7 @@ func TestE2EUIStatusPage(t *testing.T) {
 	browser := needChromium(t)
 	// Alpha sends slowly, so the page sees the join under way.
 	a := initDaemon(t, "alpha")
-	a.args = []string{"--bandwidth-limit", "50000"}
+	a.args = []string{"--bandwidth-limit", "20000"} // a join of about 2 s: pages are column by column, small
 	a.start("127.0.0.1:0")
 	b := initDaemon(t, "bravo")
 	b.args = []string{"--ui", "127.0.0.1:0", "--page-size", "50"}
