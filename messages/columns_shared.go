@@ -216,8 +216,9 @@ func (r *columnReader) strings() (ss []string, n int) {
 
 var changeSize = int64(reflect.TypeFor[SharedChange]().Size())
 
-// derivedCost is what deriving a uuid may allocate (the registry
-// normalises the fields it derives from).
+// derivedCost is what deriving a uuid may allocate: the registry's rule
+// allocates the list of values it hashes, uuid.NewSHA1 (the tests' rule)
+// a hasher and a copy of the name.
 const derivedCost = 256
 
 // readChangeColumns reads (build) or walks (!build) a columnar page of

@@ -65,7 +65,11 @@ func honestMessages() []Message {
 // decoding allocates is at most what skim counted; and honest messages
 // stay well inside the decode budget.
 func TestDecodeCostBoundsAllocation(t *testing.T) {
-	for _, m := range honestMessages() {
+	withDeriver(t, testDeriver)
+	// A join's shared-state page: 10K content identities, their uuids
+	// left off. Its columnar bytes decode into 30 times their size.
+	content := &SharedStateResponse{Model: "content_identity", Entries: contentPage(10_000), HasMore: true}
+	for _, m := range append(honestMessages(), content) {
 		payload, err := msgpack.Marshal(m)
 		if err != nil {
 			t.Fatal(err)

@@ -50,10 +50,14 @@ func skimShape(b []byte, root *shape) (cost int64, err error) {
 	return cost, err
 }
 
-// skimPayload is skimShape, and the payload's decode budget: a byte of a
-// columnar page (Records) counts twice, for it is dense already (a page
-// of entries decodes into about 8 times its columnar bytes, against 3
-// times its msgpack rows).
+// skimPayload is skimShape, and the payload's decode budget. A payload
+// holding a columnar page (Records, Changes) is dense: a page of entries
+// decodes into 8 times its bytes, one of content identities (uuids left
+// off, field names sent once) into 30 times, against 3 and 5 times as
+// msgpack rows. Such a payload may decode into what the largest frame of
+// msgpack rows may (decodeBudget(DefaultMaxFrame), 161 MiB), more than
+// any honest page: a source cuts pages at DefaultPageBytes of msgpack
+// rows, which decode into at most half that.
 func skimPayload(b []byte, root *shape) (cost, budget int64, err error) {
 	s := skimmer{b: b}
 	if err := s.value(root); err != nil {
@@ -65,7 +69,11 @@ func skimPayload(b []byte, root *shape) (cost, budget int64, err error) {
 	// The message itself, the decoder, and its scratch buffer, which
 	// grows (by appending) to the longest string.
 	cost = s.cost + heapBytes(root.size) + 512 + 3*heapBytes(s.longest)
-	return cost, decodeBudget(len(b)) + decodeFactor*s.dense, nil
+	budget = decodeBudget(len(b))
+	if s.dense > 0 {
+		budget = max(budget, decodeBudget(DefaultMaxFrame))
+	}
+	return cost, budget, nil
 }
 
 // skimmer is one walk of skimShape.
@@ -75,7 +83,7 @@ type skimmer struct {
 	depth   int
 	cost    int64 // bytes decoding allocates, at most
 	longest int64 // longest string, which the decoder reads via scratch
-	dense   int64 // bytes of columnar pages
+	dense   int64 // bytes of columnar pages (see skimPayload)
 }
 
 // A msgpack value's kind, as far as skim cares.
