@@ -32,8 +32,8 @@ import (
 // with every integer a varint unless said otherwise. Strings, byte
 // strings and uuids a column repeats (a location, a parent directory, an
 // extension) are sent once per page and referred to by index after that.
-// A page of entries takes about a third fewer bytes than as msgpack
-// rows, and compresses better still: each column's bytes are alike.
+// The 1M-entry bench's pages take less than half the bytes of msgpack rows
+// (76 MB against 195 MB), and 30% fewer after zstd (40 MB against 57 MB).
 //
 // The decoder allocates one record slice and one value slice per record;
 // its cost is walked (recordColumnsCost) before any of it is allocated,
@@ -59,7 +59,6 @@ const (
 	valBytesRef  // index into the column's byte dictionary
 	valUUID      // 16 bytes, also appended to the column's uuid dictionary
 	valUUIDRef   // index into the column's uuid dictionary
-	valTags      // how many tags there are
 )
 
 const (

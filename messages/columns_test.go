@@ -90,37 +90,50 @@ func want(recs []StateRecord) []StateRecord {
 	return out
 }
 
+// sendFrame sends m as a whole frame and returns what arrives.
+func sendFrame(t interface{ Fatal(...any) }, m Message) Message {
+	frame, err := EncodeFrame(lib, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, got, err := DecodeFrame(frame, DefaultMaxFrame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// walkBoundsDecode fails unless walking page counts at least what
+// decoding it allocates; err is the walk's.
+func walkBoundsDecode[T any](t interface{ Fatalf(string, ...any) }, page []byte, read func([]byte, bool) (T, int64, error)) (err error) {
+	_, cost, err := read(page, false)
+	if err != nil {
+		return err
+	}
+	_, _, _ = read(page, true)
+	if alloc := allocatedBy(func() { _, _, _ = read(page, true) }); alloc > uint64(cost)+measureSlack {
+		t.Fatalf("decoding allocated %d, the walk counted %d", alloc, cost)
+	}
+	return nil
+}
+
 // TestRecordColumnsRoundTrip: any page decodes to its records, value
 // types normalised, through a whole frame; and the walk counts at least
 // what decoding allocates.
 func TestRecordColumnsRoundTrip(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		recs := genRecords(t)
-		page := &StateResponse{Owner: DeviceID(devA), Model: "entry", Records: recs, HasMore: true}
-		frame, err := EncodeFrame(lib, page)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, got, err := DecodeFrame(frame, DefaultMaxFrame)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := sendFrame(t, &StateResponse{Owner: DeviceID(devA), Model: "entry", Records: recs, HasMore: true})
 		gotRecs := []StateRecord(got.(*StateResponse).Records)
 		if w := want(recs); !reflect.DeepEqual(gotRecs, w) && !(len(w) == 0 && len(gotRecs) == 0) {
 			t.Fatalf("decoded\n%v\nwant\n%v", gotRecs, w)
 		}
-
 		blob, err := appendRecordColumns(nil, recs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cost, err := recordColumnsCost(blob)
-		if err != nil {
+		if err := walkBoundsDecode(t, blob, readRecordColumns); err != nil {
 			t.Fatal(err)
-		}
-		_, _, _ = readRecordColumns(blob, true)
-		if alloc := allocatedBy(func() { _, _, _ = readRecordColumns(blob, true) }); alloc > uint64(cost)+measureSlack {
-			t.Fatalf("decoding allocated %d, the walk counted %d", alloc, cost)
 		}
 	})
 }
@@ -133,14 +146,7 @@ func TestRecordColumnsRefuseAndEmpty(t *testing.T) {
 		t.Fatalf("a map value: %v", err)
 	}
 	for _, recs := range []Records{nil, {}} {
-		frame, err := EncodeFrame(lib, &StateResponse{Owner: DeviceID(devA), Model: "entry", Records: recs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, got, err := DecodeFrame(frame, DefaultMaxFrame)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := sendFrame(t, &StateResponse{Owner: DeviceID(devA), Model: "entry", Records: recs})
 		if n := got.(*StateResponse).Records; len(n) != 0 || (recs == nil) != (n == nil) {
 			t.Fatalf("%#v decoded as %#v", recs, n)
 		}
@@ -171,16 +177,9 @@ func TestRecordColumnsMalformed(t *testing.T) {
 		for _, x := range []byte{0x01, 0x80, 0xff} {
 			b := append([]byte(nil), blob...)
 			b[i] ^= x
-			cost, err := recordColumnsCost(b)
-			_, _, err2 := readRecordColumns(b, true)
-			if (err == nil) != (err2 == nil) {
+			err := walkBoundsDecode(t, b, readRecordColumns)
+			if _, _, err2 := readRecordColumns(b, true); (err == nil) != (err2 == nil) {
 				t.Fatalf("byte %d ^ %#x: walk %v, decode %v", i, x, err, err2)
-			}
-			if err != nil {
-				continue
-			}
-			if alloc := allocatedBy(func() { _, _, _ = readRecordColumns(b, true) }); alloc > uint64(cost)+measureSlack {
-				t.Fatalf("byte %d ^ %#x: allocated %d, counted %d", i, x, alloc, cost)
 			}
 		}
 	}
@@ -369,15 +368,7 @@ func TestChangeColumnsRoundTrip(t *testing.T) {
 	withDeriver(t, testDeriver)
 	rapid.Check(t, func(t *rapid.T) {
 		cs := genChanges(t)
-		page := &SharedStateResponse{Model: "content_identity", Entries: cs, HasMore: true}
-		frame, err := EncodeFrame(lib, page)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, got, err := DecodeFrame(frame, DefaultMaxFrame)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := sendFrame(t, &SharedStateResponse{Model: "content_identity", Entries: cs, HasMore: true})
 		gotCs := []SharedChange(got.(*SharedStateResponse).Entries)
 		if w := wantChanges(cs); !reflect.DeepEqual(gotCs, w) && !(len(w) == 0 && len(gotCs) == 0) {
 			t.Fatalf("decoded\n%v\nwant\n%v", gotCs, w)
@@ -386,13 +377,8 @@ func TestChangeColumnsRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cost, err := changeColumnsCost(blob)
-		if err != nil {
+		if err := walkBoundsDecode(t, blob, readChangeColumns); err != nil {
 			t.Fatal(err)
-		}
-		_, _, _ = readChangeColumns(blob, true)
-		if alloc := allocatedBy(func() { _, _, _ = readChangeColumns(blob, true) }); alloc > uint64(cost)+measureSlack {
-			t.Fatalf("decoding allocated %d, the walk counted %d", alloc, cost)
 		}
 	})
 }
@@ -462,19 +448,13 @@ func TestChangeColumnsMalformed(t *testing.T) {
 		for _, x := range []byte{0x01, 0x80, 0xff} {
 			b := append([]byte(nil), blob...)
 			b[i] ^= x
-			cost, err := changeColumnsCost(b)
+			err := walkBoundsDecode(t, b, readChangeColumns)
 			_, _, err2 := readChangeColumns(b, true)
 			if err == nil && err2 != nil && strings.Contains(err2.Error(), "does not derive") {
 				continue // the walk does not derive
 			}
 			if (err == nil) != (err2 == nil) {
 				t.Fatalf("byte %d ^ %#x: walk %v, decode %v", i, x, err, err2)
-			}
-			if err != nil {
-				continue
-			}
-			if alloc := allocatedBy(func() { _, _, _ = readChangeColumns(b, true) }); alloc > uint64(cost)+measureSlack {
-				t.Fatalf("byte %d ^ %#x: allocated %d, counted %d", i, x, alloc, cost)
 			}
 		}
 	}
