@@ -218,11 +218,7 @@ func (b *backfillActor) run(ctx actor.Context, step joinStep) {
 	b.state = bfRunning
 	source := b.j.st.Source
 	conn, ok := b.peers[source]
-	if !ok && step.ask != nil {
-		b.failed(ctx, fmt.Errorf("source %s went away", source))
-		return
-	}
-	if step.ask != nil {
+	if step.ask != nil && ok {
 		if step.spooled {
 			b.fetch.askScan(conn, source, step.ask, b.spools(), b.fetchAhead())
 		} else {
@@ -240,6 +236,15 @@ func (b *backfillActor) run(ctx actor.Context, step joinStep) {
 			b.failed(ctx, err)
 			return
 		}
+	}
+	if step.ask != nil && !ok {
+		// The source went away after sending the page in hand. The join's
+		// state is past that page already, so it was applied above; the
+		// join goes on after it with another source. (Failing before
+		// applying it lost it: the next source was asked for the rows
+		// after it.)
+		b.failed(ctx, fmt.Errorf("source %s went away", source))
+		return
 	}
 	if step.logFrom {
 		b.run(ctx, b.j.logRequest(b.lib.SharedWatermark(source)))
