@@ -74,32 +74,42 @@ const (
 
 // EncodeMsgpack writes the records as one bin in the columnar layout.
 func (r Records) EncodeMsgpack(enc *msgpack.Encoder) error {
-	if r == nil {
-		return enc.EncodeNil()
-	}
-	b, err := appendRecordColumns(nil, r)
-	if err != nil {
-		return err
-	}
-	return enc.EncodeBytes(b)
+	return encodeColumns(enc, r, appendRecordColumns)
 }
 
 // DecodeMsgpack reads what EncodeMsgpack writes (nil is no records).
 func (r *Records) DecodeMsgpack(dec *msgpack.Decoder) error {
-	b, err := dec.DecodeBytes()
-	if err != nil || b == nil {
-		*r = nil
-		return err
-	}
-	recs, _, err := readRecordColumns(b, true)
-	*r = recs
-	return err
+	return decodeColumns(dec, (*[]StateRecord)(r), readRecordColumns)
 }
 
 var (
 	_ msgpack.CustomEncoder = Records(nil)
 	_ msgpack.CustomDecoder = (*Records)(nil)
 )
+
+// encodeColumns writes rows as one bin laid out by appendRows (nil
+// rows as nil).
+func encodeColumns[T any](enc *msgpack.Encoder, rows []T, appendRows func([]byte, []T) ([]byte, error)) error {
+	if rows == nil {
+		return enc.EncodeNil()
+	}
+	b, err := appendRows(nil, rows)
+	if err != nil {
+		return err
+	}
+	return enc.EncodeBytes(b)
+}
+
+// decodeColumns reads what encodeColumns writes into rows.
+func decodeColumns[T any](dec *msgpack.Decoder, rows *[]T, read func([]byte, bool) ([]T, int64, error)) error {
+	b, err := dec.DecodeBytes()
+	if err != nil || b == nil {
+		*rows = nil
+		return err
+	}
+	*rows, _, err = read(b, true)
+	return err
+}
 
 // appendRecordColumns appends the columnar form of recs to b.
 func appendRecordColumns(b []byte, recs []StateRecord) ([]byte, error) {
@@ -166,20 +176,16 @@ func appendUUIDs(b []byte, n int, at func(int) *UUID) []byte {
 // then per row its device's index, its timestamp as a delta from the
 // previous row's, its counter.
 func appendHLCs(b []byte, n int, at func(int) *HLC) []byte {
-	devs := map[uuid.UUID]uint64{}
-	var order []uuid.UUID
+	var devs firstUse[uuid.UUID]
 	for i := range n {
-		if d := at(i).Device; !has(devs, d) {
-			devs[d] = uint64(len(order))
-			order = append(order, d)
-		}
+		devs.of(at(i).Device)
 	}
-	b = binary.AppendUvarint(b, uint64(len(order)))
-	for _, d := range order {
+	b = binary.AppendUvarint(b, uint64(len(devs.list)))
+	for _, d := range devs.list {
 		b = append(b, d[:]...)
 	}
 	for i := range n {
-		b = binary.AppendUvarint(b, devs[at(i).Device])
+		b = binary.AppendUvarint(b, uint64(devs.of(at(i).Device)))
 	}
 	prev := uint64(0)
 	for i := range n {
@@ -193,7 +199,25 @@ func appendHLCs(b []byte, n int, at func(int) *HLC) []byte {
 	return b
 }
 
-func has[K comparable, V any](m map[K]V, k K) bool { _, ok := m[k]; return ok }
+// firstUse numbers values in the order they are first seen (a page's
+// dictionaries: devices, models, field names, field sets).
+type firstUse[K comparable] struct {
+	index map[K]int
+	list  []K
+}
+
+// of is k's number, giving it the next one if it is new.
+func (f *firstUse[K]) of(k K) int {
+	if i, ok := f.index[k]; ok {
+		return i
+	}
+	if f.index == nil {
+		f.index = map[K]int{}
+	}
+	f.index[k] = len(f.list)
+	f.list = append(f.list, k)
+	return len(f.list) - 1
+}
 
 // appendBits appends a bitmap of n rows, ⌈n/8⌉ bytes.
 func appendBits(b []byte, n int, at func(int) bool) []byte {
@@ -235,26 +259,12 @@ func (w *columnWriter) value(b []byte, v any) ([]byte, error) {
 			return append(b, valTrue), nil
 		}
 		return append(b, valFalse), nil
-	case int64:
+	case int64: // what the registry gives: no reflection
 		return binary.AppendUvarint(append(b, valInt), zigzag(v)), nil
-	case int:
-		return binary.AppendUvarint(append(b, valInt), zigzag(int64(v))), nil
-	case int8:
-		return binary.AppendUvarint(append(b, valInt), zigzag(int64(v))), nil
-	case int16:
-		return binary.AppendUvarint(append(b, valInt), zigzag(int64(v))), nil
-	case int32:
-		return binary.AppendUvarint(append(b, valInt), zigzag(int64(v))), nil
-	case uint8:
-		return binary.AppendUvarint(append(b, valInt), zigzag(int64(v))), nil
-	case uint16:
-		return binary.AppendUvarint(append(b, valInt), zigzag(int64(v))), nil
-	case uint32:
-		return binary.AppendUvarint(append(b, valInt), zigzag(int64(v))), nil
-	case uint:
-		return w.uint(b, uint64(v)), nil
-	case uint64:
-		return w.uint(b, v), nil
+	case int, int8, int16, int32:
+		return binary.AppendUvarint(append(b, valInt), zigzag(reflect.ValueOf(v).Int())), nil
+	case uint, uint8, uint16, uint32, uint64:
+		return w.uint(b, reflect.ValueOf(v).Uint()), nil
 	case float64:
 		return binary.LittleEndian.AppendUint64(append(b, valFloat), math.Float64bits(v)), nil
 	case float32:
@@ -317,6 +327,7 @@ var (
 // columnReader reads a columnar page; with build false it only walks it,
 // counting what building it would allocate.
 type columnReader struct {
+	what  string // "record columns", "change columns": for errors
 	b     []byte
 	pos   int
 	build bool
@@ -326,8 +337,19 @@ type columnReader struct {
 
 func (r *columnReader) fail(format string, args ...any) {
 	if r.err == nil {
-		r.err = fmt.Errorf("record columns at offset %d: %s", r.pos, fmt.Sprintf(format, args...))
+		r.err = fmt.Errorf("%s at offset %d: %s", r.what, r.pos, fmt.Sprintf(format, args...))
 	}
+}
+
+// start reads the layout version and the number of rows, counting the
+// slice of rows of size bytes each that holds them.
+func (r *columnReader) start(size int64) int {
+	if v := r.byte(); r.err == nil && v != columnsVersion {
+		r.fail("layout version %d, want %d", v, columnsVersion)
+	}
+	n := r.count(1)
+	r.cost += heapBytes(int64(n) * size)
+	return n
 }
 
 func (r *columnReader) uvarint() uint64 {
@@ -437,13 +459,9 @@ func bit(p []byte, i int) bool { return p[i/8]&(1<<(i%8)) != 0 }
 // readRecordColumns reads (build) or walks (!build) a columnar page,
 // returning the records and what building them allocates at most.
 func readRecordColumns(b []byte, build bool) ([]StateRecord, int64, error) {
-	r := &columnReader{b: b, build: build}
-	if v := r.byte(); r.err == nil && v != columnsVersion {
-		r.fail("layout version %d, want %d", v, columnsVersion)
-	}
-	n := r.count(1)
+	r := &columnReader{what: "record columns", b: b, build: build}
+	n := r.start(recordSize)
 	var recs []StateRecord
-	r.cost += heapBytes(int64(n) * recordSize)
 	if build && r.err == nil {
 		recs = make([]StateRecord, n)
 	}
@@ -496,19 +514,17 @@ func readRecordColumns(b []byte, build bool) ([]StateRecord, int64, error) {
 	return recs, r.cost, nil
 }
 
-// columnDicts are one column's dictionaries while reading it (when
-// walking, only their lengths).
+// columnDicts are one column's dictionaries while reading it. A walk
+// keeps placeholders (empty strings, zero uuids, the page's own bytes):
+// it needs only how many there are, and the byte strings' lengths.
 type columnDicts struct {
-	strs       []string
-	bytes      [][]byte
-	uuids      []UUID
-	blens      []int // the byte strings' lengths
-	nstr, nuid int
+	strs  []string
+	bytes [][]byte
+	uuids []UUID
 }
 
 func (d *columnDicts) reset() {
-	d.strs, d.bytes, d.uuids, d.blens = d.strs[:0], d.bytes[:0], d.uuids[:0], d.blens[:0]
-	d.nstr, d.nuid = 0, 0
+	d.strs, d.bytes, d.uuids = d.strs[:0], d.bytes[:0], d.uuids[:0]
 }
 
 // The boxes a decoded value costs: an 8-byte number or a string header
@@ -551,89 +567,84 @@ func (r *columnReader) value(d *columnDicts) any {
 			return math.Float64frombits(binary.LittleEndian.Uint64(p))
 		}
 		return nil
-	case valStr, valStrKeep, valBytes, valBytesKeep:
+	case valStr, valStrKeep:
 		p := r.next(r.count(1))
 		if r.err != nil {
 			return nil
 		}
-		isStr := tag == valStr || tag == valStrKeep
-		if isStr {
-			r.cost += heapBytes(int64(len(p))) + boxString
-		} else {
-			r.cost += heapBytes(int64(len(p))) + boxBytes
+		r.cost += heapBytes(int64(len(p))) + boxString
+		var s string
+		if r.build {
+			s = string(p)
 		}
-		switch tag {
-		case valStrKeep:
-			d.nstr++
+		if tag == valStrKeep {
+			d.strs = append(d.strs, s)
 			r.cost += 3 * 16
-		case valBytesKeep:
-			d.blens = append(d.blens, len(p))
+		}
+		return orNil(r.build, s)
+	case valBytes, valBytesKeep:
+		p := r.next(r.count(1))
+		if r.err != nil {
+			return nil
+		}
+		r.cost += heapBytes(int64(len(p))) + boxBytes
+		v := p // walking: the page's bytes, for their length
+		if r.build {
+			v = make([]byte, len(p)) // empty, not nil, as sent
+			copy(v, p)
+		}
+		if tag == valBytesKeep {
+			d.bytes = append(d.bytes, v)
 			r.cost += 3 * 24
 		}
+		return orNil(r.build, v)
+	case valStrRef:
+		return fromDict(r, "string", d.strs, boxString)
+	case valBytesRef:
+		i, ok := r.ref("byte string", len(d.bytes))
+		if !ok {
+			return nil
+		}
+		r.cost += heapBytes(int64(len(d.bytes[i]))) + boxBytes
 		if !r.build {
 			return nil
 		}
-		if isStr {
-			s := string(p)
-			if tag == valStrKeep {
-				d.strs = append(d.strs, s)
-			}
-			return s
-		}
-		v := make([]byte, len(p)) // empty, not nil, as sent
-		copy(v, p)
-		if tag == valBytesKeep {
-			d.bytes = append(d.bytes, v)
-		}
+		v := make([]byte, len(d.bytes[i]))
+		copy(v, d.bytes[i])
 		return v
-	case valStrRef:
-		i, ok := r.ref("string", d.nstr)
-		if !ok {
-			return nil
-		}
-		r.cost += boxString
-		if r.build {
-			return d.strs[i]
-		}
-		return nil
-	case valBytesRef:
-		i, ok := r.ref("byte string", len(d.blens))
-		if !ok {
-			return nil
-		}
-		r.cost += heapBytes(int64(d.blens[i])) + boxBytes
-		if r.build {
-			v := make([]byte, len(d.bytes[i]))
-			copy(v, d.bytes[i])
-			return v
-		}
-		return nil
 	case valUUID:
 		p := r.next(16)
 		if p == nil {
 			return nil
 		}
-		d.nuid++
+		u := UUID(p)
+		d.uuids = append(d.uuids, u)
 		r.cost += boxUUID + 3*16
-		if r.build {
-			u := UUID(p)
-			d.uuids = append(d.uuids, u)
-			return u
-		}
-		return nil
+		return orNil(r.build, u)
 	case valUUIDRef:
-		i, ok := r.ref("uuid", d.nuid)
-		if !ok {
-			return nil
-		}
-		r.cost += boxUUID
-		if r.build {
-			return d.uuids[i]
-		}
-		return nil
+		return fromDict(r, "uuid", d.uuids, boxUUID)
 	}
 	r.fail("value tag %d", tag)
 	return nil
+}
+
+// orNil is v when building, and nil when walking (a walk builds nothing).
+func orNil[T any](build bool, v T) any {
+	if build {
+		return v
+	}
+	return nil
+}
+
+// fromDict reads a reference into dict, a value that costs box bytes to
+// hand out.
+func fromDict[T any](r *columnReader, what string, dict []T, box int64) any {
+	i, ok := r.ref(what, len(dict))
+	if !ok {
+		return nil
+	}
+	r.cost += box
+	return orNil(r.build, dict[i])
 }
 
 // ref reads an index into a dictionary of n entries.

@@ -56,26 +56,12 @@ func deriveUUID(model string, fields map[string]any) (UUID, bool) {
 
 // EncodeMsgpack writes the changes as one bin in the columnar layout.
 func (c Changes) EncodeMsgpack(enc *msgpack.Encoder) error {
-	if c == nil {
-		return enc.EncodeNil()
-	}
-	b, err := appendChangeColumns(nil, c)
-	if err != nil {
-		return err
-	}
-	return enc.EncodeBytes(b)
+	return encodeColumns(enc, c, appendChangeColumns)
 }
 
 // DecodeMsgpack reads what EncodeMsgpack writes (nil is no changes).
 func (c *Changes) DecodeMsgpack(dec *msgpack.Decoder) error {
-	b, err := dec.DecodeBytes()
-	if err != nil || b == nil {
-		*c = nil
-		return err
-	}
-	cs, _, err := readChangeColumns(b, true)
-	*c = cs
-	return err
+	return decodeColumns(dec, (*[]SharedChange)(c), readChangeColumns)
 }
 
 var (
@@ -91,17 +77,13 @@ func appendChangeColumns(b []byte, cs []SharedChange) ([]byte, error) {
 	b = appendHLCs(b, n, func(i int) *HLC { return &cs[i].HLC })
 	b = appendHLCs(b, n, func(i int) *HLC { return &cs[i].Prev })
 
-	models := map[string]uint64{}
-	var modelList []string
+	var models firstUse[string]
 	for i := range cs {
-		if !has(models, cs[i].Model) {
-			models[cs[i].Model] = uint64(len(modelList))
-			modelList = append(modelList, cs[i].Model)
-		}
+		models.of(cs[i].Model)
 	}
-	b = appendStrings(b, modelList)
+	b = appendStrings(b, models.list)
 	for i := range cs {
-		b = binary.AppendUvarint(b, models[cs[i].Model])
+		b = binary.AppendUvarint(b, uint64(models.of(cs[i].Model)))
 	}
 	for i := range cs {
 		b = binary.AppendUvarint(b, uint64(cs[i].Op))
@@ -120,13 +102,12 @@ func appendChangeColumns(b []byte, cs []SharedChange) ([]byte, error) {
 	b = appendUUIDs(b, len(sent), func(k int) *UUID { return &cs[sent[k]].Record })
 
 	// Field names and sets, in order of first use; set 0 is nil fields.
-	names := map[string]int{}
-	var nameList []string
-	sets := map[string]uint64{}
+	var names firstUse[string]
+	var sets firstUse[string] // keyed by the set's names' numbers as varints
 	setList := [][]int{nil}
-	setOf := make([]uint64, n)
-	var key []byte
+	setOf := make([]int, n)
 	var fields []string
+	var key []byte
 	for i := range cs {
 		if cs[i].Fields == nil {
 			continue
@@ -139,26 +120,20 @@ func appendChangeColumns(b []byte, cs []SharedChange) ([]byte, error) {
 		slices.Sort(fields)
 		var set []int
 		for _, f := range fields {
-			if !has(names, f) {
-				names[f] = len(nameList)
-				nameList = append(nameList, f)
-			}
-			set = append(set, names[f])
+			set = append(set, names.of(f))
 		}
 		slices.Sort(set)
 		key = key[:0]
 		for _, x := range set {
 			key = binary.AppendUvarint(key, uint64(x))
 		}
-		s, ok := sets[string(key)]
-		if !ok {
-			s = uint64(len(setList))
-			sets[string(key)] = s
+		s := sets.of(string(key)) + 1
+		if s == len(setList) {
 			setList = append(setList, set)
 		}
 		setOf[i] = s
 	}
-	b = appendStrings(b, nameList)
+	b = appendStrings(b, names.list)
 	b = binary.AppendUvarint(b, uint64(len(setList)-1))
 	for _, set := range setList[1:] {
 		b = binary.AppendUvarint(b, uint64(len(set)))
@@ -167,19 +142,19 @@ func appendChangeColumns(b []byte, cs []SharedChange) ([]byte, error) {
 		}
 	}
 	for i := range cs {
-		b = binary.AppendUvarint(b, setOf[i])
+		b = binary.AppendUvarint(b, uint64(setOf[i]))
 	}
 	var w columnWriter
-	for s, set := range setList[1:] {
-		for _, x := range set {
+	for s := 1; s < len(setList); s++ {
+		for _, x := range setList[s] {
 			w.reset()
 			for i := range cs {
-				if setOf[i] != uint64(s+1) {
+				if setOf[i] != s {
 					continue
 				}
 				var err error
-				if b, err = w.value(b, cs[i].Fields[nameList[x]]); err != nil {
-					return nil, fmt.Errorf("shared change %s field %s: %w", cs[i].HLC, nameList[x], err)
+				if b, err = w.value(b, cs[i].Fields[names.list[x]]); err != nil {
+					return nil, fmt.Errorf("shared change %s field %s: %w", cs[i].HLC, names.list[x], err)
 				}
 			}
 		}
@@ -196,14 +171,12 @@ func appendStrings(b []byte, ss []string) []byte {
 	return b
 }
 
-// strings reads what appendStrings appends (nil when walking, but the
-// count).
-func (r *columnReader) strings() (ss []string, n int) {
-	n = r.count(1)
+// strings reads what appendStrings appends (empty strings when walking:
+// only how many there are matters).
+func (r *columnReader) strings() []string {
+	n := r.count(1)
 	r.cost += heapBytes(int64(n) * 16)
-	if r.build && r.err == nil {
-		ss = make([]string, n)
-	}
+	ss := make([]string, n)
 	for i := 0; i < n && r.err == nil; i++ {
 		p := r.next(r.count(1))
 		r.cost += heapBytes(int64(len(p)))
@@ -211,7 +184,7 @@ func (r *columnReader) strings() (ss []string, n int) {
 			ss[i] = string(p)
 		}
 	}
-	return ss, n
+	return ss
 }
 
 var changeSize = int64(reflect.TypeFor[SharedChange]().Size())
@@ -225,22 +198,18 @@ const derivedCost = 256
 // shared changes, returning them and what building them allocates at
 // most.
 func readChangeColumns(b []byte, build bool) ([]SharedChange, int64, error) {
-	r := &columnReader{b: b, build: build}
-	if v := r.byte(); r.err == nil && v != columnsVersion {
-		r.fail("layout version %d, want %d", v, columnsVersion)
-	}
-	n := r.count(1)
+	r := &columnReader{what: "change columns", b: b, build: build}
+	n := r.start(changeSize)
 	var cs []SharedChange
-	r.cost += heapBytes(int64(n) * changeSize)
 	if build && r.err == nil {
 		cs = make([]SharedChange, n)
 	}
 	r.hlcs(n, func(i int) *HLC { return &cs[i].HLC })
 	r.hlcs(n, func(i int) *HLC { return &cs[i].Prev })
 
-	models, nm := r.strings()
+	models := r.strings()
 	for i := 0; i < n && r.err == nil; i++ {
-		if m, ok := r.ref("model", nm); ok && build {
+		if m, ok := r.ref("model", len(models)); ok && build {
 			cs[i].Model = models[m]
 		}
 	}
@@ -254,9 +223,9 @@ func readChangeColumns(b []byte, build bool) ([]SharedChange, int64, error) {
 		}
 	}
 
-	// Scratch: which changes are derived, which sent, each one's field
-	// set, each set's changes.
-	r.cost += heapBytes(int64(n)) + 5*heapBytes(8*int64(n))
+	// Scratch: which changes are sent, each set's changes (both grown by
+	// appending).
+	r.cost += 4 * heapBytes(8*int64(n))
 	derived := r.bits(n)
 	var sent []int
 	for i := 0; i < n && r.err == nil; i++ {
@@ -268,7 +237,7 @@ func readChangeColumns(b []byte, build bool) ([]SharedChange, int64, error) {
 	}
 	r.uuids(len(sent), func(k int) *UUID { return &cs[sent[k]].Record })
 
-	names, nn := r.strings()
+	names := r.strings()
 	ns := r.count(1)
 	sets := make([][]int, ns+1)
 	r.cost += heapBytes(24 * int64(ns+1))
@@ -277,7 +246,7 @@ func readChangeColumns(b []byte, build bool) ([]SharedChange, int64, error) {
 		r.cost += heapBytes(8 * int64(m))
 		sets[s] = make([]int, 0, m)
 		for range m {
-			x, ok := r.ref("field name", nn)
+			x, ok := r.ref("field name", len(names))
 			if !ok {
 				break
 			}
@@ -288,7 +257,6 @@ func readChangeColumns(b []byte, build bool) ([]SharedChange, int64, error) {
 			sets[s] = append(sets[s], x)
 		}
 	}
-	setOf := make([]int, n)
 	rows := make([][]int, ns+1) // the changes of each set
 	r.cost += heapBytes(24 * int64(ns+1))
 	for i := 0; i < n && r.err == nil; i++ {
@@ -296,7 +264,6 @@ func readChangeColumns(b []byte, build bool) ([]SharedChange, int64, error) {
 		if !ok {
 			break
 		}
-		setOf[i] = s
 		rows[s] = append(rows[s], i)
 		if s > 0 {
 			r.cost += mapBytes(int64(len(sets[s])), 16+ifaceSize)
