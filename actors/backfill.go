@@ -277,13 +277,26 @@ func (b *backfillActor) apply(p *joinPage) error {
 			return fmt.Errorf("apply a page of %s: %w", p.owner, err)
 		}
 	case p.log:
-		b.n.traceShared("backfill-log", p.shared)
-		if _, err := b.lib.ApplyShared(p.shared, persistence.ApplyOptions{}); err != nil {
+		// Only what the source's seals cover (chain.go).
+		sealed := b.n.verifyChain(b.libID, b.j.st.Source, p.shared)
+		b.n.traceShared("backfill-log", sealed)
+		if _, err := b.lib.ApplyShared(sealed, persistence.ApplyOptions{}); err != nil {
 			return fmt.Errorf("apply the log of %s: %w", b.j.st.Source, err)
+		}
+		if len(sealed) < len(p.shared) {
+			return fmt.Errorf("the log of %s holds changes it did not seal", b.j.st.Source)
 		}
 	case p.shared != nil || p.wms != nil:
 		b.n.traceShared("backfill", p.shared)
-		if _, err := b.lib.ApplySharedState(p.shared, p.wms, persistence.ApplyOptions{Checkpoint: ckpt}); err != nil {
+		// The watermarks rise only as far as the origins' heads prove.
+		wms, heads := p.wms, []messages.ChainHead(nil)
+		if wms != nil {
+			wms, heads = proveClaims(wms, b.n.checkHeads(b.libID, b.j.st.Source, p.heads))
+			if wms == nil {
+				wms = []messages.OriginWatermark{}
+			}
+		}
+		if _, err := b.lib.ApplySharedState(p.shared, wms, persistence.ApplyOptions{Checkpoint: ckpt, Heads: heads}); err != nil {
 			return fmt.Errorf("apply shared state: %w", err)
 		}
 	case ckpt != nil:

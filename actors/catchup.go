@@ -276,12 +276,20 @@ func (j *catchUpActor) logPage(a *answered, req *messages.SharedChangeRequest) e
 		return nil
 	}
 	gap := errors.New("shared log of " + origin.String() + " from " + j.peer.String() + " has a gap the peer cannot fill")
-	var changes []messages.SharedChange
 	for _, c := range resp.Entries {
 		if c.Origin() != origin {
 			j.n.reject(messages.ReasonForgedOrigin, "library", j.libID, "from", j.peer, "origin", c.Origin(), "asked", origin, "hlc", c.HLC)
 			return gap
 		}
+	}
+	// Only what the origin sealed (chain.go): a relay cannot add to its
+	// chain.
+	sealed := j.n.verifyChain(j.libID, j.peer, resp.Entries)
+	if len(sealed) < len(resp.Entries) {
+		gap = errors.New("shared log of " + origin.String() + " from " + j.peer.String() + " holds changes its origin did not seal")
+	}
+	var changes []messages.SharedChange
+	for _, c := range sealed {
 		if !j.n.admitHLC(j.lib, j.libID, j.peer, c.HLC) {
 			break // the chain cannot go past a refused change
 		}
@@ -317,8 +325,10 @@ func (j *catchUpActor) snapshotPage(a *answered) error {
 		return fmt.Errorf("shared state of %s: %w", j.peer, err)
 	}
 	last, wms := j.snap.page(resp)
+	// The watermarks rise only as far as the origins' sealed heads prove.
+	wms, heads := proveClaims(wms, j.n.checkHeads(j.libID, j.peer, j.snap.Heads))
 	j.n.traceShared("snapshot", resp.Entries)
-	res, err := j.lib.ApplySharedState(resp.Entries, wms, persistence.ApplyOptions{})
+	res, err := j.lib.ApplySharedState(resp.Entries, wms, persistence.ApplyOptions{Heads: heads})
 	if err != nil {
 		return fmt.Errorf("apply shared state of %s: %w", j.peer, err)
 	}

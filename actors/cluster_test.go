@@ -34,8 +34,8 @@ type cluster struct {
 	dir       StaticDirectory
 	sync      SyncConfig
 	retention persistence.RetentionPolicy
-	// unsigned: nodes have no signing key, so no owner's word and no
-	// repair by words (tests of anti-entropy alone).
+	// unsigned: nodes sign no owner's word, so no repair by words (tests
+	// of anti-entropy alone); their shared changes are sealed still.
 	unsigned bool
 
 	// Hooks tests may set while nodes run.
@@ -161,16 +161,10 @@ func (c *cluster) hooks(i int) testHooks {
 				(*h)(i, actor, msg)
 			}
 		},
-		signKey:  c.signKey(i),
+		signKey:  testKey(i),
 		keyOwner: testKeyOwner,
+		noWords:  c.unsigned,
 	}
-}
-
-func (c *cluster) signKey(i int) ed25519.PrivateKey {
-	if c.unsigned {
-		return nil
-	}
-	return testKey(i)
 }
 
 // testKey is test device i's signing key. Test device ids are not derived

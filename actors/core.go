@@ -59,6 +59,9 @@ type testHooks struct {
 	// custom transport (words.go).
 	signKey  ed25519.PrivateKey
 	keyOwner func(ed25519.PublicKey) messages.DeviceID
+	// noWords: the node signs no owner's word (its shared changes are
+	// sealed all the same).
+	noWords bool
 }
 
 func (n *nodeCore) traceShared(stage string, cs []messages.SharedChange) {

@@ -315,10 +315,11 @@ func TestAntiEntropyFailureShowsInStatus(t *testing.T) {
 }
 
 // A relay serves other origins' changes: a partner that answers a pull of
-// origin X with changes of another origin (refused as malformed), or with
-// X's changes that do not follow on from what is here (a gap), gets
-// nothing applied; X's changes in X's chain are applied as X's. (Whether
-// X really made them is issue 12's signed digests.)
+// origin X with changes of another origin (refused as malformed), with
+// X's changes that do not follow on from what is here (a gap), or with
+// changes in X's chain that X did not seal (issue 25: a forged chain, even
+// when it follows on) gets nothing applied and moves no watermark; X's
+// changes as X sealed them are applied as X's, whoever relays them.
 func TestHostileRelayCannotForgeAnOrigin(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		c := newQuietPair(t, 42)
@@ -331,11 +332,17 @@ func TestHostileRelayCannotForgeAnOrigin(t *testing.T) {
 			return messages.SharedChange{HLC: h, Prev: prev, Model: persistence.ModelTag, Record: testutil.UUID(int(h.Counter) + 100),
 				Op: messages.OpInsert, Fields: map[string]any{"canonical_name": name}}
 		}
+		sealed := func(key int, cs ...messages.SharedChange) []messages.SharedChange {
+			if _, err := messages.SealSegments(lib, cs, testKey(key)); err != nil {
+				t.Fatal(err)
+			}
+			return cs
+		}
 		x1, x2 := xc.Now(), xc.Now()
-		var answer atomic.Int32 // 0: forged origin, 1: gapped, 2: honest
+		var answer atomic.Int32 // 0: forged origin, 1: gapped, 2: unsealed, 3: sealed by the relay, 4: sealed by X, 5: nothing
 		go func() {
 			for {
-				in, err := conn.Recv(ctxT(t))
+				in, err := conn.Recv(context.Background()) // ctxT's deadline passes in the fake minutes
 				if err != nil {
 					return
 				}
@@ -365,40 +372,182 @@ func TestHostileRelayCannotForgeAnOrigin(t *testing.T) {
 				case 0:
 					es = []messages.SharedChange{tag(yc.Now(), messages.HLC{}, "forged")}
 				case 1:
-					es = []messages.SharedChange{tag(x2, x1, "gapped")}
-				default:
-					es = []messages.SharedChange{tag(x1, messages.HLC{}, "honest 1"), tag(x2, x1, "honest 2")}
+					es = sealed(7, tag(x2, x1, "gapped"))
+				case 2:
+					es = []messages.SharedChange{tag(x1, messages.HLC{}, "unsealed 1"), tag(x2, x1, "unsealed 2")}
+				case 3:
+					es = sealed(1, tag(x1, messages.HLC{}, "relay's 1"), tag(x2, x1, "relay's 2"))
+				case 4:
+					es = sealed(7, tag(x1, messages.HLC{}, "honest 1"), tag(x2, x1, "honest 2"))
 				}
 				_ = in.Reply(&messages.SharedChangeResponse{Origin: x, Entries: es})
 			}
 		}()
-		report := func() {
-			send(t, conn, lib, &messages.WatermarkReport{Shared: []messages.OriginWatermark{{Origin: x, HLC: x2}}})
+		// The relay claims X's watermark with X's head where it has one.
+		head := func() []messages.ChainHead {
+			cs := sealed(7, tag(x1, messages.HLC{}, "honest 1"), tag(x2, x1, "honest 2"))
+			_, heads, err := messages.VerifyChain(lib, cs, testKeyOwner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return heads
+		}
+		report := func(heads []messages.ChainHead) {
+			send(t, conn, lib, &messages.WatermarkReport{Shared: []messages.OriginWatermark{{Origin: x, HLC: x2}}, Heads: heads})
 			advance(time.Second)
 		}
-		// The wire already refuses an answer about X holding another
-		// origin's change (malformed); the catch-up checks it again.
-		refused := c.nodes[0].Metrics().Value("lsync_rejected_total", nil)
-		report()
-		if got := c.nodes[0].Metrics().Value("lsync_rejected_total", nil); got <= refused {
-			t.Fatalf("refusals %v, were %v: the forged answer was not counted", got, refused)
+		// A claim without X's head pulls nothing.
+		report(nil)
+		if n := c.nodes[0].Metrics().Value("lsync_relay_pulls_total", map[string]string{"kind": "shared"}); n != 0 {
+			t.Fatalf("%v pulls on a claim no head proves", n)
 		}
-		answer.Store(1)
-		advance(time.Minute) // past the back-off of the failed pull
-		report()
-		for _, name := range []string{"forged", "gapped"} {
-			if c.hasTag(0, name) {
-				t.Fatalf("device 0 applied the %s change", name)
+		// Each bad answer in turn; between two, an empty one lets a
+		// catch-up succeed, so the back-off of the failed ones starts over.
+		for _, a := range []int32{0, 1, 2, 3} {
+			answer.Store(a)
+			refused := c.nodes[0].Metrics().Value("lsync_rejected_total", nil)
+			bad := c.nodes[0].Metrics().RejectedCount(messages.ReasonBadSignature)
+			report(head())
+			// The wire refuses an answer about X holding another origin's
+			// change (malformed); a gap is no refusal (it waits for the
+			// missing range); unsealed changes, or changes sealed
+			// with another key than X's, are refused as bad signatures.
+			if got := c.nodes[0].Metrics().Value("lsync_rejected_total", nil); a != 1 && got <= refused {
+				t.Fatalf("answer %d: refusals %v, were %v: the forged answer was not counted", a, got, refused)
 			}
+			if got := c.nodes[0].Metrics().RejectedCount(messages.ReasonBadSignature); a >= 2 && got < bad+2 {
+				t.Fatalf("answer %d: %v bad signatures counted, were %v", a, got, bad)
+			}
+			answer.Store(5)
+			advance(2 * SyncConfig{}.withDefaults().CatchUpInterval)
 		}
-		if wm := c.libs[0].Store().SharedWatermark(x); !wm.IsZero() {
-			t.Fatalf("device 0's watermark for X moved to %s", wm)
-		}
-		answer.Store(2)
-		advance(time.Minute)
-		report()
+		answer.Store(4)
+		report(head())
 		testutil.Eventually(t, 5*time.Second, "X's changes, relayed in X's chain", func() bool {
 			return c.hasTag(0, "honest 1") && c.hasTag(0, "honest 2") && c.libs[0].Store().SharedWatermark(x) == x2
 		})
+		if h, ok := c.libs[0].Store().SharedHead(x); !ok || h.Head != x2 {
+			t.Fatalf("device 0 holds no proof of its watermark for X: %+v", h)
+		}
+	})
+}
+
+// Issue 25, finding 2: a member wrote its own member row naming another
+// device as the one that removed a third ({device: W, removed, by: V}),
+// and V ended its partnership with W. Member rows are signed by the
+// device they name as by, and a removal counts only by a member: a row
+// signed by no one, by another key, or by a device that is no member is
+// refused (counted), and W stays a partner.
+func TestHostileMemberRowCannotRemoveAMember(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := newCluster(t, 3, 43)
+		c.share()
+		c.converge(true, 10*time.Second)
+		c.idle()
+		v, m, w, n := c.devs[0], c.devs[1], c.devs[2], devID(9)
+		lib := c.libs[0].ID()
+		conn := impostor(t, c, 1)                                 // M, a member, talks to V
+		var relayed atomic.Pointer[messages.SharedChangeResponse] // what M serves of N's log
+		go func() {
+			for {
+				in, err := conn.Recv(context.Background())
+				if err != nil {
+					return
+				}
+				if in.Reply == nil {
+					continue
+				}
+				switch r := in.Message.(type) {
+				case *messages.SharedChangeRequest:
+					if p := relayed.Load(); p != nil && r.Origin == n {
+						_ = in.Reply(p)
+					} else {
+						_ = in.Reply(&messages.SharedChangeResponse{Origin: r.Origin})
+					}
+				case *messages.StateRequest:
+					_ = in.Reply(&messages.StateResponse{Owner: r.Owner})
+				case *messages.StateOwnersRequest:
+					_ = in.Reply(&messages.StateOwnersResponse{})
+				default:
+					_ = in.Reply(&messages.Error{Code: messages.CodeNotFound, Message: "no"})
+				}
+			}
+		}()
+		clock := func(d messages.DeviceID) *messages.Clock {
+			return messages.NewClock(d.UUID(), nil, 0)
+		}
+		mc, nc := clock(m), clock(n)
+		reg := persistence.DefaultRegistry()
+		u, ok := reg.DeterministicUUID(persistence.ModelMember, map[string]any{"device_uuid": messages.UUID(w)})
+		if !ok {
+			t.Fatal("no member row uuid")
+		}
+		// row is a member row removing W, written at h, signed with key
+		// (none: -1).
+		row := func(h messages.HLC, by messages.DeviceID, key int) map[string]any {
+			f := map[string]any{"device_uuid": messages.UUID(w), "removed": true, "by": messages.UUID(by),
+				"at": int64(h.Timestamp), "departed": false}
+			if key >= 0 {
+				sig, err := reg.SignRow(lib, persistence.ModelMember, u, h, f, testKey(key))
+				if err != nil {
+					t.Fatal(err)
+				}
+				f["sig"] = sig
+			}
+			return f
+		}
+		change := func(h, prev messages.HLC, fields map[string]any, sealKey int) *messages.SharedChangeBatch {
+			cs := []messages.SharedChange{{HLC: h, Prev: prev, Model: persistence.ModelMember, Record: u, Op: messages.OpInsert, Fields: fields}}
+			if _, err := messages.SealSegments(lib, cs, testKey(sealKey)); err != nil {
+				t.Fatal(err)
+			}
+			return &messages.SharedChangeBatch{Entries: cs}
+		}
+		bad := func() float64 { return c.nodes[0].Metrics().RejectedCount(messages.ReasonBadSignature) }
+		prev := c.libs[0].Store().SharedWatermark(m)
+		for _, tc := range []struct {
+			name string
+			by   messages.DeviceID
+			key  int
+		}{{"unsigned, in V's name", v, -1}, {"signed by M, in V's name", v, 1}} {
+			before := bad()
+			h := mc.Now()
+			send(t, conn, lib, change(h, prev, row(h, tc.by, tc.key), 1))
+			advance(time.Second)
+			if got := bad(); got <= before {
+				t.Fatalf("%s: not refused as a bad signature (%v, were %v)", tc.name, got, before)
+			}
+			if !c.partnersOf(0)[w] {
+				t.Fatalf("%s: V ended its partnership with W", tc.name)
+			}
+			if wm := c.libs[0].Store().SharedWatermark(m); wm != h {
+				t.Fatalf("%s: M's chain did not move on past the refused row (%s, want %s)", tc.name, wm, h)
+			}
+			prev = h
+		}
+		// A device that is no member, removing W in its own name (its row
+		// and chain genuinely its own, relayed by M), removes no one.
+		h := nc.Now()
+		cs := change(h, messages.HLC{}, row(h, n, 9), 9).Entries
+		_, heads, err := messages.VerifyChain(lib, cs, testKeyOwner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		relayed.Store(&messages.SharedChangeResponse{Origin: n, Entries: cs})
+		send(t, conn, lib, &messages.WatermarkReport{Shared: []messages.OriginWatermark{{Origin: n, HLC: h}}, Heads: heads})
+		testutil.Eventually(t, 5*time.Second, "N's row, relayed", func() bool { return c.libs[0].Store().SharedWatermark(n) == h })
+		advance(time.Second)
+		if !c.partnersOf(0)[w] {
+			t.Fatal("V ended its partnership with W on a non-member's removal")
+		}
+		mem, err := c.libs[0].Status(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range mem.Removed {
+			if r.ID == w {
+				t.Fatalf("status lists W as removed: %+v", r)
+			}
+		}
 	})
 }

@@ -36,6 +36,7 @@ type backfillState struct {
 	SharedModel  string                     `json:"shared_model"`
 	SharedCursor messages.Cursor            `json:"shared_cursor"`
 	SharedWMs    []messages.OriginWatermark `json:"shared_wms"`
+	SharedHeads  []messages.ChainHead       `json:"shared_heads,omitempty"` // what proves SharedWMs (chain.go)
 
 	Pages      int       `json:"pages"`
 	StatePages int       `json:"state_pages"` // of Pages, the device-owned ones
@@ -71,7 +72,7 @@ func (st *backfillState) checkpoint() *persistence.Checkpoint {
 // one-record page was a tenth of such a join's CPU).
 func (st *backfillState) at() *backfillState {
 	c := *st
-	c.Owners, c.SharedWMs = slices.Clone(st.Owners), slices.Clone(st.SharedWMs)
+	c.Owners, c.SharedWMs, c.SharedHeads = slices.Clone(st.Owners), slices.Clone(st.SharedWMs), slices.Clone(st.SharedHeads)
 	return &c
 }
 
@@ -120,6 +121,7 @@ type joinPage struct {
 	records    []messages.StateRecord  // device-owned rows of owner
 	shared     []messages.SharedChange // shared state, or log entries when log is set
 	wms        []messages.OriginWatermark
+	heads      []messages.ChainHead // what proves wms (checked when the page is applied)
 	log        bool
 	checkpoint *backfillState // the join's state after this page; nil for log pages
 }
@@ -249,7 +251,7 @@ func (j *join) statePager() *statePager {
 }
 
 func (j *join) sharedPager() *sharedPager {
-	return &sharedPager{Limit: j.limit(), Model: j.st.SharedModel, Cursor: j.st.SharedCursor, WMs: j.st.SharedWMs}
+	return &sharedPager{Limit: j.limit(), Model: j.st.SharedModel, Cursor: j.st.SharedCursor, WMs: j.st.SharedWMs, Heads: j.st.SharedHeads}
 }
 
 // logRequest is the first request of the source's log, after since (this
@@ -331,13 +333,17 @@ func (j *join) statePage(req messages.Message, r *messages.StateResponse) (joinS
 func (j *join) sharedPage(req messages.Message, r *messages.SharedStateResponse) joinStep {
 	p := j.sharedPager()
 	last, wms := p.page(r)
-	j.st.SharedModel, j.st.SharedCursor, j.st.SharedWMs = p.Model, p.Cursor, p.WMs
+	j.st.SharedModel, j.st.SharedCursor, j.st.SharedWMs, j.st.SharedHeads = p.Model, p.Cursor, p.WMs, p.Heads
 	j.st.Pages++
 	j.st.Records += int64(len(r.Entries))
 	if last {
 		j.st.SharedDone = true
 	}
-	step := joinStep{apply: &joinPage{req: req, shared: r.Entries, wms: wms, checkpoint: j.st.at()}}
+	page := &joinPage{req: req, shared: r.Entries, wms: wms, checkpoint: j.st.at()}
+	if last {
+		page.heads = p.Heads
+	}
+	step := joinStep{apply: page}
 	if last {
 		step.logFrom = true
 	} else {

@@ -60,8 +60,10 @@ type libraryActor struct {
 	// last one with each member failed.
 	memberSetup  map[messages.DeviceID]bool
 	memberFailed map[messages.DeviceID]time.Time
-	// groupRemoved: the devices removed from the library (member rows).
+	// groupRemoved: the devices removed from the library (member rows);
+	// badMembers: member rows that do not count, by row uuid, and why.
 	groupRemoved map[messages.DeviceID]memberRow
+	badMembers   map[messages.DeviceID]string
 	// Verified replicas (words.go): the newest signed digest of each
 	// owner, this device's own included; each owner's verification
 	// state; repairs running.
@@ -72,6 +74,10 @@ type libraryActor struct {
 	repairStop map[messages.DeviceID]context.CancelFunc
 	repairNext map[messages.DeviceID]time.Time     // no repair of the owner before
 	repairWait map[messages.DeviceID]time.Duration // the last wait between its repairs
+	// Sealed chains (chain.go): the newest verified head of each other
+	// origin, and the heads checked already (by seal).
+	heads        map[messages.DeviceID]messages.ChainHead
+	headsChecked map[string]messages.HLC
 
 	// A join in progress: join is its actor (nil when none), joinSt its
 	// last report. While it runs, live updates are buffered, never applied
@@ -194,6 +200,8 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.fullAt = map[messages.DeviceID]*time.Timer{}
 	a.memberSetup = map[messages.DeviceID]bool{}
 	a.words = map[messages.DeviceID]*messages.SignedDigest{}
+	a.heads = map[messages.DeviceID]messages.ChainHead{}
+	a.headsChecked = map[string]messages.HLC{}
 	a.checks = map[messages.DeviceID]*ownerCheck{}
 	a.repairing = map[messages.DeviceID]bool{}
 	a.repairStop = map[messages.DeviceID]context.CancelFunc{}
@@ -210,6 +218,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.shown = PhaseReady
 	a.n.metrics.setPhase(a.id, PhaseReady)
 	a.reloadPartners()
+	a.badMembers = map[messages.DeviceID]string{}
 	a.groupRemoved, _ = a.loadRemovals()
 
 	for _, model := range a.lib.Registry().DeviceOwned() {
@@ -222,6 +231,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 		a.n.metrics.sharedLog.WithLabelValues(a.id.String()).Set(float64(n))
 	}
 	a.ensureDeviceRow(ctx)
+	a.resignMembers(ctx)
 	a.auditDigests(ctx)
 	a.n.updateParked(a.lib)
 	// A join that did not finish resumes from its checkpoint.
@@ -445,15 +455,19 @@ func (a *libraryActor) reportWatermarks(ctx actor.Context) {
 	}
 	rows := a.lib.HeldWatermarks()
 	words := a.reportedWords()
+	heads := a.lib.SharedHeads()
 	digest := fmt.Sprint(st, sh, rows)
 	for _, w := range words {
 		digest += w.Owner.String() + w.Watermark.String()
+	}
+	for _, h := range heads {
+		digest += h.Head.String()
 	}
 	for dev := range a.connectedPartners() {
 		if a.reported[dev] == digest {
 			continue
 		}
-		if a.sendTo(ctx, dev, &messages.WatermarkReport{State: st, Shared: sh, Rows: rows, Digests: words}) {
+		if a.sendTo(ctx, dev, &messages.WatermarkReport{State: st, Shared: sh, Rows: rows, Digests: words, Heads: heads}) {
 			a.reported[dev] = digest
 		}
 	}

@@ -154,7 +154,8 @@ func (a *libraryActor) commitBatch(ctx actor.Context, writes []persistence.Share
 		return nil, err
 	}
 	a.n.traceShared("commit", cs)
-	for chunk := range slices.Chunk(cs, 1000) {
+	// Each message ends with a seal: a partner verifies it on its own.
+	for _, chunk := range messages.SealedRuns(cs, 1000) {
 		a.broadcast(ctx, &messages.SharedChangeBatch{Entries: chunk})
 	}
 	a.n.events.emit(Event{Type: EventResourceChanged, Library: a.id, Model: cs[0].Model, Count: len(cs)})
@@ -228,7 +229,7 @@ func (a *libraryActor) removePartner(ctx actor.Context, dev messages.DeviceID) e
 		go a.tellRemoved(dev, link.conn)
 	}
 	// Every member drops it too (members.go).
-	return a.markMember(ctx, dev, a.n.self, true)
+	return a.markMember(ctx, dev, true, false)
 }
 
 // tellRemoved tells dev, off the actor, that this device removed it.

@@ -173,7 +173,7 @@ func (a *libraryActor) toApplier(ctx actor.Context, pid *actor.PID, cr *credit, 
 
 func (a *libraryActor) onShared(ctx actor.Context, m *inboundMsg, changes []messages.SharedChange) {
 	from := m.from
-	items := make([]applyItem, 0, len(changes))
+	own := make([]messages.SharedChange, 0, len(changes))
 	for i := range changes {
 		c := &changes[i]
 		// Live shared changes come from their origin: only the origin holds
@@ -182,6 +182,13 @@ func (a *libraryActor) onShared(ctx actor.Context, m *inboundMsg, changes []mess
 			a.n.reject(messages.ReasonForgedOrigin, "library", a.id, "from", from, "origin", c.Origin(), "hlc", c.HLC)
 			continue
 		}
+		own = append(own, *c)
+	}
+	// And sealed by it, so that whoever relays them on can prove them.
+	changes = a.n.verifyChain(a.id, from, own)
+	items := make([]applyItem, 0, len(changes))
+	for i := range changes {
+		c := &changes[i]
 		if k, ok := a.lib.Registry().Kind(c.Model); !ok || k != persistence.Shared {
 			a.n.reject(messages.ReasonUnknownModel, "library", a.id, "from", from, "model", c.Model)
 			continue
@@ -265,7 +272,7 @@ func (a *libraryActor) onLeavePartner(ctx actor.Context, m *leavePartner) {
 	}
 	if m.left {
 		// Its member row tells every member it is gone.
-		if err := a.markMember(ctx, m.from, m.from, true); err != nil {
+		if err := a.markMember(ctx, m.from, true, true); err != nil {
 			a.n.log.Warn("record that a member left", "library", a.id, "peer", m.from, "err", err)
 		}
 	}
@@ -315,6 +322,7 @@ func (a *libraryActor) onApplied(ctx actor.Context, m *applied) {
 	if len(res.Gapped) == 0 {
 		return
 	}
+	a.checkForks(ctx, res.Gapped)
 	// A gap: hold what came after it and fetch the missing range.
 	byOrigin := map[messages.DeviceID][]messages.SharedChange{}
 	for _, c := range res.Gapped {

@@ -108,6 +108,7 @@ func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
 		a.n.countRejections(r, m.peer)
 		a.emitChanges(r.Changes, m.peer)
 		a.membersChanged(ctx, r.Changes)
+		a.checkForks(ctx, r.Gapped)
 	}
 	if m.err == nil {
 		m.err = a.gapUnfilled(m.peer)

@@ -143,14 +143,22 @@ func (a *libraryActor) refuseMemberSetup(dev messages.DeviceID) *messages.Error 
 // itself. A sync-setup by hand with the device, on any member, writes the
 // row back (not removed), and every member forgets the removal.
 
-// memberRow is a device's member row: removed or back, by whom, when.
+// memberRow is a device's member row: removed or back, by whom, when;
+// departed when the device left by itself (by recorded it).
 type memberRow struct {
-	removed bool
-	by      messages.DeviceID
-	at      time.Time
+	removed  bool
+	departed bool
+	by       messages.DeviceID
+	at       time.Time
+	hlc      messages.HLC
 }
 
-// loadMembers reads the member rows.
+// loadMembers reads the member rows that count (issue 25): a row counts
+// only if the device it names as by signed it (a row is checked as it
+// arrives; this also catches one from an older build, or a snapshot's),
+// and a removal only if by is a member itself (a device with a device
+// row here), not removed before it wrote the row, or the device itself.
+// A refused row is counted once per load that finds it.
 func (a *libraryActor) loadMembers() (map[messages.DeviceID]memberRow, error) {
 	rows, err := a.lib.Query(persistence.ModelMember)
 	if err != nil {
@@ -162,15 +170,52 @@ func (a *libraryActor) loadMembers() (map[messages.DeviceID]memberRow, error) {
 		if err != nil {
 			continue
 		}
+		u, err := messages.ParseDeviceID(fmt.Sprint(r["uuid"]))
+		if err != nil {
+			continue
+		}
+		if err := a.lib.CheckSignedRow(persistence.ModelMember, messages.UUID(u)); err != nil {
+			if a.badMembers[u] == "" {
+				a.n.reject(messages.ReasonBadSignature, "library", a.id, "member_row", u, "device", dev, "err", err)
+			}
+			a.badMembers[u] = err.Error()
+			continue
+		}
 		var m memberRow
 		m.removed, _ = r["removed"].(bool)
+		m.departed, _ = r["departed"].(bool)
 		if by, err := messages.ParseDeviceID(fmt.Sprint(r["by"])); err == nil {
 			m.by = by
 		}
 		if ms, ok := r["at"].(int64); ok {
 			m.at = time.UnixMilli(ms)
 		}
+		if h, err := messages.ParseHLC(fmt.Sprint(r["hlc"])); err == nil {
+			m.hlc = h
+		}
 		out[dev] = m
+	}
+	members, err := a.lib.Owners()
+	if err != nil {
+		return nil, err
+	}
+	isMember := map[messages.DeviceID]bool{}
+	for _, d := range members {
+		isMember[d] = true
+	}
+	for dev, m := range out {
+		if !m.removed || m.by == dev {
+			continue
+		}
+		byRow, byOut := out[m.by]
+		switch {
+		case !isMember[m.by]:
+			a.n.log.Warn("a removal by a device that is no member of the library does not count", "library", a.id, "device", dev, "by", m.by)
+			delete(out, dev)
+		case byOut && byRow.removed && byRow.hlc.Compare(m.hlc) < 0:
+			a.n.log.Warn("a removal by a device removed before it does not count", "library", a.id, "device", dev, "by", m.by)
+			delete(out, dev)
+		}
 	}
 	return out, nil
 }
@@ -192,11 +237,12 @@ func (a *libraryActor) loadRemovals() (removed, all map[messages.DeviceID]member
 	return removed, all
 }
 
-// markMember writes dev's member row: removed (by this device's
-// sync-remove, or by dev itself leaving), or back in the library (a
-// sync-setup by hand on this device).
-func (a *libraryActor) markMember(ctx actor.Context, dev, by messages.DeviceID, removed bool) error {
-	fields := map[string]any{"device_uuid": messages.UUID(dev), "removed": removed, "by": messages.UUID(by), "at": time.Now().UnixMilli()}
+// markMember writes dev's member row, signed by this device: removed (by
+// this device's sync-remove; departed when dev told this device it left),
+// or back in the library (a sync-setup by hand on this device).
+func (a *libraryActor) markMember(ctx actor.Context, dev messages.DeviceID, removed, departed bool) error {
+	fields := map[string]any{"device_uuid": messages.UUID(dev), "removed": removed, "by": messages.UUID(a.n.self),
+		"at": time.Now().UnixMilli(), "departed": departed}
 	if _, err := a.commit(ctx, &commitShared{model: persistence.ModelMember, op: messages.OpInsert, fields: fields}); err != nil {
 		return fmt.Errorf("member row of %s: %w", dev, err)
 	}
@@ -210,7 +256,33 @@ func (a *libraryActor) readmit(ctx actor.Context, dev messages.DeviceID) error {
 	if _, gone := a.groupRemoved[dev]; !gone {
 		return nil
 	}
-	return a.markMember(ctx, dev, a.n.self, false)
+	return a.markMember(ctx, dev, false, false)
+}
+
+// resignMembers signs again the member rows this device wrote before
+// member rows were signed (a library of schema 5): unsigned, no member
+// counts them any more.
+func (a *libraryActor) resignMembers(ctx actor.Context) {
+	if a.n.key == nil {
+		return
+	}
+	rows, err := a.lib.Query(persistence.ModelMember)
+	if err != nil {
+		return
+	}
+	for _, r := range rows {
+		u, err1 := messages.ParseDeviceID(fmt.Sprint(r["uuid"]))
+		by, err2 := messages.ParseDeviceID(fmt.Sprint(r["by"]))
+		dev, err3 := messages.ParseDeviceID(fmt.Sprint(r["device_uuid"]))
+		if err1 != nil || err2 != nil || err3 != nil || by != a.n.self || a.lib.CheckSignedRow(persistence.ModelMember, messages.UUID(u)) == nil {
+			continue
+		}
+		removed, _ := r["removed"].(bool)
+		departed, _ := r["departed"].(bool)
+		if err := a.markMember(ctx, dev, removed, departed); err != nil {
+			a.n.log.Warn("sign a member row again", "library", a.id, "device", dev, "err", err)
+		}
+	}
 }
 
 // applyRemovals brings the partnerships in line with the member rows: a

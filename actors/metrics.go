@@ -51,6 +51,7 @@ type Metrics struct {
 	// pagesFetchedAhead: the joining side's (fetchahead.go).
 	pagesFetchedAhead *prometheus.CounterVec
 	digestDamaged     prometheus.Counter   // kept digests that a full pass found wrong (rows changed behind lsync's back)
+	chainRewinds      prometheus.Counter   // shared watermarks rewound: not on their origin's sealed chain
 	buildInfo         *prometheus.GaugeVec // version, revision, go_version: always 1
 
 	now func() time.Time // the clock of lsync_peer_last_seen_timestamp_seconds
@@ -166,11 +167,14 @@ func newMetrics() *Metrics {
 	m.digestDamaged = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lsync_digest_audit_damaged_total", Help: "Owners whose kept digest a full pass found wrong: rows changed behind lsync's back (the digest is rebuilt; a repair follows if the owner's word differs).",
 	})
+	m.chainRewinds = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lsync_chain_rewinds_total", Help: "Shared watermarks rewound because the origin's sealed chain showed them not to be on it (a chain poisoned before chains were sealed, or an origin that forked its chain).",
+	})
 	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "lsync_build_info", Help: "Always 1; the labels say which build of lsync runs.",
 	}, []string{"version", "revision", "go_version"})
 	m.buildInfo.WithLabelValues(buildLabels(debug.ReadBuildInfo())).Set(1)
-	m.Registry.MustRegister(m.buildInfo, m.sharedApply, m.peerConnected, m.peerLastSeen, m.digestDamaged, m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesAhead, m.pagesFetchedAhead, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.Registry.MustRegister(m.buildInfo, m.sharedApply, m.peerConnected, m.peerLastSeen, m.digestDamaged, m.chainRewinds, m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesAhead, m.pagesFetchedAhead, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

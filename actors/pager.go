@@ -58,6 +58,7 @@ type sharedPager struct {
 	Model  string
 	Cursor messages.Cursor
 	WMs    []messages.OriginWatermark
+	Heads  []messages.ChainHead // what proves WMs (the first page's)
 }
 
 func (p *sharedPager) started() bool { return p.Model != "" || !p.Cursor.IsZero() }
@@ -70,7 +71,7 @@ func (p *sharedPager) request() *messages.SharedStateRequest {
 // then the watermarks the whole scan vouches for (nil before the end).
 func (p *sharedPager) page(resp *messages.SharedStateResponse) (last bool, wms []messages.OriginWatermark) {
 	if !p.started() {
-		p.WMs = resp.Watermarks
+		p.WMs, p.Heads = resp.Watermarks, resp.Heads
 	}
 	p.Model, p.Cursor = resp.Model, resp.Cursor
 	if resp.HasMore {

@@ -60,6 +60,9 @@ func (a *libraryActor) onReportFlush(ctx actor.Context) {
 // onReport records what a partner holds (tombstone pruning) and pulls
 // what it holds that this device does not.
 func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *messages.WatermarkReport) {
+	// A shared watermark the report claims counts only with the origin's
+	// sealed head at it (chain.go): a claim by itself moves nothing.
+	r = a.takeHeads(ctx, from, r)
 	if err := a.lib.RecordPartnerWatermarks(from, r.State, r.Shared); err != nil {
 		a.n.log.Warn("record a partner's watermarks", "library", a.id, "from", from, "err", err)
 	}

@@ -192,14 +192,17 @@ type UserMetadataTag struct {
 }
 
 // Member says whether a device was removed from the library, by whom and
-// when.
+// when; Departed that it left by itself (By recorded it). Sig is By's
+// signature of the row (members refuse a row without it).
 type Member struct {
-	UUID    messages.UUID `row:"uuid"`
-	HLC     string        `row:"hlc"`
-	Device  messages.UUID `row:"device_uuid"`
-	Removed bool          `row:"removed"`
-	By      messages.UUID `row:"by"`
-	At      time.Time     `row:"at"`
+	UUID     messages.UUID `row:"uuid"`
+	HLC      string        `row:"hlc"`
+	Device   messages.UUID `row:"device_uuid"`
+	Removed  bool          `row:"removed"`
+	By       messages.UUID `row:"by"`
+	At       time.Time     `row:"at"`
+	Departed bool          `row:"departed"`
+	Sig      string        `row:"sig"`
 }
 
 // rowModels maps each row type to its model: the table of the typed reads.

@@ -251,11 +251,13 @@ func (s *serveActor) sharedStatePage(m *messages.SharedStateRequest) (*messages.
 	// includes at least them (rows written during the scan move past the
 	// cursor and are served later, never missed).
 	var wms []messages.OriginWatermark
+	var heads []messages.ChainHead
 	if m.Model == "" && m.Cursor.IsZero() {
 		var err error
 		if wms, err = s.lib.SharedWatermarks(); err != nil {
 			return nil, err
 		}
+		heads = s.lib.SharedHeads() // what proves them (chain.go)
 	}
 	for ; i < len(models); i++ {
 		if k, ok := reg.Kind(models[i]); !ok || k != persistence.Shared {
@@ -267,11 +269,11 @@ func (s *serveActor) sharedStatePage(m *messages.SharedStateRequest) (*messages.
 		}
 		if len(changes) > 0 || more || i == len(models)-1 {
 			return &messages.SharedStateResponse{Model: models[i], Entries: changes, Cursor: next,
-				HasMore: more || i < len(models)-1, Watermarks: wms}, nil
+				HasMore: more || i < len(models)-1, Watermarks: wms, Heads: heads}, nil
 		}
 		cursor = messages.Cursor{}
 	}
-	return &messages.SharedStateResponse{Watermarks: wms}, nil
+	return &messages.SharedStateResponse{Watermarks: wms, Heads: heads}, nil
 }
 
 func (s *serveActor) fingerprints(m *messages.FingerprintRequest) (*messages.FingerprintResponse, error) {

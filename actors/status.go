@@ -194,8 +194,8 @@ func (a *libraryActor) status() (*Status, error) {
 			if row, err := a.lib.Get(persistence.ModelDevice, messages.UUID(g.by)); err == nil && row["name"] != nil && row["name"] != "" {
 				by = fmt.Sprintf("%v (%s)", row["name"], g.by)
 			}
-			if g.by == e.Device {
-				by += ", which left"
+			if g.by == e.Device || g.departed {
+				by = e.Device.String() + ", which left (recorded by " + by + ")"
 			}
 			r.RemovedBy = by + " at " + g.at.UTC().Format(time.RFC3339)
 		}

@@ -65,7 +65,7 @@ type OwnerVerification struct {
 // ownWord is this device's word on its own rows now, signed once per
 // watermark; nil without a key (a custom transport with none).
 func (a *libraryActor) ownWord() *messages.SignedDigest {
-	if a.n.key == nil {
+	if a.n.key == nil || a.n.noWords {
 		return nil
 	}
 	h, rows, wm, _ := a.lib.MaintainedDigest(a.n.self)

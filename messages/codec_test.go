@@ -20,7 +20,9 @@ func sampleMessages() []Message {
 	h1 := HLC{Timestamp: 1730000000000, Counter: 1, Device: devA}
 	h2 := HLC{Timestamp: 1730000000001, Counter: 0, Device: devA}
 	rec := StateRecord{UUID: UUID(devB), HLC: h1, Values: []any{"photos", int64(42), nil, []byte{1, 2}}}
-	sc := SharedChange{HLC: h2, Prev: h1, Model: "tag", Record: UUID(devC), Op: OpUpdate, Fields: map[string]any{"color": "red"}}
+	sc := SharedChange{HLC: h2, Prev: h1, Model: "tag", Record: UUID(devC), Op: OpUpdate, Fields: map[string]any{"color": "red"},
+		Seal: bytes.Repeat([]byte{7}, SealSize)}
+	head := ChainHead{Prev: h1, Head: h2, Hash: bytes.Repeat([]byte{8}, 32), Seal: bytes.Repeat([]byte{9}, SealSize)}
 	return []Message{
 		&Hello{Device: DeviceID(devA), Name: "laptop", SchemaVersion: SchemaVersion, SentAt: 5},
 		&Error{Code: CodeUnauthorized, Message: "no"},
@@ -41,7 +43,7 @@ func sampleMessages() []Message {
 		&SnapshotRequest{SnapshotID: UUID(devC), Index: 2},
 		&SnapshotChunk{SnapshotID: UUID(devC), Index: 0, Total: 3, TotalBytes: 10, Data: []byte("abc"), Checksum: make([]byte, 32)},
 		&SharedStateRequest{Models: []string{"tag"}, Limit: 10},
-		&SharedStateResponse{Model: "tag", Entries: []SharedChange{{HLC: h1, Model: "tag", Record: UUID(devB), Op: OpInsert}}, Watermarks: []OriginWatermark{{Origin: DeviceID(devA), HLC: h2}}},
+		&SharedStateResponse{Model: "tag", Entries: []SharedChange{{HLC: h1, Model: "tag", Record: UUID(devB), Op: OpInsert}}, Watermarks: []OriginWatermark{{Origin: DeviceID(devA), HLC: h2}}, Heads: []ChainHead{head}},
 		&LibraryListRequest{},
 		&LibraryListResponse{Libraries: []LibraryInfo{{ID: lib, Name: "Jamie"}}},
 		&SyncSetupRequest{Library: lib, Device: DeviceID(devB), DeviceName: "b", Action: "join"},
@@ -51,7 +53,8 @@ func sampleMessages() []Message {
 		&SyncLeaveResponse{Library: lib, Device: DeviceID(devA)},
 		&AddressBookRequest{Devices: []DeviceID{DeviceID(devA), DeviceID(devB)}},
 		&AddressBookResponse{Entries: []AddressEntry{{Device: DeviceID(devA), Addr: "192.0.2.7:7700"}}},
-		&WatermarkReport{State: []OriginWatermark{{Origin: DeviceID(devA), HLC: h1}}, Shared: []OriginWatermark{{Origin: DeviceID(devB), HLC: h2}}},
+		&WatermarkReport{State: []OriginWatermark{{Origin: DeviceID(devA), HLC: h1}}, Shared: []OriginWatermark{{Origin: DeviceID(devB), HLC: h2}},
+			Heads: []ChainHead{head}},
 		&StateOwnersResponse{Owners: []OriginWatermark{{Origin: DeviceID(devA), HLC: h1}}, Rows: 1_331_450},
 		&DigestRequest{Owner: DeviceID(devB)},
 		&DigestResponse{Owner: DeviceID(devB), Watermark: h1, Rows: 31, Digest: make([]byte, DigestSize)},

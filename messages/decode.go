@@ -110,7 +110,7 @@ func (r *StateRecord) DecodeMsgpack(dec *msgpack.Decoder) error {
 // SharedChange.
 func (c *SharedChange) DecodeMsgpack(dec *msgpack.Decoder) error {
 	*c = SharedChange{}
-	if ok, err := structLen(dec, 6); !ok {
+	if ok, err := structLen(dec, 7); !ok {
 		return err
 	}
 	if err := c.HLC.DecodeMsgpack(dec); err != nil {
@@ -134,7 +134,10 @@ func (c *SharedChange) DecodeMsgpack(dec *msgpack.Decoder) error {
 		return fmt.Errorf("shared change op %d", op)
 	}
 	c.Op = ChangeOp(op)
-	c.Fields, err = dec.DecodeMap()
+	if c.Fields, err = dec.DecodeMap(); err != nil {
+		return err
+	}
+	c.Seal, err = dec.DecodeBytes()
 	return err
 }
 

@@ -67,6 +67,34 @@ func (h HLC) String() string {
 	return string(b)
 }
 
+// ParseHLC inverts String; anything but its exact form is refused
+// (ErrMalformedHLC).
+func ParseHLC(s string) (HLC, error) {
+	if len(s) != hlcTextLen || s[hlcTimestampDigits] != '-' || s[hlcTimestampDigits+1+hlcCounterDigits] != '-' {
+		return HLC{}, fmt.Errorf("%w: %q", ErrMalformedHLC, s)
+	}
+	digits := func(p string) bool {
+		for i := range len(p) {
+			if p[i] < '0' || p[i] > '9' {
+				return false
+			}
+		}
+		return true
+	}
+	ts, cs := s[:hlcTimestampDigits], s[hlcTimestampDigits+1:hlcTimestampDigits+1+hlcCounterDigits]
+	t, err1 := strconv.ParseUint(ts, 10, 64)
+	c, err2 := strconv.ParseUint(cs, 10, 32)
+	d, err3 := uuid.Parse(s[hlcTimestampDigits+1+hlcCounterDigits+1:])
+	if !digits(ts) || !digits(cs) || err1 != nil || err2 != nil || err3 != nil {
+		return HLC{}, fmt.Errorf("%w: %q", ErrMalformedHLC, s)
+	}
+	h := HLC{Timestamp: t, Counter: uint32(c), Device: d}
+	if h.String() != s {
+		return HLC{}, fmt.Errorf("%w: %q is not in canonical form", ErrMalformedHLC, s)
+	}
+	return h, nil
+}
+
 func appendPadded(b []byte, v uint64, width int) []byte {
 	var tmp [20]byte
 	s := strconv.AppendUint(tmp[:0], v, 10)

@@ -2,6 +2,7 @@ package messages
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -261,5 +262,22 @@ func TestClockCounterOverflowBorrowsMillisecond(t *testing.T) {
 	n := c.Now()
 	if n.Timestamp != 11 || n.Counter != 0 {
 		t.Fatalf("got %s", n)
+	}
+}
+
+func TestParseHLCInvertsString(t *testing.T) {
+	for _, h := range []HLC{{}, {Timestamp: 1, Counter: 2, Device: uuid.MustParse("bbbbbbbb-0000-4000-8000-000000000002")},
+		{Timestamp: math.MaxUint64, Counter: math.MaxUint32, Device: uuid.Max}} {
+		got, err := ParseHLC(h.String())
+		if err != nil || got != h {
+			t.Fatalf("ParseHLC(%q) = %v, %v", h.String(), got, err)
+		}
+	}
+	good := HLC{Timestamp: 5, Counter: 1, Device: uuid.MustParse("bbbbbbbb-0000-4000-8000-000000000002")}.String()
+	for _, bad := range []string{"", "x", good[1:], good + "0", "+" + good[1:], good[:20] + "+" + good[21:],
+		good[:5] + "a" + good[6:], good[:len(good)-1] + "g", "99999999999999999999" + good[20:]} {
+		if _, err := ParseHLC(bad); !errors.Is(err, ErrMalformedHLC) {
+			t.Fatalf("ParseHLC(%q): %v, want malformed", bad, err)
+		}
 	}
 }

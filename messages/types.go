@@ -27,7 +27,13 @@ import (
 // SharedStateResponse's changes travel column by column (Records,
 // Changes: columns.go), not as msgpack rows, and a shared-state page
 // leaves off uuids that derive from their record's fields.
-const SchemaVersion uint16 = 5
+//
+// 6 (issue 25, sealed chains): a SharedChange carries its origin's Seal on
+// the last change of each segment (chain.go), and pages of a log start
+// and end on segment boundaries; watermark claims (a shared-state page's,
+// a report's) come with the origin's signed ChainHead; member rows carry
+// the signature of the device that wrote them. sync.db keeps the seals.
+const SchemaVersion uint16 = 6
 
 // Type tags a message on the wire. The list is append-only: a number, once
 // given, is never reused or renumbered.
@@ -329,7 +335,10 @@ type StateResponse struct {
 // of the origin's previous logged change (zero for its first, and for
 // changes that come from a snapshot rather than a log), so a receiver can
 // detect a gap. Fields holds the written fields by column name (references
-// as 16-byte uuids); a delete carries none.
+// as 16-byte uuids); a delete carries none. Seal is set on the last change
+// of each segment of the origin's chain (chain.go): its key and signature
+// over the segment; empty on the others, and on changes that come from a
+// shared-state page rather than a log.
 type SharedChange struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	HLC      HLC
@@ -338,6 +347,7 @@ type SharedChange struct {
 	Record   UUID
 	Op       ChangeOp
 	Fields   map[string]any
+	Seal     []byte
 }
 
 // Origin is the device that made the change.
@@ -396,6 +406,11 @@ type WatermarkReport struct {
 	// Digests are the newest signed digests the sender holds: its own
 	// (its word on its rows) and those it relays of other owners.
 	Digests []SignedDigest
+	// Heads prove Shared (issue 25): for each origin, the sealed head at
+	// the sender's watermark, when it holds one, and the newest head it
+	// knows of the origin (the origin's word on how far its chain goes).
+	// A claim in Shared without a head here moves nothing.
+	Heads []ChainHead
 }
 
 // OriginWatermark is "holds every change of Origin up to HLC".
@@ -421,7 +436,9 @@ type SharedStateRequest struct {
 // SharedStateResponse is one page of shared state. Entries have a zero Prev
 // and are applied through the same LWW rules as live changes. Watermarks,
 // sent on the first page (read before any row), say up to where the whole
-// scan includes each origin's changes.
+// scan includes each origin's changes; Heads, on the same page, prove
+// them (the origin's sealed head at each watermark): a watermark without
+// its head is not raised.
 type SharedStateResponse struct {
 	_msgpack   struct{} `msgpack:",as_array"`
 	Model      string
@@ -429,6 +446,7 @@ type SharedStateResponse struct {
 	Cursor     Cursor
 	HasMore    bool
 	Watermarks []OriginWatermark
+	Heads      []ChainHead
 }
 
 // StateOwnersRequest asks which devices' rows the peer holds, and up to

@@ -167,6 +167,9 @@ func (c *SharedChange) Validate() error {
 	if !c.Prev.IsZero() && c.Prev.Device != c.HLC.Device {
 		return fmt.Errorf("shared change %s: previous hlc from another device", c.HLC)
 	}
+	if len(c.Seal) != 0 && len(c.Seal) != SealSize {
+		return fmt.Errorf("shared change %s: seal of %d bytes, want %d", c.HLC, len(c.Seal), SealSize)
+	}
 	return nil
 }
 
@@ -229,7 +232,25 @@ func (m *SharedStateRequest) Validate() error {
 	return nil
 }
 
-func (m *SharedStateResponse) Validate() error { return validChanges(m.Entries) }
+func (m *SharedStateResponse) Validate() error {
+	if err := validHeads(m.Heads); err != nil {
+		return err
+	}
+	return validChanges(m.Entries)
+}
+
+// validHeads checks the shape of a message's chain heads (not their seals).
+func validHeads(hs []ChainHead) error {
+	if len(hs) > MaxReportDigests {
+		return fmt.Errorf("%d chain heads (at most %d)", len(hs), MaxReportDigests)
+	}
+	for i := range hs {
+		if err := hs[i].validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func (m *FingerprintRequest) Validate() error  { return validModel(m.Model) }
 func (m *FingerprintResponse) Validate() error { return validModel(m.Model) }
@@ -272,7 +293,7 @@ func (m *WatermarkReport) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return validHeads(m.Heads)
 }
 
 func (m *DigestResponse) Validate() error {

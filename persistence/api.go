@@ -4,6 +4,7 @@ package persistence
 // the signatures are the contract.
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"time"
 
@@ -43,6 +44,15 @@ type Options struct {
 	// held, is refused (ErrParkingFull); catch-up or anti-entropy brings it
 	// again. See doc.go, "Limits".
 	MaxParked int
+	// Key is this device's signing key (its device id derives from it):
+	// it seals the segments of this device's shared log and signs the
+	// member rows it writes (chain.go). Without one, shared changes go
+	// unsealed, and members refuse them.
+	Key ed25519.PrivateKey
+	// KeyOwner says whose a public key is (nil: the device id it derives
+	// to, messages.DeviceIDFromKey); tests whose device ids are not
+	// derived from keys set a table.
+	KeyOwner func(ed25519.PublicKey) messages.DeviceID
 }
 
 // DefaultMaxParked is Options.MaxParked's default.
@@ -88,6 +98,10 @@ type ApplyOptions struct {
 	// Local marks this device's own writes (skips the forged-owner check
 	// against the sender; the owner must still be Self).
 	Local bool
+	// Heads are verified chain heads (messages.ChainHead) that prove the
+	// watermarks ApplySharedState raises: a head whose Head is the
+	// watermark an origin's rises to is kept as its proof (SharedHead).
+	Heads []messages.ChainHead
 }
 
 // pageOptions bound one page of records that a peer asked for

@@ -172,6 +172,11 @@ func (tx *txn) sharedAdmit(mi *modelInfo, c *messages.SharedChange, remote bool)
 	if err != nil {
 		return nil, tx.reject(mi.Name, c.Record, valueReason(err), err), false
 	}
+	if remote && mi.SignedBy != "" {
+		if err := tx.l.checkRow(mi, c, set); err != nil {
+			return nil, tx.reject(mi.Name, c.Record, messages.ReasonBadSignature, err), false
+		}
+	}
 	if remote {
 		if err := tx.observe(c.HLC); err != nil {
 			return nil, tx.reject(mi.Name, c.Record, messages.ReasonClockSkew, err), false
@@ -332,42 +337,7 @@ func (l *Library) ApplyShared(changes []messages.SharedChange, opts ApplyOptions
 		for _, origin := range origins {
 			list := byOrigin[origin]
 			slices.SortStableFunc(list, func(a, b messages.SharedChange) int { return a.HLC.Compare(b.HLC) })
-			wm := tx.sharedWatermark(origin)
-			for i := range list {
-				c := &list[i]
-				switch chainStep(wm, c) {
-				case chainStale:
-					res.Stale++
-					continue
-				case chainGap:
-					res.Gapped = append(res.Gapped, *c)
-					continue
-				}
-				mi := tx.sharedModel(c)
-				if mi == nil {
-					// Refused the same way everywhere: the chain moves on,
-					// and the change is relayed as it is.
-					if err := tx.logRelayed(c); err != nil {
-						return err
-					}
-					wm = c.HLC
-					continue
-				}
-				n := len(res.Rejected)
-				out, err := tx.applyShared(mi, c, true)
-				if err != nil {
-					return fmt.Errorf("apply %s %s: %w", c.Model, c.Record, err)
-				}
-				if out == outRejected && res.Rejected[n].Reason == messages.ReasonClockSkew {
-					continue
-				}
-				tx.count(out)
-				if err := tx.logRelayed(c); err != nil {
-					return err
-				}
-				wm = c.HLC
-			}
-			if err := tx.setSharedWatermark(origin, wm); err != nil {
+			if err := tx.applyChain(origin, list, &res); err != nil {
 				return err
 			}
 		}
@@ -377,6 +347,97 @@ func (l *Library) ApplyShared(changes []messages.SharedChange, opts ApplyOptions
 		return ApplyResult{}, err
 	}
 	return res, nil
+}
+
+// applyChain applies one origin's changes, in HLC order, through the
+// chain check, and logs them for the relay segment by segment (chain.go):
+// a segment whose every change is held here now is logged whole (the
+// changes of it held already too), with its seal, and its head becomes
+// the proof of the watermark when the watermark ends there. The changes
+// were verified by the caller (a segment arrives whole); without a seal
+// anywhere (a caller that does not seal: tests), each change is its own
+// segment. This device's own changes come only from its own log: any
+// other copy is a duplicate, or not its own.
+func (tx *txn) applyChain(origin messages.DeviceID, list []messages.SharedChange, res *ApplyResult) error {
+	if origin == tx.l.self {
+		res.Stale += len(list)
+		return nil
+	}
+	sealed := slices.ContainsFunc(list, func(c messages.SharedChange) bool { return len(c.Seal) != 0 })
+	wm := tx.sharedWatermark(origin)
+	var seg messages.Segmenter
+	var head messages.ChainHead
+	segStart, hashed := 0, sealed
+	var applied []*messages.SharedChange // of the segment under way
+	for i := range list {
+		c := &list[i]
+		if hashed {
+			if _, err := seg.Add(c); err != nil {
+				hashed = false // not a segment a seal could cover: no head
+			}
+		}
+		switch chainStep(wm, c) {
+		case chainStale:
+			res.Stale++
+		case chainGap:
+			res.Gapped = append(res.Gapped, *c)
+		default:
+			mi := tx.sharedModel(c)
+			if mi == nil {
+				// Refused the same way everywhere: the chain moves on,
+				// and the change is relayed as it is.
+				wm = c.HLC
+				applied = append(applied, c)
+				break
+			}
+			n := len(res.Rejected)
+			out, err := tx.applyShared(mi, c, true)
+			if err != nil {
+				return fmt.Errorf("apply %s %s: %w", c.Model, c.Record, err)
+			}
+			if out == outRejected && res.Rejected[n].Reason == messages.ReasonClockSkew {
+				break
+			}
+			tx.count(out)
+			wm = c.HLC
+			applied = append(applied, c)
+		}
+		if sealed && len(c.Seal) == 0 && i < len(list)-1 {
+			continue // the segment goes on
+		}
+		// The segment ends here (or the list does).
+		switch {
+		case sealed && len(c.Seal) != 0 && wm == c.HLC:
+			// Held whole now: logged whole (if any of it is new here), and
+			// its head proves wm.
+			for k := segStart; k <= i && len(applied) > 0; k++ {
+				if err := tx.logRelayed(&list[k], false); err != nil {
+					return err
+				}
+			}
+			if hashed {
+				head = seg.End(c.HLC)
+				head.Seal = c.Seal
+			}
+		default:
+			for _, a := range applied {
+				if err := tx.logRelayed(a, !sealed); err != nil {
+					return err
+				}
+			}
+		}
+		seg, hashed = messages.Segmenter{}, sealed
+		segStart, applied = i+1, nil
+	}
+	if err := tx.setSharedWatermark(origin, wm); err != nil {
+		return err
+	}
+	// A head is kept only if its seal checks: a caller that passed part
+	// of a segment must not leave a proof that is none.
+	if !head.IsZero() && head.Head == wm && head.Check(tx.l.meta.ID, tx.l.opts.KeyOwner) == nil {
+		return tx.proveShared(origin, head)
+	}
+	return nil
 }
 
 // ApplySharedState applies shared-state snapshot entries (Prev zero) through
@@ -436,6 +497,11 @@ func (l *Library) ApplySharedState(changes []messages.SharedChange, wms []messag
 				return err
 			}
 		}
+		for _, h := range opts.Heads {
+			if err := tx.proveShared(h.Origin(), h); err != nil {
+				return err
+			}
+		}
 		return tx.saveCheckpoint(opts.Checkpoint)
 	})
 	if err != nil {
@@ -492,7 +558,11 @@ func (l *Library) CommitSharedBatch(writes []SharedWrite) ([]messages.SharedChan
 		cs[i].Prev = prev
 		prev = cs[i].HLC
 	}
-	if err := l.appendLogLocked(cs); err != nil {
+	head, err := l.sealCommitLocked(cs)
+	if err != nil {
+		return nil, res, fmt.Errorf("commit %d shared changes: %w", len(cs), err)
+	}
+	if err := l.appendLogLocked(cs, head); err != nil {
 		return nil, res, fmt.Errorf("commit %d shared changes: log: %w", len(cs), err)
 	}
 	if l.afterLogAppend != nil {
@@ -502,7 +572,7 @@ func (l *Library) CommitSharedBatch(writes []SharedWrite) ([]messages.SharedChan
 	}
 	// Apply through the applier remote changes use; replay on open covers
 	// a crash between the two.
-	err := l.writeTx(&res, func(tx *txn) error {
+	err = l.writeTx(&res, func(tx *txn) error {
 		for i := range cs {
 			out, err := tx.applyShared(mis[i], &cs[i], false)
 			if err != nil {

@@ -1,6 +1,8 @@
 package persistence
 
 import (
+	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/json"
 	"path/filepath"
 	"sync"
@@ -47,6 +49,40 @@ func hlcAt(ts uint64, c uint32, dev messages.DeviceID) messages.HLC {
 	return messages.HLC{Timestamp: baseTS + ts, Counter: c, Device: dev.UUID()}
 }
 
+// testLibID is the library of newLib's libraries: they are replicas of
+// one library, whose seals and signed rows each other checks.
+var testLibID = messages.LibraryID(uuid.MustParse("11111111-0000-4000-8000-000000000011"))
+
+// testKeys are the test devices' signing keys: test device ids are not
+// derived from keys, so testKeyOwner maps each key back to its device.
+var testKeys sync.Map // string(public key) -> messages.DeviceID
+
+func testKey(dev messages.DeviceID) ed25519.PrivateKey {
+	seed := sha256.Sum256(append([]byte("lsync persistence test key "), dev[:]...))
+	k := ed25519.NewKeyFromSeed(seed[:])
+	testKeys.Store(string(k.Public().(ed25519.PublicKey)), dev)
+	return k
+}
+
+func testKeyOwner(pub ed25519.PublicKey) messages.DeviceID {
+	if dev, ok := testKeys.Load(string(pub)); ok {
+		return dev.(messages.DeviceID)
+	}
+	return messages.DeviceIDFromKey(pub)
+}
+
+// keyed gives a test library its device's key, as a node does: its shared
+// changes are sealed, its member rows signed.
+func keyed(opts Options) Options {
+	if opts.Key == nil {
+		opts.Key = testKey(opts.Self)
+	}
+	if opts.KeyOwner == nil {
+		opts.KeyOwner = testKeyOwner
+	}
+	return opts
+}
+
 func newLib(t testing.TB, self messages.DeviceID) *Library {
 	t.Helper()
 	return newLibOpts(t, Options{Self: self})
@@ -55,7 +91,7 @@ func newLib(t testing.TB, self messages.DeviceID) *Library {
 func newLibOpts(t testing.TB, opts Options) *Library {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "lib")
-	l, err := Create(dir, Meta{Name: "test"}, opts)
+	l, err := Create(dir, Meta{ID: testLibID, Name: "test"}, keyed(opts))
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -69,7 +105,7 @@ func reopen(t testing.TB, l *Library, opts Options) *Library {
 	if err := l.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	l2, err := Open(dir, opts)
+	l2, err := Open(dir, keyed(opts))
 	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}

@@ -99,6 +99,10 @@ type Library struct {
 		heldMax  map[messages.DeviceID]messages.HLC
 		sharedWM map[messages.DeviceID]messages.HLC
 		stateWM  map[messages.DeviceID]messages.HLC
+		// sharedHead is, per origin, the sealed head that proves
+		// sharedWM (its Head is the watermark), when one is held; the
+		// entry of this device is its own log's newest head.
+		sharedHead map[messages.DeviceID]messages.ChainHead
 		// digests holds each owner's maintained digest (owner_digest.go),
 		// published with the watermarks of the same commit.
 		digests map[messages.DeviceID]ownerDigest
@@ -242,6 +246,10 @@ func (l *Library) init() error {
 			return err
 		}
 	}
+	// Seal the log a library of schema 5 kept (once).
+	if err := l.sealLegacyLocked(); err != nil {
+		return fmt.Errorf("seal the log: %w", err)
+	}
 	// Build the digests a library of schema 2 lacks, before anything
 	// writes a row.
 	if err := l.buildMissingDigestsLocked(); err != nil {
@@ -371,8 +379,12 @@ func (l *Library) reloadLocked() error {
 	}
 	shared := map[messages.DeviceID]messages.HLC{}
 	state := map[messages.DeviceID]messages.HLC{}
-	err = c.query(`SELECT device, state_watermark, shared_watermark FROM peer_sync_state`, nil, func(s *sqlite3.Stmt) error {
+	heads := map[messages.DeviceID]messages.ChainHead{}
+	err = c.query(`SELECT device, state_watermark, shared_watermark, shared_head FROM peer_sync_state`, nil, func(s *sqlite3.Stmt) error {
 		dev := messages.DeviceID(columnUUID(s, 0))
+		if h, ok := decodeHead(s.ColumnRawBlob(3)); ok {
+			heads[dev] = h
+		}
 		sw, err := columnHLC(s, 1)
 		if err != nil {
 			return err
@@ -396,6 +408,15 @@ func (l *Library) reloadLocked() error {
 	if err != nil {
 		return err
 	}
+	delete(heads, l.self)
+	if _, err := c.queryRow(`SELECT value FROM log.log_meta WHERE key = 'own_head'`, nil, func(s *sqlite3.Stmt) error {
+		if h, ok := decodeHead(s.ColumnRawBlob(0)); ok && h.Head == last {
+			heads[l.self] = h
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	digests, err := loadDigests(c)
 	if err != nil {
 		return err
@@ -417,6 +438,7 @@ func (l *Library) reloadLocked() error {
 	l.pub.selfState = selfState
 	l.pub.heldMax = held
 	l.pub.sharedWM = shared
+	l.pub.sharedHead = heads
 	l.pub.stateWM = state
 	l.pub.digests = digests
 	l.pub.Unlock()

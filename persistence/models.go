@@ -119,8 +119,12 @@ func DefaultModels() []Model {
 				name("applied_context"), real("confidence"), short("source"), integer("created_at"),
 				uref("device_uuid", ModelDevice),
 			}},
-		{Name: ModelMember, Kind: Shared, DeterministicFrom: []string{"device_uuid"}, Columns: []Column{
+		// A member row is signed by the device that writes it (by): no
+		// member removes another in a third device's name (issue 25).
+		// departed: the device left by itself (by recorded it).
+		{Name: ModelMember, Kind: Shared, DeterministicFrom: []string{"device_uuid"}, SignedBy: "by", Columns: []Column{
 			required(uref("device_uuid", ModelDevice)), boolean("removed"), uref("by", ModelDevice), integer("at"),
+			boolean("departed"), short(sigColumn),
 		}},
 	}
 }

@@ -94,6 +94,11 @@ type Model struct {
 	// DeterministicFrom names the columns a name-based uuid is derived from
 	// (see Registry.DeterministicUUID); empty means lsync mints UUIDv7s.
 	DeterministicFrom []string
+	// SignedBy names a shared model's uuid column holding the device that
+	// writes and signs each of its rows (chain.go, signed rows): the row's
+	// signature is its "sig" text column. Only that device may write the
+	// row; others' changes of it are refused (bad_signature).
+	SignedBy string
 
 	derived derivedKind
 }
@@ -251,6 +256,18 @@ func (r *Registry) prepare(mi *modelInfo) error {
 			return fmt.Errorf("deterministic uuid from unknown column %q", n)
 		}
 		mi.detIdx = append(mi.detIdx, i)
+	}
+	if mi.SignedBy != "" {
+		i, ok := mi.colIdx[mi.SignedBy]
+		j, hasSig := mi.colIdx[sigColumn]
+		switch {
+		case mi.Kind != Shared:
+			return errors.New("only shared models' rows are signed")
+		case !ok || mi.Columns[i].Type != TypeUUID:
+			return fmt.Errorf("signed by %q, not a uuid column", mi.SignedBy)
+		case !hasSig || mi.Columns[j].Type != TypeText:
+			return fmt.Errorf("signed rows need a text column %q", sigColumn)
+		}
 	}
 	return mi.hookColumns()
 }

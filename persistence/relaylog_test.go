@@ -9,6 +9,22 @@ import (
 
 // applyChain applies changes through the chain check, as live and logged
 // changes are.
+// headOf is the head of c's segment, when c was committed alone (a
+// segment of its own).
+func headOf(t *testing.T, c messages.SharedChange) messages.ChainHead {
+	t.Helper()
+	var s messages.Segmenter
+	if _, err := s.Add(&c); err != nil {
+		t.Fatal(err)
+	}
+	h := s.End(c.HLC)
+	h.Seal = c.Seal
+	if err := h.Check(testLibID, testKeyOwner); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 func applyChain(t *testing.T, l *Library, cs ...messages.SharedChange) ApplyResult {
 	t.Helper()
 	res, err := l.ApplyShared(cs, ApplyOptions{})
@@ -81,8 +97,12 @@ func TestRelayLogAfterASnapshot(t *testing.T) {
 		c.Prev = messages.HLC{}
 		state = append(state, c)
 	}
-	if _, err := r.ApplySharedState(state, []messages.OriginWatermark{{Origin: devB, HLC: cs[3].HLC}}, ApplyOptions{}); err != nil {
+	if _, err := r.ApplySharedState(state, []messages.OriginWatermark{{Origin: devB, HLC: cs[3].HLC}},
+		ApplyOptions{Heads: []messages.ChainHead{headOf(t, cs[3])}}); err != nil {
 		t.Fatal(err)
+	}
+	if h, ok := r.SharedHead(devB); !ok || h.Head != cs[3].HLC {
+		t.Fatalf("the snapshot's head does not prove the watermark: %+v %v", h, ok)
 	}
 	if _, _, snap, _ := r.LogOf(devB, cs[1].HLC, 0); !snap {
 		t.Fatal("a range the log does not hold was not refused")
@@ -152,7 +172,7 @@ func TestRelayLogReplayAndHoles(t *testing.T) {
 	applyChain(t, r, cs[:2]...)
 	// Log cs[2] and cs[4] the way logRelayed does, without applying them.
 	for _, c := range []messages.SharedChange{cs[2], cs[4]} {
-		if err := r.writeTx(nil, func(tx *txn) error { return tx.logRelayed(&c) }); err != nil {
+		if err := r.writeTx(nil, func(tx *txn) error { return tx.logRelayed(&c, true) }); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ncruces/go-sqlite3"
+
 	"github.com/lsync/lsync/messages"
 )
 
@@ -118,6 +120,24 @@ var migrations = []migration{
 			lanes BLOB NOT NULL,
 			rows INTEGER NOT NULL)`,
 	}},
+	// Sealed chains (issue 25; chain.go): a logged change that ends a
+	// segment keeps its origin's seal (messages.SealSize bytes), or
+	// sealMarker when it is its own segment without one; the other
+	// changes of a segment have NULL. shared_head is the origin's sealed
+	// head (messages.ChainHead, msgpack) at this device's shared
+	// watermark for it: the proof of the watermark. Open seals the own
+	// log a library of schema 5 kept, and drops the other origins'
+	// changes it kept unsealed (log_meta 'sealed'). The columns are
+	// added by addedColumns (at every open, when missing).
+	{version: 6},
+}
+
+// addedColumns are columns tables of schema 1 gained later, added at every
+// open when missing (SQLite has no ADD COLUMN IF NOT EXISTS): schema, table,
+// column and its type.
+var addedColumns = [][4]string{
+	{"main", "peer_sync_state", "shared_head", "BLOB"}, // schema 6
+	{"log", "shared_changes", "seal", "BLOB"},          // schema 6
 }
 
 // migrate brings both databases to SchemaVersion and creates the tables of
@@ -165,6 +185,11 @@ func migrate(c *conn, reg *Registry) error {
 			}
 		}
 	}
+	for _, a := range addedColumns {
+		if err := addColumn(c, a[0], a[1], a[2], a[3]); err != nil {
+			return err
+		}
+	}
 	// Model tables follow the registry (CREATE IF NOT EXISTS): the default
 	// registry's are part of schema 1; a host's extra models are added.
 	// So do local tables added to schema 1 after libraries existed.
@@ -175,6 +200,52 @@ func migrate(c *conn, reg *Registry) error {
 	if err := c.c.Exec(`BEGIN IMMEDIATE; ` + strings.Join(ddl, ";\n") + `; COMMIT`); err != nil {
 		c.c.Exec(`ROLLBACK`)
 		return fmt.Errorf("create model tables: %w", err)
+	}
+	return addMissingColumns(c, reg)
+}
+
+// addColumn adds column col to schema.table unless it has it.
+func addColumn(c *conn, schema, table, col, typ string) error {
+	n, err := c.queryInt(`SELECT count(*) FROM pragma_table_info(?, ?) WHERE name = ?`, table, schema, col)
+	if err != nil || n > 0 {
+		return err
+	}
+	if err := c.exec(fmt.Sprintf(`ALTER TABLE %s.%s ADD COLUMN %s %s`, schema, table, quote(col), typ)); err != nil {
+		return fmt.Errorf("add %s.%s: %w", table, col, err)
+	}
+	return nil
+}
+
+// addMissingColumns adds the columns a model gained since its table was
+// created (the member row's signature, issue 25): NULL in the rows there,
+// as a value never written (a shared column's HLC is NULL too).
+func addMissingColumns(c *conn, reg *Registry) error {
+	var ddl []string
+	for _, name := range reg.order {
+		mi := reg.models[name]
+		have := map[string]bool{}
+		if err := c.query(`SELECT name FROM pragma_table_info(?)`, []any{mi.Name}, func(s *sqlite3.Stmt) error {
+			have[s.ColumnText(0)] = true
+			return nil
+		}); err != nil {
+			return err
+		}
+		for i, col := range mi.Columns {
+			if have[mi.sqlCol[i]] {
+				continue
+			}
+			ddl = append(ddl, fmt.Sprintf(`ALTER TABLE %s ADD COLUMN %s %s`, mi.table, quote(mi.sqlCol[i]), sqlType(col.Type)))
+			if mi.Kind == Shared {
+				ddl = append(ddl, fmt.Sprintf(`ALTER TABLE %s ADD COLUMN %s BLOB`, mi.table, quote(mi.sqlCol[i]+"_hlc")))
+			}
+		}
+	}
+	if len(ddl) == 0 {
+		return nil
+	}
+	if err := c.c.Exec(`BEGIN IMMEDIATE; ` + strings.Join(ddl, ";\n") + `; COMMIT`); err != nil {
+		c.c.Exec(`ROLLBACK`)
+		return fmt.Errorf("add model columns: %w", err)
 	}
 	return nil
 }

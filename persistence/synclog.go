@@ -14,8 +14,9 @@ import (
 // sync.db is this device's write-ahead log of shared changes, and the
 // relay log of other origins' changes it applied:
 //
-//	shared_changes(hlc, prev, model, record, op, fields msgpack, created_at)
-//	              every origin's, found by the device part of the HLC
+//	shared_changes(hlc, prev, model, record, op, fields msgpack, created_at, seal)
+//	              every origin's, found by the device part of the HLC;
+//	              seal is set on the last change of each segment (chain.go)
 //	peer_acks(peer, last_acked_hlc, acked_at)   cumulative ACKs of this
 //	          device's own changes
 //	log_meta: last_logged (kept when the log is pruned to empty) and
@@ -55,10 +56,10 @@ func decodeRecord(b []byte) (messages.StateRecord, error) {
 	return rec, err
 }
 
-// appendLogLocked commits c to sync.db (synchronous=FULL) on its own.
 // appendLogLocked appends changes (already chained: each Prev is the HLC
-// before it) to the log in one transaction.
-func (l *Library) appendLogLocked(cs []messages.SharedChange) (err error) {
+// before it, and sealed when the library has a key) to the log in one
+// transaction, with head, the newest segment's, when they are sealed.
+func (l *Library) appendLogLocked(cs []messages.SharedChange, head messages.ChainHead) (err error) {
 	if len(cs) == 0 {
 		return nil
 	}
@@ -76,8 +77,9 @@ func (l *Library) appendLogLocked(cs []messages.SharedChange) (err error) {
 		if err != nil {
 			return err
 		}
-		if err := l.w.exec(`INSERT INTO log.shared_changes (hlc, prev, model, record, op, fields, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, c.HLC, c.Prev, c.Model, c.Record, int64(c.Op), fields, l.nowMS()); err != nil {
+		if err := l.w.exec(`INSERT INTO log.shared_changes (hlc, prev, model, record, op, fields, created_at, seal)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, c.HLC, c.Prev, c.Model, c.Record, int64(c.Op), fields, l.nowMS(),
+			sealColumn(c, head.IsZero())); err != nil {
 			return err
 		}
 	}
@@ -86,19 +88,65 @@ func (l *Library) appendLogLocked(cs []messages.SharedChange) (err error) {
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, last); err != nil {
 		return err
 	}
+	if !head.IsZero() {
+		blob, err := encodeHead(head)
+		if err != nil {
+			return err
+		}
+		if err := l.w.exec(`INSERT INTO log.log_meta (key, value) VALUES ('own_head', ?)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, blob); err != nil {
+			return err
+		}
+	}
 	if err := l.w.c.Exec(`COMMIT`); err != nil {
 		return err
 	}
 	l.pub.Lock()
 	l.pub.lastLogged = last
+	if head.IsZero() {
+		delete(l.pub.sharedHead, l.self)
+	} else {
+		l.pub.sharedHead[l.self] = head
+	}
 	l.pub.Unlock()
 	return nil
 }
 
-const logCols = `hlc, prev, model, record, op, fields`
+// sealMarker is the seal column of a change that ends a segment of its
+// own without a seal: a library without a key logs its changes so (and
+// changes applied without seals, which only tests do). A page may end
+// after it; a member refuses it.
+var sealMarker = []byte{0}
 
-func scanLogEntry(s *sqlite3.Stmt) (messages.SharedChange, error) {
-	var c messages.SharedChange
+// sealColumn is what c's seal column holds: its seal; else sealMarker
+// when c is its own segment (unsealed), NULL when a later change of the
+// segment carries the seal.
+func sealColumn(c *messages.SharedChange, unsealed bool) any {
+	switch {
+	case len(c.Seal) != 0:
+		return c.Seal
+	case unsealed:
+		return sealMarker
+	}
+	return nil
+}
+
+const logCols = `hlc, prev, model, record, op, fields, seal`
+
+// scanLogEntry reads a row of logCols; segmentEnd reports whether
+// ends its segment (sealed or not).
+func scanLogEntry(s *sqlite3.Stmt) (c messages.SharedChange, segmentEnd bool, err error) {
+	if s.ColumnType(6) != sqlite3.NULL {
+		segmentEnd = true
+		if seal := s.ColumnRawBlob(6); len(seal) == messages.SealSize {
+			c.Seal = append([]byte(nil), seal...)
+		}
+	}
+	c, err = scanLogChange(s, c)
+	return c, segmentEnd, err
+}
+
+func scanLogChange(s *sqlite3.Stmt, c messages.SharedChange) (messages.SharedChange, error) {
 	var err error
 	if c.HLC, err = columnHLC(s, 0); err != nil {
 		return c, err
@@ -148,7 +196,7 @@ func (l *Library) replayOriginLocked(origin messages.DeviceID) error {
 	var entries []messages.SharedChange
 	err := l.w.query(`SELECT `+logCols+` FROM log.shared_changes WHERE `+originOf+` = ? AND hlc > ? ORDER BY hlc`,
 		[]any{origin, cmpHLC(wm)}, func(s *sqlite3.Stmt) error {
-			c, err := scanLogEntry(s)
+			c, _, err := scanLogEntry(s)
 			if err == nil && origin != l.self && c.Prev != wm {
 				return errPageFull // the chain breaks: the rest waits for a peer
 			}
@@ -191,11 +239,21 @@ func (l *Library) LogOf(origin messages.DeviceID, since messages.HLC, limit int)
 	return l.logSinceOpts(origin, since, pageOptions{Limit: limit})
 }
 
-// logSinceOpts is LogOf with the page bounded by opts.
+// logSinceOpts is LogOf with the page bounded by opts. A page holds whole
+// segments of the origin's chain (chain.go), so it verifies on its own:
+// it starts with the segment that holds the first change after since
+// (the changes of it at or before since are applied as duplicates), ends
+// with a segment's last change, and holds more than opts allows only when
+// its one segment does. A relay serves another origin's changes up to
+// the last segment it holds whole.
 func (l *Library) logSinceOpts(origin messages.DeviceID, since messages.HLC, opts pageOptions) (entries []messages.SharedChange, more, snapshotRequired bool, err error) {
 	opts = opts.withDefaults()
 	relay := origin != l.self
-	if relay && since.Compare(l.SharedWatermark(origin)) >= 0 {
+	upTo := l.LastLogged()
+	if relay {
+		upTo = l.SharedWatermark(origin)
+	}
+	if since.Compare(upTo) >= 0 {
 		return nil, false, false, nil // nothing newer here
 	}
 	err = l.readTx(func(c *conn) error {
@@ -204,14 +262,30 @@ func (l *Library) logSinceOpts(origin messages.DeviceID, since messages.HLC, opt
 			return err
 		}
 		if !known || since.Compare(from) < 0 {
-			snapshotRequired = true
+			// A relay sends to its shared state only who it can prove
+			// holds more than the requester: a watermark it holds no
+			// sealed head for raises none there, so the requester would
+			// ask again and again.
+			snapshotRequired = !relay || l.proven(origin)
 			return nil
 		}
+		// The segment holding the first change after since starts after
+		// the last segment end at or before since, or at the log's start.
+		begin, err := c.queryHLC(`SELECT max(hlc) FROM log.shared_changes WHERE `+originOf+` = ? AND hlc > ? AND hlc <= ?
+			AND seal IS NOT NULL`, origin, cmpHLC(from), cmpHLC(since))
+		if err != nil {
+			return err
+		}
+		if begin.IsZero() {
+			begin = from
+		}
 		page := pageBytes{max: opts.MaxBytes}
-		prev := since
-		err = c.query(`SELECT `+logCols+` FROM log.shared_changes WHERE `+originOf+` = ? AND hlc > ? ORDER BY hlc LIMIT ?`,
-			[]any{origin, cmpHLC(since), opts.Limit + 1}, func(s *sqlite3.Stmt) error {
-				e, err := scanLogEntry(s)
+		prev := begin
+		var seg []messages.SharedChange // the segment under way
+		segBytes := 0
+		err = c.query(`SELECT `+logCols+` FROM log.shared_changes WHERE `+originOf+` = ? AND hlc > ? ORDER BY hlc`,
+			[]any{origin, cmpHLC(begin)}, func(s *sqlite3.Stmt) error {
+				e, end, err := scanLogEntry(s)
 				if err != nil {
 					return err
 				}
@@ -224,11 +298,20 @@ func (l *Library) logSinceOpts(origin messages.DeviceID, since messages.HLC, opt
 				}
 				prev = e.HLC
 				l.reg.normalizeChange(&e)
-				if len(entries) == opts.Limit || !page.fits(changeSize(&e)) {
+				seg = append(seg, e)
+				segBytes += changeSize(&e)
+				if !end {
+					return nil
+				}
+				if len(entries) > 0 && (len(entries)+len(seg) > opts.Limit || !page.fits(segBytes)) {
 					more = true
 					return errPageFull
 				}
-				entries = append(entries, e)
+				if len(entries) == 0 {
+					page.fits(segBytes) // the first segment always goes
+				}
+				entries = append(entries, seg...)
+				seg, segBytes = nil, 0
 				return nil
 			})
 		return endScan(err)
@@ -258,8 +341,9 @@ func (c *conn) logStart(origin, self messages.DeviceID) (from messages.HLC, know
 // logRelayed keeps c, a change of another origin just applied in its
 // chain, in the log, to serve it to members that cannot reach its
 // origin. The first change of an origin logged here starts the complete
-// range at its Prev (the watermark it chained from).
-func (tx *txn) logRelayed(c *messages.SharedChange) error {
+// range at its Prev (the watermark it chained from). unsealed says c is a
+// segment of its own without a seal (sealColumn).
+func (tx *txn) logRelayed(c *messages.SharedChange, unsealed bool) error {
 	origin := c.Origin()
 	if origin == tx.l.self {
 		return nil
@@ -268,9 +352,9 @@ func (tx *txn) logRelayed(c *messages.SharedChange) error {
 	if err != nil {
 		return err
 	}
-	if err := tx.c.exec(`INSERT INTO log.shared_changes (hlc, prev, model, record, op, fields, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hlc) DO NOTHING`,
-		c.HLC, c.Prev, c.Model, c.Record, int64(c.Op), fields, tx.l.nowMS()); err != nil {
+	if err := tx.c.exec(`INSERT INTO log.shared_changes (hlc, prev, model, record, op, fields, created_at, seal)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hlc) DO UPDATE SET seal = coalesce(seal, excluded.seal)`,
+		c.HLC, c.Prev, c.Model, c.Record, int64(c.Op), fields, tx.l.nowMS(), sealColumn(c, unsealed)); err != nil {
 		return fmt.Errorf("relay log: %w", err)
 	}
 	if tx.relayed[origin] {
@@ -415,20 +499,26 @@ func (l *Library) pruneLogLocked() (n int, err error) {
 	}()
 	// pruned: the newest HLC deleted, per origin.
 	pruned := map[messages.DeviceID]messages.HLC{}
+	// del deletes, per origin, the changes up to the newest segment end
+	// where reaches: a log is cut between segments only, so what is left
+	// of it serves whole segments (chain.go).
 	del := func(where string, args ...any) error {
-		if err := c.query(`SELECT `+originOf+`, max(hlc) FROM log.shared_changes WHERE `+where+` GROUP BY 1`, args,
+		cuts := map[messages.DeviceID]messages.HLC{}
+		if err := c.query(`SELECT `+originOf+`, max(hlc) FROM log.shared_changes WHERE (`+where+`) AND seal IS NOT NULL GROUP BY 1`, args,
 			func(s *sqlite3.Stmt) error {
 				h, err := columnHLC(s, 1)
-				o := messages.DeviceID(columnUUID(s, 0))
-				pruned[o] = maxHLC(pruned[o], h)
+				cuts[messages.DeviceID(columnUUID(s, 0))] = h
 				return err
 			}); err != nil {
 			return err
 		}
-		if err := c.exec(`DELETE FROM log.shared_changes WHERE `+where, args...); err != nil {
-			return err
+		for o, h := range cuts {
+			if err := c.exec(`DELETE FROM log.shared_changes WHERE `+originOf+` = ? AND hlc <= ?`, o, cmpHLC(h)); err != nil {
+				return err
+			}
+			n += int(c.c.Changes())
+			pruned[o] = maxHLC(pruned[o], h)
 		}
-		n += int(c.c.Changes())
 		return nil
 	}
 	// Own changes every partner holds (its ACKs).

@@ -19,9 +19,12 @@ type txn struct {
 	selfMax messages.HLC // largest HLC of an own state write
 	// ownerMax is the largest HLC written per owner (rows and deletes).
 	ownerMax map[int64]messages.HLC
-	// sharedWM holds watermarks written in this transaction.
-	sharedWM map[messages.DeviceID]messages.HLC
-	stateWM  map[messages.DeviceID]messages.HLC
+	// sharedWM holds watermarks written in this transaction; sharedHeads
+	// the heads that prove them (a zero head: the watermark rose without
+	// one).
+	sharedWM    map[messages.DeviceID]messages.HLC
+	sharedHeads map[messages.DeviceID]messages.ChainHead
+	stateWM     map[messages.DeviceID]messages.HLC
 
 	// refs caches uuid -> (id, owner) per model for this transaction.
 	refs map[*modelInfo]map[messages.UUID]refInfo
@@ -165,6 +168,13 @@ func (tx *txn) publish() {
 	for d, h := range tx.sharedWM {
 		l.pub.sharedWM[d] = h
 	}
+	for d, h := range tx.sharedHeads {
+		if h.IsZero() {
+			delete(l.pub.sharedHead, d)
+		} else {
+			l.pub.sharedHead[d] = h
+		}
+	}
 	for d, h := range tx.stateWM {
 		l.pub.stateWM[d] = h
 	}
@@ -260,8 +270,43 @@ func (tx *txn) sharedWatermark(origin messages.DeviceID) messages.HLC {
 }
 
 // setSharedWatermark raises origin's shared watermark to h (never lowers).
+// The head that proved the old watermark no longer does: proveShared
+// stores the new one's, when there is one.
 func (tx *txn) setSharedWatermark(origin messages.DeviceID, h messages.HLC) error {
-	return tx.raiseWatermark("shared_watermark", &tx.sharedWM, tx.l.pub.sharedWM, origin, h)
+	if h.Compare(tx.sharedWatermark(origin)) <= 0 || origin == tx.l.self {
+		return tx.raiseWatermark("shared_watermark", &tx.sharedWM, tx.l.pub.sharedWM, origin, h)
+	}
+	if err := tx.raiseWatermark("shared_watermark", &tx.sharedWM, tx.l.pub.sharedWM, origin, h); err != nil {
+		return err
+	}
+	return tx.storeSharedHead(origin, messages.ChainHead{})
+}
+
+// proveShared keeps head as the proof of origin's watermark, if it is at
+// head (and of another origin: this device's own head is its log's).
+func (tx *txn) proveShared(origin messages.DeviceID, head messages.ChainHead) error {
+	if origin == tx.l.self || head.Head != tx.sharedWatermark(origin) || head.Origin() != origin {
+		return nil
+	}
+	return tx.storeSharedHead(origin, head)
+}
+
+func (tx *txn) storeSharedHead(origin messages.DeviceID, head messages.ChainHead) error {
+	var blob []byte
+	if !head.IsZero() {
+		var err error
+		if blob, err = encodeHead(head); err != nil {
+			return err
+		}
+	}
+	if err := tx.c.exec(`UPDATE peer_sync_state SET shared_head = ? WHERE device = ?`, blob, origin); err != nil {
+		return fmt.Errorf("shared head of %s: %w", origin, err)
+	}
+	if tx.sharedHeads == nil {
+		tx.sharedHeads = map[messages.DeviceID]messages.ChainHead{}
+	}
+	tx.sharedHeads[origin] = head
+	return nil
 }
 
 func (tx *txn) raiseStateWatermark(owner messages.DeviceID, h messages.HLC) error {
