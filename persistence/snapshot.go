@@ -107,9 +107,43 @@ func (l *Library) resetAfterSnapshot(source messages.DeviceID) error {
 				return err
 			}
 		}
+		// The heads that prove the copy's shared watermarks came in a file
+		// the source wrote: keep only those whose seals check (chain.go).
+		// A watermark left unproved is checked against its origin's heads
+		// as they arrive, and rewinds if it is past them.
+		if err := tx.dropBadHeads(); err != nil {
+			return err
+		}
 		if !srcWM.IsZero() {
 			return tx.raiseStateWatermark(source, srcWM)
 		}
 		return nil
 	})
+}
+
+// dropBadHeads clears the shared heads that do not prove their watermark.
+func (tx *txn) dropBadHeads() error {
+	var bad []messages.DeviceID
+	err := tx.c.query(`SELECT device, shared_watermark, shared_head FROM peer_sync_state WHERE shared_head IS NOT NULL`, nil,
+		func(s *sqlite3.Stmt) error {
+			dev := messages.DeviceID(columnUUID(s, 0))
+			wm, err := columnHLC(s, 1)
+			if err != nil {
+				return err
+			}
+			h, ok := decodeHead(s.ColumnRawBlob(2))
+			if !ok || h.Head != wm || h.Origin() != dev || h.Check(tx.l.meta.ID, tx.l.opts.KeyOwner) != nil {
+				bad = append(bad, dev)
+			}
+			return nil
+		})
+	if err != nil {
+		return err
+	}
+	for _, dev := range bad {
+		if err := tx.storeSharedHead(dev, messages.ChainHead{}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
