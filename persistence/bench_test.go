@@ -1,8 +1,10 @@
 package persistence
 
 import (
+	"crypto/ed25519"
 	"fmt"
 	"math/rand"
+	"path/filepath"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -248,4 +250,41 @@ func BenchmarkApplySharedStateContent(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*benchPage)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// BenchmarkCommitSharedBatch commits batches of 1,000 content identities
+// (an index's shared writes), sealed (a device key, as a node has) and
+// unsealed, so one run gives the cost of sealing (issue 25).
+func BenchmarkCommitSharedBatch(b *testing.B) {
+	for _, sealed := range []bool{false, true} {
+		name := "unsealed"
+		if sealed {
+			name = "sealed"
+		}
+		b.Run(name, func(b *testing.B) {
+			opts := Options{Self: devA, Key: testKey(devA), KeyOwner: testKeyOwner}
+			if !sealed {
+				opts.Key = ed25519.PrivateKey(nil)
+			}
+			l, err := Create(filepath.Join(b.TempDir(), "lib"), Meta{ID: testLibID, Name: "bench"}, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			n := 0
+			b.ResetTimer()
+			for b.Loop() {
+				ws := make([]SharedWrite, 1000)
+				for i := range ws {
+					n++
+					ws[i] = SharedWrite{Model: ModelContentIdentity, Op: messages.OpInsert,
+						Fields: map[string]any{"content_hash": fmt.Sprintf("blake3:%064x", n), "size": int64(n), "kind": "image"}}
+				}
+				if _, _, err := l.CommitSharedBatch(ws); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/change")
+		})
+	}
 }
