@@ -47,7 +47,7 @@ type pairFlooder struct {
 
 // startPairFlood runs loops flooding loops on each of hosts against
 // target, until the test ends (or stop).
-func startPairFlood(t *testing.T, target string, hosts []string, loops int, mode floodMode) *pairFlooder {
+func startPairFlood(t testing.TB, target string, hosts []string, loops int, mode floodMode) *pairFlooder {
 	t.Helper()
 	mallory, err := LoadOrCreateIdentity(t.TempDir(), "mallory")
 	if err != nil {
@@ -247,6 +247,60 @@ func TestHostilePairingFloodFromSameSource(t *testing.T) {
 				return
 			}
 			floodedJoins(t, a, b, []*pairFlooder{f}, 3, false)
+		})
+	}
+}
+
+// BenchmarkPairingJoinUnderFlood measures joins with the right code while
+// a flood holds every pairing slot of the creator: an op is one join that
+// succeeded, tried again (at once) as long as it was cut. It reports the
+// flood's rate (flood/min: its handshakes a minute, all addresses) and
+// the tries cut per join (cut/op). From other addresses, cut/op must be 0;
+// from the joiner's own, it says how often a flood of that rate cuts a
+// join (JoinPairing tries 3 times).
+//
+//	go test ./net -run '^$' -bench PairingJoinUnderFlood -benchtime 20x
+func BenchmarkPairingJoinUnderFlood(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		hosts []string
+		mode  floodMode
+		loops int
+	}{
+		{"other-addresses-silent", floodHosts(1, 16), floodIdle, 8},
+		{"other-addresses-stalling", floodHosts(1, 16), floodStart, 8},
+		{"same-address-silent", []string{loopback}, floodIdle, 2 * maxPairSessions},
+		{"same-address-stalling", []string{loopback}, floodStart, 2 * maxPairSessions},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			a, j := newNode(b, "alpha"), newNode(b, "beta")
+			ua, _ := stdnet.ResolveUDPAddr("udp", a.t.Addr())
+			f := startPairFlood(b, a.t.Addr(), bc.hosts, bc.loops, bc.mode)
+			testutil.Eventually(b, 20*time.Second, "the flood to hold every pairing slot",
+				func() bool { return pairSessions(a) >= maxPairSessions })
+			from, start := f.dialed.Load(), time.Now()
+			cut := 0
+			for b.Loop() {
+				code, _, _, err := a.t.GeneratePairingCode(time.Minute, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for {
+					ctx, cancel := context.WithTimeout(context.Background(), floodJoinTimeout)
+					_, err := j.t.joinOnce(ctx, ua, code, a.t.Addr())
+					cancel()
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, ErrPairingBusy) {
+						b.Fatal(err)
+					}
+					cut++
+				}
+			}
+			b.ReportMetric(float64(f.dialed.Load()-from)/time.Since(start).Minutes(), "flood/min")
+			b.ReportMetric(float64(cut)/float64(b.N), "cut/op")
+			f.stop()
 		})
 	}
 }
