@@ -433,14 +433,14 @@ func (t *QUICTransport) servePairing(qc *quic.Conn, slot *pairSlot) {
 	if t.ctx.Err() != nil {
 		return // closing: Close closes the connection
 	}
-	if wasCut(slot) {
-		// Another connection took the slot (pairslots.go). The joiner is
-		// told "busy", as if refused at once; unless its attempt was
-		// decided already, nothing it sent was tested.
+	if err != nil && reason == "" && wasCut(slot) {
+		// Another connection took the slot (pairslots.go) before the
+		// attempt was decided: nothing the joiner sent was tested, and it
+		// is told "busy", as if refused at once, so it tries again. (An
+		// attempt decided already was answered; the cut only shortened
+		// the wait for its joiner to hang up.)
 		qc.CloseWithError(connPairingBusy, "pairing slot given to another attempt")
-		if reason == "" {
-			reason, err = messages.ReasonPairingPreempted, errPairingCut
-		}
+		reason, err = messages.ReasonPairingPreempted, errPairingCut
 	} else {
 		qc.CloseWithError(connPairingDone, "")
 	}
@@ -458,7 +458,7 @@ func (t *QUICTransport) servePairing(qc *quic.Conn, slot *pairSlot) {
 // creatorExchange runs the exchange; a failure comes with the reason it
 // is counted under ("" for a joiner that stalled or left, or a slot that
 // was cut).
-func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn, slot *pairSlot) (messages.Reason, error) {
+func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn, slot *pairSlot) (reason messages.Reason, err error) {
 	deadline, _ := ctx.Deadline()
 	// The joiner's first message is due within a step: an honest joiner
 	// sends it with the last flight of its handshake.
@@ -469,11 +469,12 @@ func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn, slot
 	defer stop()
 	step := func() { s.SetReadDeadline(earliest(time.Now().Add(pairStepTimeout), deadline)) }
 	// Whatever the outcome, let the joiner read our last message and hang
-	// up first, so closing the connection does not cut it off; but a cut
-	// exchange must not end its stream cleanly: the joiner would read an
-	// EOF before the close that tells it "busy".
+	// up first, so closing the connection does not cut it off; but an
+	// exchange cut before it was decided (reason "") must not end its
+	// stream cleanly: its joiner would read an EOF before the close that
+	// tells it "busy".
 	defer func() {
-		if wasCut(slot) {
+		if err != nil && reason == "" && wasCut(slot) {
 			return
 		}
 		s.Close()
