@@ -91,7 +91,10 @@ func (t *QUICTransport) admitPairing(src string) (slot *pairSlot, ok bool) {
 			return nil, false
 		}
 		p.dropLocked(cut)
+		// The flag and the cause change together, under the lock: whoever
+		// saw the flag sees the cause (wasCut) too.
 		cut.cut = true
+		cut.cancel(errPairingCut)
 	}
 	slot = &pairSlot{src: src, seq: p.admitted}
 	slot.ctx, slot.cancel = context.WithCancelCause(t.ctx)
@@ -99,9 +102,6 @@ func (t *QUICTransport) admitPairing(src string) (slot *pairSlot, ok bool) {
 	p.slots[slot] = struct{}{}
 	p.held[src]++
 	p.mu.Unlock()
-	if cut != nil {
-		cut.cancel(errPairingCut)
-	}
 	return slot, true
 }
 
