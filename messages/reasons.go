@@ -32,6 +32,9 @@ const (
 	ReasonPairingBusy    Reason = "pairing_busy"    // a pairing connection refused: no slot free, overall or for its source
 	ReasonPairingLocked  Reason = "pairing_locked"  // a pairing attempt from a source with no attempts left on any code
 	ReasonPairingTimeout Reason = "pairing_timeout" // a pairing exchange the joiner let go quiet or abandoned
+	// A pairing exchange not yet proven, cut to give its slot to another
+	// connection (a fairer share for its source; see net/pairslots.go).
+	ReasonPairingPreempted Reason = "pairing_preempted"
 
 	// Authorization: who may send what.
 	ReasonUnauthorized   Reason = "unauthorized"    // not a sync partner of the library
@@ -61,6 +64,7 @@ var reasons = [...]Reason{
 	ReasonFrameTooLarge, ReasonMalformed, ReasonTruncated, ReasonUnknownType, ReasonSchemaMismatch,
 	ReasonUnexpected, ReasonUnknownStream, ReasonUnpaired, ReasonWrongPeer, ReasonPairingFailed, ReasonHandshake,
 	ReasonNoCertificate, ReasonWrongALPN, ReasonPairingBusy, ReasonPairingLocked, ReasonPairingTimeout,
+	ReasonPairingPreempted,
 	ReasonUnauthorized, ReasonUnknownLibrary, ReasonForgedOwner, ReasonForgedOrigin, ReasonForgedSetup, ReasonBadSignature, ReasonBadAck,
 	ReasonUnknownModel, ReasonWrongKind, ReasonBadValue, ReasonClockSkew, ReasonPoisonRecord,
 	ReasonTooLarge, ReasonBadUUID, ReasonParkingFull,

@@ -182,9 +182,12 @@
 //     without a PAKE, so the user knows to generate a new code;
 //   - a code ends (ErrPairingExhausted) after attempts × 8 wrong attempts
 //     in all (24 by default), which takes at least 8 sources;
-//   - an attempt is reserved when the challenge is sent, so concurrent
-//     exchanges of a source cannot exceed its attempts, and given back if
-//     the joiner never confirms (no guess was tested).
+//   - an attempt is counted when the joiner's confirmation is tested,
+//     under one lock with the check that its source has one left, so
+//     however many exchanges a source runs at once it tests no more
+//     guesses than its attempts (the others are told it is locked out);
+//     an exchange that never confirms, or whose slot is cut, tested no
+//     guess and costs nothing.
 //
 // So an online attacker gets at most 24 guesses per code out of ~2.8·10⁹
 // however many addresses it has, and with fewer than 8 addresses it can
@@ -193,12 +196,29 @@
 // address with the attacker (same NAT) shares its attempts, and a
 // botnet can end codes; the user then generates another.
 //
-// Hazard: slots. At most 16 pairing exchanges run at once, 2 per source,
-// and each message of the joiner must arrive within 2 s (the first one
-// counted from the handshake), so connections that send nothing give their
-// slot back within seconds. A connection refused for want of a slot is
-// closed at once (the joiner sees ErrPairingBusy) and counted; holding
-// every slot takes 8 sources reconnecting every few seconds.
+// Hazard: slots. At most 64 pairing exchanges run at once, and each
+// message of the joiner must arrive within 2 s (the first one counted from
+// the start of the exchange), so connections that send nothing give their
+// slot back within seconds. Until its confirmation verifies, an exchange
+// cannot tell an honest joiner from a flooder (anything a joiner could
+// send earlier that the creator can check, a fake creator could check
+// offline), so the slots are shared, not rationed (pairslots.go): a
+// connection that finds them all held takes the slot of an exchange not
+// yet proven, of the source holding the most (its own source's on a tie),
+// the least advanced one first, then the oldest; the exchange cut is told
+// "busy" (ErrPairingBusy, tried again by JoinPairing) and counted as
+// pairing_preempted, and it tested no guess. So a flood from fewer than
+// 64 addresses, however fast, can neither refuse nor cut the exchange of
+// a joiner from another address. From the joiner's own address (same
+// host, NAT or IPv6 /64), the flood's newest connections cut that
+// address's oldest, those that said nothing first: a join from there is
+// cut only if the flood opens some 64 connections before the creator has
+// read the join's share (if the flood's connections say nothing), or
+// before the join's confirmation arrives a round trip later (if they send
+// a share and stall). Admission follows the QUIC handshake, which proves
+// the source address: a spoofed one can neither take nor cut slots. A
+// connection is refused outright (pairing_busy) only if every exchange is
+// proven, which takes 64 right codes at once.
 //
 // Hazard: the joiner confirms first, so whoever answers at the address the
 // joiner typed (a fake creator) receives MAC_J for each Yb it sent: it may

@@ -78,7 +78,7 @@ func TestSourceOf(t *testing.T) {
 
 // rawClient is a QUIC endpoint on its own UDP socket at host, for attacks
 // that need handshakes our transport would never make.
-func rawClient(t *testing.T, host string) *quic.Transport {
+func rawClient(t testing.TB, host string) *quic.Transport {
 	t.Helper()
 	udp, err := stdnet.ListenUDP("udp", &stdnet.UDPAddr{IP: stdnet.ParseIP(host)})
 	if err != nil {

@@ -36,8 +36,9 @@ var (
 	// ErrPairingLocked: the joiner's address has no attempts left on any
 	// pending code of the other device.
 	ErrPairingLocked = errors.New("pairing refused: too many wrong attempts from this address; generate a new code on the other device")
-	// ErrPairingBusy: the other device is serving as many pairing
-	// exchanges as it will (overall, or from this address).
+	// ErrPairingBusy: the other device gave this attempt's pairing slot
+	// to another connection before the attempt was tested (pairslots.go),
+	// or had none to give. JoinPairing tries again a few times first.
 	ErrPairingBusy = errors.New("pairing refused: the other device is busy with other pairing attempts; try again in a few seconds")
 	// ErrInvalidCode is a code that is not of the form WXYZ-1234.
 	ErrInvalidCode = errors.New("invalid pairing code: want four letters, a dash and four digits, like WXYZ-1234")
@@ -61,10 +62,9 @@ const (
 	expiredRetention = time.Hour
 	maxCandidates    = maxLiveCodes + maxExpiredCodes
 	maxPairMsg       = 4096
-	maxPairSessions  = 16 // pairing exchanges served at once
-	maxPairPerSource = 2  // of them from one source (IP, or IPv6 /64)
 	// pairStepTimeout is how long the creator waits for each message of
-	// the joiner (the first one counted from the handshake): an honest
+	// the joiner (the first one counted from the exchange's start, right
+	// after the handshake): an honest
 	// joiner answers within a round trip, so a connection that goes quiet
 	// gives its slot back quickly.
 	pairStepTimeout = 2 * time.Second
@@ -117,8 +117,9 @@ type pairingState struct {
 	mu       sync.Mutex
 	closed   bool                    // guarded by mu
 	codes    map[string]*pendingCode // guarded by mu
-	active   map[string]int          // guarded by mu: exchanges being served, per source
-	sessions int                     // guarded by mu: their sum
+	slots    map[*pairSlot]struct{}  // guarded by mu: exchanges being served, at most maxPairSessions
+	held     map[string]int          // guarded by mu: len(slots) per source
+	admitted uint64                  // guarded by mu: slots given so far (the next one's seq)
 }
 
 // pairedInfo is what each side tells the other once the PAKE succeeded,
@@ -284,132 +285,115 @@ func (t *QUICTransport) endPairing() {
 // dummy answered when no code is pending, so an attempt looks the same
 // whether or not codes exist.
 type candidate struct {
-	pc       *pendingCode
-	code     string
-	reserved bool // a wrong attempt of the source is counted on pc until settled
+	pc   *pendingCode
+	code string
 }
 
-// admitPairing takes a slot for a pairing exchange from src, if one is
-// free overall and for src.
-func (t *QUICTransport) admitPairing(src string) bool {
+// pairCandidates returns the codes a joiner from slot's source is answered
+// with: every live code the source still has attempts on, and the
+// recently expired ones. locked reports that the source has no attempts
+// left on any live code; cut, that the slot went to another connection
+// (nothing to answer). Nothing is counted yet: an attempt costs only when
+// its confirmation is tested (settleAttempt), so exchanges that stall,
+// leave or are cut before confirming cost their source nothing.
+func (t *QUICTransport) pairCandidates(slot *pairSlot) (cands []candidate, locked, cut bool) {
 	p := &t.pairing
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.sessions >= maxPairSessions || p.active[src] >= maxPairPerSource {
-		return false
+	if slot.cut {
+		return nil, false, true
 	}
-	p.sessions++
-	p.active[src]++
-	return true
-}
-
-func (t *QUICTransport) releasePairing(src string) {
-	p := &t.pairing
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.sessions--
-	if p.active[src]--; p.active[src] <= 0 {
-		delete(p.active, src)
-	}
-}
-
-// pairCandidates returns the codes a joiner from src is answered with:
-// every live code src still has attempts on, and the recently expired
-// ones. On each live one it reserves a wrong attempt of src, so that
-// concurrent exchanges cannot exceed src's attempts; settleAttempt or
-// refundAttempt settles the reservations. locked reports that src has no
-// attempts left on any live code.
-func (t *QUICTransport) pairCandidates(src string) (cands []candidate, locked bool) {
-	p := &t.pairing
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	slot.stage = stageChallenged
 	t.sweepLocked(t.now())
 	live, usable := 0, 0
 	for code, pc := range p.codes {
-		c := candidate{pc: pc, code: code}
 		if pc.state == codeLive {
 			live++
-			if pc.wrong[src] >= pc.attempts {
+			if pc.wrong[slot.src] >= pc.attempts {
 				continue
 			}
 			usable++
-			pc.wrong[src]++
-			pc.wrongAll++
-			c.reserved = true
 		}
-		cands = append(cands, c)
+		cands = append(cands, candidate{pc: pc, code: code})
 	}
 	if live > 0 && usable == 0 {
-		return nil, true
+		return nil, true, false
 	}
 	if len(cands) == 0 {
 		cands = append(cands, candidate{})
 	}
-	return cands, false
-}
-
-// refundAttempt gives back the attempts src reserved on cands: the
-// exchange ended before the joiner tested a guess.
-func (t *QUICTransport) refundAttempt(src string, cands []candidate) {
-	t.pairing.mu.Lock()
-	defer t.pairing.mu.Unlock()
-	refundLocked(src, cands)
-}
-
-func refundLocked(src string, cands []candidate) {
-	for i, c := range cands {
-		if c.reserved {
-			if c.pc.wrong[src]--; c.pc.wrong[src] <= 0 {
-				delete(c.pc.wrong, src)
-			}
-			c.pc.wrongAll--
-			cands[i].reserved = false
-		}
-	}
+	return cands, false, false
 }
 
 type attemptOutcome int
 
 const (
-	attemptFailed attemptOutcome = iota
-	attemptExpired
-	attemptOK
+	attemptFailed  attemptOutcome = iota
+	attemptExpired                // the joiner holds a code that expired
+	attemptOK                     // the joiner holds a live code, now consumed
+	attemptLocked                 // no candidate may be tested any more: the source spent its attempts meanwhile
+	attemptCut                    // the slot went to another connection: nothing tested
 )
 
-// settleAttempt decides a pairing attempt of src once the joiner's MACs
-// are checked. match is the candidate whose MAC verified (-1: none). A
-// correct live code is consumed, and src's reservations are given back. A
-// wrong guess keeps them: it costs src one attempt on every code it was
-// tried against (the creator cannot tell which code the joiner meant),
-// and a code whose wrong attempts reach its total ends.
-func (t *QUICTransport) settleAttempt(src string, cands []candidate, match int) (attemptOutcome, *pendingCode) {
+// settleAttempt decides a pairing attempt once the joiner's MACs are
+// checked; match is the candidate whose MAC verified (-1: none).
+//
+// The guess is tested here, under the lock, against the candidates it may
+// still be tested against: the codes still pending that the source still
+// has attempts on (concurrent exchanges of the source may have spent them
+// since the challenge), and expired ones (which only say "expired"). So
+// however many exchanges a source runs at once, it tests at most its
+// attempts per code. A match on any other candidate is ignored, so the
+// answer depends on testable candidates only. A correct live code is
+// consumed and the slot is proven (never cut from then on). A wrong
+// guess costs the source one attempt on every live code it was tested
+// against (the creator cannot tell which code the joiner meant), and a
+// code whose wrong attempts reach its total ends. A cut slot tests
+// nothing: its joiner is told only "busy".
+func (t *QUICTransport) settleAttempt(slot *pairSlot, cands []candidate, match int) (attemptOutcome, *pendingCode) {
 	p := &t.pairing
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	t.sweepLocked(t.now())
-	if match >= 0 && cands[match].pc != nil {
-		refundLocked(src, cands)
-		pc := cands[match].pc
-		if cur, ok := p.codes[pc.code]; ok && cur == pc {
-			switch pc.state {
-			case codeLive:
-				delete(p.codes, pc.code)
-				pc.timer.Stop()
-				return attemptOK, pc
-			case codeExpired:
-				return attemptExpired, nil
-			}
-		}
-		return attemptFailed, nil // used or disabled meanwhile
+	if slot.cut {
+		return attemptCut, nil
 	}
-	for _, c := range cands {
+	t.sweepLocked(t.now())
+	src := slot.src
+	testable := func(c candidate) bool {
 		pc := c.pc
-		if !c.reserved || pc.state != codeLive || p.codes[pc.code] != pc || pc.wrongAll < pc.maxWrong {
-			continue
+		return pc != nil && p.codes[pc.code] == pc && (pc.state == codeExpired || pc.wrong[src] < pc.attempts)
+	}
+	if match >= 0 && testable(cands[match]) {
+		pc := cands[match].pc
+		if pc.state == codeExpired {
+			return attemptExpired, nil
 		}
 		delete(p.codes, pc.code)
-		t.finishLocked(pc, PairResult{Err: ErrPairingExhausted})
-		t.log.Warn("pairing code disabled after too many wrong attempts", "wrong", pc.wrongAll, "sources", len(pc.wrong))
+		pc.timer.Stop()
+		slot.stage = stageProven
+		return attemptOK, pc
+	}
+	pending, tested := 0, 0 // live codes still pending among cands; of them, tested
+	for _, c := range cands {
+		pc := c.pc
+		if pc == nil || pc.state != codeLive || p.codes[pc.code] != pc {
+			continue
+		}
+		pending++
+		if !testable(c) {
+			continue
+		}
+		tested++
+		pc.wrong[src]++
+		pc.wrongAll++
+		if pc.wrongAll >= pc.maxWrong {
+			delete(p.codes, pc.code)
+			t.finishLocked(pc, PairResult{Err: ErrPairingExhausted})
+			t.log.Warn("pairing code disabled after too many wrong attempts", "wrong", pc.wrongAll, "sources", len(pc.wrong))
+		}
+	}
+	if pending > 0 && tested == 0 {
+		return attemptLocked, nil
 	}
 	return attemptFailed, nil
 }
@@ -440,14 +424,27 @@ func (t *QUICTransport) pairContext(qc *quic.Conn, joiner bool) (cpaceContext, e
 	return cpaceContext{SID: sid, Joiner: them, Creator: me}, nil
 }
 
-// servePairing runs the creator's side of one pairing attempt from src,
+// servePairing runs the creator's side of one pairing attempt in slot,
 // and counts and logs (rate-limited) how it failed.
-func (t *QUICTransport) servePairing(qc *quic.Conn, src string) {
-	defer qc.CloseWithError(connPairingDone, "")
-	ctx, cancel := context.WithTimeout(t.ctx, t.hsTimeout)
+func (t *QUICTransport) servePairing(qc *quic.Conn, slot *pairSlot) {
+	ctx, cancel := context.WithTimeout(slot.ctx, t.hsTimeout)
 	defer cancel()
-	reason, err := t.creatorExchange(ctx, qc, src)
-	if err == nil || t.ctx.Err() != nil {
+	reason, err := t.creatorExchange(ctx, qc, slot)
+	if t.ctx.Err() != nil {
+		return // closing: Close closes the connection
+	}
+	if err != nil && reason == "" && wasCut(slot) {
+		// Another connection took the slot (pairslots.go) before the
+		// attempt was decided: nothing the joiner sent was tested, and it
+		// is told "busy", as if refused at once, so it tries again. (An
+		// attempt decided already was answered; the cut only shortened
+		// the wait for its joiner to hang up.)
+		qc.CloseWithError(connPairingBusy, "pairing slot given to another attempt")
+		reason, err = messages.ReasonPairingPreempted, errPairingCut
+	} else {
+		qc.CloseWithError(connPairingDone, "")
+	}
+	if err == nil {
 		return
 	}
 	if reason == "" {
@@ -455,23 +452,31 @@ func (t *QUICTransport) servePairing(qc *quic.Conn, src string) {
 		reason = messages.ReasonPairingTimeout
 	}
 	t.obs.Rejected(reason)
-	t.warnRefusal(src, reason, "pairing attempt failed", "addr", qc.RemoteAddr(), "err", err)
+	t.warnRefusal(slot.src, reason, "pairing attempt failed", "addr", qc.RemoteAddr(), "err", err)
 }
 
 // creatorExchange runs the exchange; a failure comes with the reason it
-// is counted under ("" for a joiner that stalled or left).
-func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn, src string) (messages.Reason, error) {
-	s, reason, err := acceptPairStream(ctx, qc)
+// is counted under ("" for a joiner that stalled or left, or a slot that
+// was cut).
+func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn, slot *pairSlot) (reason messages.Reason, err error) {
+	deadline, _ := ctx.Deadline()
+	// The joiner's first message is due within a step: an honest joiner
+	// sends it with the last flight of its handshake.
+	s, stop, reason, err := acceptPairStream(ctx, qc, earliest(time.Now().Add(pairStepTimeout), deadline))
 	if err != nil {
 		return reason, err
 	}
-	stop := bindDeadline(ctx, s)
 	defer stop()
-	deadline, _ := ctx.Deadline()
 	step := func() { s.SetReadDeadline(earliest(time.Now().Add(pairStepTimeout), deadline)) }
 	// Whatever the outcome, let the joiner read our last message and hang
-	// up first, so closing the connection does not cut it off.
+	// up first, so closing the connection does not cut it off; but an
+	// exchange cut before it was decided (reason "") must not end its
+	// stream cleanly: its joiner would read an EOF before the close that
+	// tells it "busy".
 	defer func() {
+		if err != nil && reason == "" && wasCut(slot) {
+			return
+		}
 		s.Close()
 		_, _ = io.Copy(io.Discard, s)
 	}()
@@ -484,18 +489,15 @@ func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn, src 
 	if err != nil {
 		return pairReason(err), err
 	}
-	// 2. A share per candidate code: the codes src may still try.
-	cands, locked := t.pairCandidates(src)
-	if locked {
+	// 2. A share per candidate code: the codes the source may still try.
+	cands, locked, cut := t.pairCandidates(slot)
+	switch {
+	case cut:
+		return "", errPairingCut
+	case locked:
 		_ = writePairMsg(s, pairReject, []byte{rejectLocked})
 		return messages.ReasonPairingLocked, ErrPairingLocked
 	}
-	confirmed := false
-	defer func() {
-		if !confirmed {
-			t.refundAttempt(src, cands)
-		}
-	}()
 	shares, isks, err := t.creatorShares(x, cands, ya)
 	if err != nil {
 		_ = writePairMsg(s, pairReject, []byte{rejectFailed})
@@ -511,10 +513,14 @@ func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn, src 
 	if err != nil {
 		return pairReason(err), err
 	}
-	confirmed = true
 	match := matchConfirm(body, isks, ya, shares)
-	outcome, pc := t.settleAttempt(src, cands, match)
+	outcome, pc := t.settleAttempt(slot, cands, match)
 	switch outcome {
+	case attemptCut:
+		return "", errPairingCut
+	case attemptLocked:
+		_ = writePairMsg(s, pairReject, []byte{rejectLocked})
+		return messages.ReasonPairingLocked, ErrPairingLocked
 	case attemptExpired:
 		_ = writePairMsg(s, pairReject, []byte{rejectExpired})
 		return messages.ReasonPairingFailed, ErrPairingExpired
@@ -538,27 +544,30 @@ func (t *QUICTransport) creatorExchange(ctx context.Context, qc *quic.Conn, src 
 }
 
 // acceptPairStream accepts the joiner's pairing stream and reads its kind,
-// both within pairStepTimeout.
-func acceptPairStream(ctx context.Context, qc *quic.Conn) (*quic.Stream, messages.Reason, error) {
-	ctx, cancel := context.WithTimeout(ctx, pairStepTimeout)
+// both before first. From then on every read and write of the stream
+// fails as soon as ctx ends (the exchange's time is up, or its slot was
+// cut), until stop is called.
+func acceptPairStream(ctx context.Context, qc *quic.Conn, first time.Time) (*quic.Stream, func() bool, messages.Reason, error) {
+	actx, cancel := context.WithDeadline(ctx, first)
 	defer cancel()
-	s, err := qc.AcceptStream(ctx)
+	s, err := qc.AcceptStream(actx)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
-	if d, ok := ctx.Deadline(); ok {
-		s.SetReadDeadline(d)
-	}
+	stop := bindDeadline(ctx, s)
+	s.SetReadDeadline(first)
 	var kind [1]byte
 	if _, err := io.ReadFull(s, kind[:]); err != nil {
-		return nil, "", err
+		stop()
+		return nil, nil, "", err
 	}
 	if streamKind(kind[0]) != kindPair {
+		stop()
 		s.CancelRead(streamBadInput)
 		s.CancelWrite(streamBadInput)
-		return nil, messages.ReasonUnknownStream, fmt.Errorf("stream of kind %q on a pairing connection", kind[0])
+		return nil, nil, messages.ReasonUnknownStream, fmt.Errorf("stream of kind %q on a pairing connection", kind[0])
 	}
-	return s, "", nil
+	return s, stop, "", nil
 }
 
 // pairReason is the reason a failed read of the joiner's message counts
@@ -665,6 +674,34 @@ func (t *QUICTransport) JoinPairing(ctx context.Context, code, addr string) (Pee
 	if err != nil {
 		return PeerInfo{}, fmt.Errorf("pair with %s: %w", addr, err)
 	}
+	for try := 1; ; try++ {
+		peer, err := t.joinOnce(ctx, ua, norm, addr)
+		if !errors.Is(err, ErrPairingBusy) || try == pairBusyTries {
+			return peer, err
+		}
+		t.log.Info("pairing refused as busy, trying again", "addr", addr, "try", try)
+		pause := time.NewTimer(time.Duration(try) * pairBusyPause)
+		select {
+		case <-ctx.Done():
+			pause.Stop()
+			return PeerInfo{}, err
+		case <-pause.C:
+		}
+	}
+}
+
+// A join the creator answers "busy" is tried again, pairBusyTries times in
+// all, pairBusyPause × the tries so far apart. A busy exchange was refused
+// or cut (pairslots.go) before its confirmation was tested, so another try
+// costs no attempt; it helps a joiner that shares its address with a
+// flood, whose newest connections may cut the joiner's.
+const (
+	pairBusyTries = 3
+	pairBusyPause = 200 * time.Millisecond
+)
+
+// joinOnce is one try of JoinPairing: one pairing connection to ua.
+func (t *QUICTransport) joinOnce(ctx context.Context, ua *stdnet.UDPAddr, code, addr string) (PeerInfo, error) {
 	qc, err := t.dialPair(ctx, ua, addr)
 	if err != nil {
 		return PeerInfo{}, err
@@ -676,7 +713,7 @@ func (t *QUICTransport) JoinPairing(ctx context.Context, code, addr string) (Pee
 		return PeerInfo{}, ErrClosed
 	}
 	defer qc.CloseWithError(connPairingDone, "")
-	peer, err := t.joinerExchange(ctx, qc, norm, addr)
+	peer, err := t.joinerExchange(ctx, qc, code, addr)
 	if err != nil {
 		if errors.Is(err, ErrPairingFailed) || errors.Is(err, ErrPairingExpired) || errors.Is(err, ErrPairingLocked) {
 			t.obs.Rejected(messages.ReasonPairingFailed)

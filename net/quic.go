@@ -170,7 +170,8 @@ func Listen(cfg Config) (*QUICTransport, error) {
 	}
 	t.logs = NewLogLimiter(logInterval, t.now)
 	t.pairing.codes = map[string]*pendingCode{}
-	t.pairing.active = map[string]int{}
+	t.pairing.slots = map[*pairSlot]struct{}{}
+	t.pairing.held = map[string]int{}
 	t.qconf = &quic.Config{
 		HandshakeIdleTimeout:  t.hsTimeout,
 		MaxIdleTimeout:        max(30*time.Second, 3*t.keepAlive),
@@ -390,17 +391,17 @@ func (t *QUICTransport) acceptLoop() {
 		case alpnSync:
 			handler = func() { t.handleInbound(qc) }
 		case alpnPair:
-			// Bound the PAKE work strangers can make us do, overall and
-			// per source, so that one source cannot hold every slot.
-			src := sourceOf(qc.RemoteAddr().String())
-			if !t.admitPairing(src) {
+			// Bound the pairing exchanges strangers can make us serve,
+			// sharing the slots fairly among sources (pairslots.go).
+			slot, ok := t.admitPairing(sourceOf(qc.RemoteAddr().String()))
+			if !ok {
 				t.refuseHandshake(qc.RemoteAddr().String(), messages.ReasonPairingBusy, errors.New("no pairing slot free"))
 				qc.CloseWithError(connPairingBusy, "too many pairing attempts at once")
 				continue
 			}
 			handler = func() {
-				defer t.releasePairing(src)
-				t.servePairing(qc, src)
+				defer t.releasePairing(slot)
+				t.servePairing(qc, slot)
 			}
 		default: // GetConfigForClient admits no other protocol
 			t.refuseHandshake(qc.RemoteAddr().String(), messages.ReasonWrongALPN, errors.New("no application protocol"))
