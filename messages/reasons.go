@@ -29,7 +29,7 @@ const (
 	ReasonHandshake      Reason = "handshake"
 	ReasonNoCertificate  Reason = "no_certificate"  // a TLS client that presented no certificate
 	ReasonWrongALPN      Reason = "wrong_alpn"      // a handshake for neither lsync/1 nor lsync-pair/1
-	ReasonPairingBusy    Reason = "pairing_busy"    // a pairing connection refused: no slot free, overall or for its source
+	ReasonPairingBusy    Reason = "pairing_busy"    // a pairing connection refused: every slot is taken by exchanges that may not be cut
 	ReasonPairingLocked  Reason = "pairing_locked"  // a pairing attempt from a source with no attempts left on any code
 	ReasonPairingTimeout Reason = "pairing_timeout" // a pairing exchange the joiner let go quiet or abandoned
 	// A pairing exchange not yet proven, cut to give its slot to another
