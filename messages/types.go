@@ -27,7 +27,11 @@ import (
 // SharedStateResponse's changes travel column by column (Records,
 // Changes: columns.go), not as msgpack rows, and a shared-state page
 // leaves off uuids that derive from their record's fields.
-const SchemaVersion uint16 = 5
+//
+// 6 (issue 25): fk_parked records its source peer (the device that sent
+// a parked record), so what one peer may park is bounded apart from the
+// others'; a library of version 6 cannot be opened by a build of 5.
+const SchemaVersion uint16 = 6
 
 // Type tags a message on the wire. The list is append-only: a number, once
 // given, is never reused or renumbered.

@@ -118,6 +118,12 @@ var migrations = []migration{
 			lanes BLOB NOT NULL,
 			rows INTEGER NOT NULL)`,
 	}},
+	// Parking per source (issue 25; parking.go): source is the peer a
+	// parked record came from (ApplyOptions.From), NULL if unknown (rows
+	// parked before this migration count against no peer).
+	{version: 6, main: []string{
+		`ALTER TABLE fk_parked ADD COLUMN source BLOB`,
+	}},
 }
 
 // migrate brings both databases to SchemaVersion and creates the tables of
