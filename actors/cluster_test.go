@@ -37,6 +37,8 @@ type cluster struct {
 	// unsigned: nodes have no signing key, so no owner's word and no
 	// repair by words (tests of anti-entropy alone).
 	unsigned bool
+	// maxParked is the nodes' persistence.Options.MaxParked (0: default).
+	maxParked int
 
 	// Hooks tests may set while nodes run.
 	servedHook  atomic.Pointer[func(messages.DeviceID, messages.Message)]
@@ -161,8 +163,9 @@ func (c *cluster) hooks(i int) testHooks {
 				(*h)(i, actor, msg)
 			}
 		},
-		signKey:  c.signKey(i),
-		keyOwner: testKeyOwner,
+		signKey:   c.signKey(i),
+		keyOwner:  testKeyOwner,
+		maxParked: c.maxParked,
 	}
 }
 

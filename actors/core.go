@@ -59,6 +59,9 @@ type testHooks struct {
 	// custom transport (words.go).
 	signKey  ed25519.PrivateKey
 	keyOwner func(ed25519.PublicKey) messages.DeviceID
+	// maxParked is the libraries' persistence.Options.MaxParked (0: its
+	// default).
+	maxParked int
 }
 
 func (n *nodeCore) traceShared(stage string, cs []messages.SharedChange) {

@@ -305,7 +305,7 @@ func (na *nodeActor) openLibrary(ctx actor.Context, id messages.LibraryID) (*Lib
 
 func (na *nodeActor) persistenceOptions() persistence.Options {
 	n := na.n
-	return persistence.Options{Self: n.self, Wall: n.cfg.Wall, MaxSkew: n.cfg.MaxSkew, Retention: n.cfg.Retention}
+	return persistence.Options{Self: n.self, Wall: n.cfg.Wall, MaxSkew: n.cfg.MaxSkew, Retention: n.cfg.Retention, MaxParked: n.maxParked}
 }
 
 // closeLibrary stops the library actor; its store closes, and the
