@@ -275,7 +275,7 @@ func (j *antiEntropyActor) fetched(a *answered) error {
 			return fmt.Errorf("rows of %s: %w", w.model, err)
 		}
 		recs := admitAll(j.n, j.lib, j.libID, j.peer, resp.Records)
-		if _, err := j.n.guardedApplyState(j.lib, j.libID, w.owner, w.model, recs, persistence.ApplyOptions{}); err != nil {
+		if _, err := j.n.guardedApplyState(j.lib, j.libID, w.owner, w.model, recs, persistence.ApplyOptions{From: j.peer}); err != nil {
 			return err
 		}
 		more, last = resp.HasMore, resp.Cursor

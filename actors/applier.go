@@ -195,8 +195,9 @@ func (a *applierActor) applyShared(items []applyItem) (persistence.ApplyResult, 
 	return a.lib.ApplyShared(changes, persistence.ApplyOptions{})
 }
 
-// applyState groups consecutive records by owner (one transaction each) and
-// applies deletes in their place in the order.
+// applyState groups consecutive records by owner and sender (one
+// transaction each; what a sender parks counts against it) and applies
+// deletes in their place in the order.
 func (a *applierActor) applyState(items []applyItem) (persistence.ApplyResult, error) {
 	var total persistence.ApplyResult
 	for i := 0; i < len(items); {
@@ -212,11 +213,11 @@ func (a *applierActor) applyState(items []applyItem) (persistence.ApplyResult, e
 		}
 		j := i
 		var recs []messages.StateRecord
-		for j < len(items) && items[j].rec != nil && items[j].owner == it.owner {
+		for j < len(items) && items[j].rec != nil && items[j].owner == it.owner && items[j].from == it.from {
 			recs = append(recs, *items[j].rec)
 			j++
 		}
-		res, err := a.lib.ApplyState(it.owner, a.model, recs, persistence.ApplyOptions{})
+		res, err := a.lib.ApplyState(it.owner, a.model, recs, persistence.ApplyOptions{From: it.from})
 		if err != nil {
 			return total, fmt.Errorf("apply %d %s records of %s: %w", len(recs), a.model, it.owner, err)
 		}
@@ -304,7 +305,7 @@ func (n *nodeCore) guardedApplyState(lib *persistence.Library, id messages.Libra
 	}
 	var total persistence.ApplyResult
 	for i := range recs {
-		one, err := n.tryApplyState(lib, owner, model, recs[i:i+1], persistence.ApplyOptions{})
+		one, err := n.tryApplyState(lib, owner, model, recs[i:i+1], persistence.ApplyOptions{From: opts.From})
 		if isFatalApplyError(err) {
 			return total, err
 		}

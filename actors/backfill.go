@@ -273,7 +273,7 @@ func (b *backfillActor) apply(p *joinPage) error {
 	switch {
 	case len(p.records) > 0:
 		recs := admitAll(b.n, b.lib, b.libID, b.j.st.Source, p.records)
-		if _, err := b.n.guardedApplyState(b.lib, b.libID, p.owner, p.model, recs, persistence.ApplyOptions{Checkpoint: ckpt}); err != nil {
+		if _, err := b.n.guardedApplyState(b.lib, b.libID, p.owner, p.model, recs, persistence.ApplyOptions{Checkpoint: ckpt, From: b.j.st.Source}); err != nil {
 			return fmt.Errorf("apply a page of %s: %w", p.owner, err)
 		}
 	case p.log:

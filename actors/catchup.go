@@ -232,7 +232,7 @@ func (j *catchUpActor) statePage(a *answered) error {
 	}
 	if len(resp.Records) > 0 {
 		recs := admitAll(j.n, j.lib, j.libID, j.peer, resp.Records)
-		res, err := j.n.guardedApplyState(j.lib, j.libID, owner, resp.Model, recs, persistence.ApplyOptions{})
+		res, err := j.n.guardedApplyState(j.lib, j.libID, owner, resp.Model, recs, persistence.ApplyOptions{From: j.peer})
 		if err != nil {
 			return fmt.Errorf("apply %s of %s: %w", resp.Model, owner, err)
 		}

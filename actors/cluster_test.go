@@ -37,6 +37,8 @@ type cluster struct {
 	// unsigned: nodes sign no owner's word, so no repair by words (tests
 	// of anti-entropy alone); their shared changes are sealed still.
 	unsigned bool
+	// maxParked is the nodes' persistence.Options.MaxParked (0: default).
+	maxParked int
 
 	// Hooks tests may set while nodes run.
 	servedHook  atomic.Pointer[func(messages.DeviceID, messages.Message)]
@@ -161,9 +163,10 @@ func (c *cluster) hooks(i int) testHooks {
 				(*h)(i, actor, msg)
 			}
 		},
-		signKey:  testKey(i),
-		keyOwner: testKeyOwner,
-		noWords:  c.unsigned,
+		signKey:   testKey(i),
+		keyOwner:  testKeyOwner,
+		noWords:   c.unsigned,
+		maxParked: c.maxParked,
 	}
 }
 

@@ -62,6 +62,9 @@ type testHooks struct {
 	// noWords: the node signs no owner's word (its shared changes are
 	// sealed all the same).
 	noWords bool
+	// maxParked is the libraries' persistence.Options.MaxParked (0: its
+	// default).
+	maxParked int
 }
 
 func (n *nodeCore) traceShared(stage string, cs []messages.SharedChange) {

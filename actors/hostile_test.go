@@ -551,3 +551,154 @@ func TestHostileMemberRowCannotRemoveAMember(t *testing.T) {
 		}
 	})
 }
+
+// Issue 25: one peer that sent records whose parents never come filled
+// the library's parking (MaxParked), and every other partner's
+// out-of-order rows were refused (parking_full) until those expired, a
+// week later. Now a source holds at most its share. Device 1 floods
+// device 0 with entries of a location that never comes, either live
+// (its own entries) or as a relay serving a catch-up (another owner's:
+// the share is the sender's, not the owner's); device 2 (honest) then
+// sends an entry before its location: the entry waits and is applied
+// when the location arrives.
+func TestHostileParkingFloodLeavesRoomForOthers(t *testing.T) {
+	t.Run("live", func(t *testing.T) { bubble(t, func(t *testing.T) { testParkingFlood(t, false) }) })
+	t.Run("catch-up", func(t *testing.T) { bubble(t, func(t *testing.T) { testParkingFlood(t, true) }) })
+}
+
+func testParkingFlood(t *testing.T, relayed bool) {
+	const maxParked = 40
+	c := newCluster(t, 3, 44)
+	c.maxParked = maxParked
+	c.stopNode(0)
+	c.start(0)
+	c.share()
+	c.converge(true, 10*time.Second)
+	c.idle()
+	lib := c.libs[0].ID()
+	store := c.libs[0].Store()
+	values := func(model string, fields map[string]any) []any {
+		v, err := store.Registry().EncodeValues(model, fields)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	waiting := func() int {
+		st, err := store.ParkedStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Waiting[persistence.ModelEntry]
+	}
+	refusedBefore := c.nodes[0].Metrics().RejectedCount(messages.ReasonParkingFull)
+	refused := func() int {
+		return int(c.nodes[0].Metrics().RejectedCount(messages.ReasonParkingFull) - refusedBefore)
+	}
+
+	// The flood: more entries than the whole parking holds, all waiting
+	// for a location that never comes; live, of device 1, or relayed in
+	// the catch-up device 0 runs when device 1 connects, of device 7.
+	owner := c.devs[1]
+	if relayed {
+		owner = devID(7)
+	}
+	fc := messages.NewClock(owner.UUID(), nil, 0)
+	entries := func(n, base int) messages.Records {
+		var out messages.Records
+		for i := range n {
+			out = append(out, messages.StateRecord{UUID: testutil.UUID(base + i), HLC: fc.Now(),
+				Values: values(persistence.ModelEntry, map[string]any{"location_uuid": testutil.UUID(499_999), "name": "flood"})})
+		}
+		return out
+	}
+	flood := entries(2*maxParked, 500_000)
+	flooder := impostor(t, c, 1)
+	if relayed {
+		go serveFlood(ctxT(t), flooder, owner, flood)
+	} else {
+		go answerNothing(ctxT(t), flooder)
+		send(t, flooder, lib, &messages.StateBatch{Model: persistence.ModelEntry, Owner: owner, Records: flood})
+	}
+	honest := impostor(t, c, 2)
+	go answerNothing(ctxT(t), honest)
+	advance(time.Second)
+	if n, r := waiting(), refused(); n != maxParked/2 || r != 2*maxParked-maxParked/2 {
+		t.Fatalf("after the flood: %d waiting and %d refused, want the flooder's share (%d) and the rest refused", n, r, maxParked/2)
+	}
+
+	// The honest partner's entry comes before its location: it waits.
+	hc := messages.NewClock(c.devs[2].UUID(), nil, 0)
+	loc := messages.StateRecord{UUID: testutil.UUID(600_000), HLC: hc.Now(),
+		Values: values(persistence.ModelLocation, map[string]any{"path": "/honest", "name": "honest"})}
+	entry := messages.StateRecord{UUID: testutil.UUID(600_001), HLC: hc.Now(),
+		Values: values(persistence.ModelEntry, map[string]any{"location_uuid": loc.UUID, "name": "early"})}
+	send(t, honest, lib, &messages.StateChange{Model: persistence.ModelEntry, Owner: c.devs[2], Record: entry})
+	advance(time.Second)
+	if n, r := waiting(), refused(); n != maxParked/2+1 || r != 2*maxParked-maxParked/2 {
+		t.Fatalf("the honest entry was not parked: %d waiting, %d refused", n, r)
+	}
+	// Its location arrives: the entry is applied.
+	send(t, honest, lib, &messages.StateChange{Model: persistence.ModelLocation, Owner: c.devs[2], Record: loc})
+	advance(time.Second)
+	if _, err := store.Get(persistence.ModelEntry, entry.UUID); err != nil {
+		t.Fatalf("the honest entry after its location: %v", err)
+	}
+	if n := waiting(); n != maxParked/2 {
+		t.Fatalf("%d waiting after the honest entry was applied, want the flooder's %d", n, maxParked/2)
+	}
+}
+
+// serveFlood answers an impostor's catch-up requests as a relay that
+// holds the rows recs of owner (all of them entries), and nothing else.
+func serveFlood(ctx context.Context, conn net.Conn, owner messages.DeviceID, recs messages.Records) {
+	wm := recs[len(recs)-1].HLC
+	for {
+		in, err := conn.Recv(ctx)
+		if err != nil {
+			return
+		}
+		if in.Reply == nil {
+			continue
+		}
+		switch m := in.Message.(type) {
+		case *messages.StateOwnersRequest:
+			_ = in.Reply(&messages.StateOwnersResponse{Owners: []messages.OriginWatermark{{Origin: owner, HLC: wm}}})
+		case *messages.StateRequest:
+			if m.Owner == owner && m.Model == "" && m.Cursor.IsZero() {
+				_ = in.Reply(&messages.StateResponse{Owner: owner, Model: persistence.ModelEntry, Records: recs,
+					Cursor: messages.Cursor{HLC: wm, UUID: recs[len(recs)-1].UUID}, Watermark: wm})
+				continue
+			}
+			_ = in.Reply(&messages.StateResponse{Owner: m.Owner})
+		case *messages.SharedChangeRequest:
+			_ = in.Reply(&messages.SharedChangeResponse{Origin: m.Origin})
+		default:
+			_ = in.Reply(&messages.Error{Code: messages.CodeNotFound, Message: "no"})
+		}
+	}
+}
+
+// answerNothing answers an impostor's requests as a peer that holds
+// nothing (catch-ups of it end at once), until its connection closes.
+func answerNothing(ctx context.Context, conn net.Conn) {
+	for {
+		in, err := conn.Recv(ctx)
+		if err != nil {
+			return
+		}
+		if in.Reply == nil {
+			continue
+		}
+		switch m := in.Message.(type) {
+		case *messages.StateOwnersRequest:
+			_ = in.Reply(&messages.StateOwnersResponse{})
+		case *messages.StateRequest:
+			_ = in.Reply(&messages.StateResponse{Owner: m.Owner})
+		case *messages.SharedChangeRequest:
+			_ = in.Reply(&messages.SharedChangeResponse{Origin: m.Origin})
+		default:
+			_ = in.Reply(&messages.Error{Code: messages.CodeNotFound, Message: "no"})
+		}
+	}
+}

@@ -306,7 +306,7 @@ func (na *nodeActor) openLibrary(ctx actor.Context, id messages.LibraryID) (*Lib
 func (na *nodeActor) persistenceOptions() persistence.Options {
 	n := na.n
 	return persistence.Options{Self: n.self, Wall: n.cfg.Wall, MaxSkew: n.cfg.MaxSkew, Retention: n.cfg.Retention,
-		Key: n.key, KeyOwner: n.keyOwner}
+		MaxParked: n.maxParked, Key: n.key, KeyOwner: n.keyOwner}
 }
 
 // closeLibrary stops the library actor; its store closes, and the

@@ -33,6 +33,8 @@ import (
 // and end on segment boundaries; watermark claims (a shared-state page's,
 // a report's) come with the origin's signed ChainHead; member rows carry
 // the signature of the device that wrote them. sync.db keeps the seals.
+// fk_parked records its source peer (the device that sent a parked
+// record), so what one peer may park is bounded apart from the others'.
 const SchemaVersion uint16 = 6
 
 // Type tags a message on the wire. The list is append-only: a number, once

@@ -44,6 +44,12 @@ type Options struct {
 	// held, is refused (ErrParkingFull); catch-up or anti-entropy brings it
 	// again. See doc.go, "Limits".
 	MaxParked int
+	// MaxParkedPerSource bounds what one source (ApplyOptions.From) may
+	// have waiting, and held, of those MaxParked (0: MaxParked/2). A
+	// source is also held to its fair share: it may not hold more than
+	// the room left free (see parkingRoom), so values above MaxParked/2
+	// act as MaxParked/2.
+	MaxParkedPerSource int
 	// Key is this device's signing key (its device id derives from it):
 	// it seals the segments of this device's shared log and signs the
 	// member rows it writes (chain.go). Without one, shared changes go
@@ -98,6 +104,11 @@ type ApplyOptions struct {
 	// Local marks this device's own writes (skips the forged-owner check
 	// against the sender; the owner must still be Self).
 	Local bool
+	// From is the peer the records came from: the device that sent them
+	// to this one (a relay sends other owners' rows), not their owner.
+	// What a source may park is bounded (Options.MaxParkedPerSource); the
+	// zero value, an unknown source, is bounded only by MaxParked.
+	From messages.DeviceID
 	// Heads are verified chain heads (messages.ChainHead) that prove the
 	// watermarks ApplySharedState raises: a head whose Head is the
 	// watermark an origin's rises to is kept as its proof (SharedHead).
@@ -161,7 +172,8 @@ var (
 	// errors wrap ErrBadValue too.
 	ErrTooLarge = errors.New("too large")
 	// ErrParkingFull: a received record that would be parked or held
-	// while Options.MaxParked are (see Rejection).
+	// while Options.MaxParked are, or while its source holds its share
+	// of them (see Rejection).
 	ErrParkingFull   = errors.New("parking full")
 	ErrCycle         = errors.New("dependency cycle")
 	ErrSchemaVersion = errors.New("library schema version")

@@ -25,6 +25,9 @@ type applyMode struct {
 	held bool
 	// local: this device's own write; nothing is held on delete.
 	local bool
+	// from: the peer the record came from (ApplyOptions.From; a released
+	// record's, its own); zero if unknown. What it parks counts against it.
+	from messages.DeviceID
 }
 
 // applyRecord applies one device-owned record (or delete) of owner own:
@@ -58,7 +61,7 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 		f.refsSeen = true
 		l := tx.l
 		f.batching, f.parked, f.modelTombs = tx.bulkOK, l.parked > 0, l.tombs[m.Name] > 0
-		f.parkingFull, f.holdingFull = l.parked-l.held >= l.opts.MaxParked, l.held >= l.opts.MaxParked
+		f.parkRoom, f.holdRoom = l.parkingRooms(mode.from)
 		v = decideState(&f)
 	}
 	// Fast paths: a fresh row joins the bulk batch, or is inserted unless
@@ -446,7 +449,7 @@ func (l *Library) ApplyState(owner messages.DeviceID, model string, recs []messa
 			// waited for it; then save the checkpoint in the same
 			// transaction.
 			tx.bulkOK = true
-			mode := applyMode{local: opts.Local}
+			mode := applyMode{local: opts.Local, from: opts.From}
 			for _, rec := range recs {
 				out, err := tx.applyRecord(mi, own, rec, mode)
 				if err != nil {

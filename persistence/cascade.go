@@ -13,7 +13,7 @@ import (
 // cover it here.
 func (tx *txn) dropRecord(m *modelInfo, own ownerRef, rec messages.StateRecord, vals []any, ex *stateRow, tb *tombstone,
 	v stateVerdict, mode applyMode) error {
-	held := &heldRecord{rec: rec, vals: vals, wait: v.wait.landing()}
+	held := &heldRecord{rec: rec, vals: vals, wait: v.wait.landing(), from: mode.from}
 	if ex != nil {
 		return tx.removeCascade(m, ex, rec.UUID, v.at, v.floor, held, mode)
 	}
@@ -26,14 +26,17 @@ func (tx *txn) dropRecord(m *modelInfo, own ownerRef, rec messages.StateRecord, 
 	if mode.local {
 		return nil
 	}
-	_, err := tx.parkRecord(m, own.id, rec, vals, v.wait.landing(), true)
+	_, err := tx.parkRecord(m, own.id, rec, vals, v.wait.landing(), true, mode.from)
 	return err
 }
 
+// heldRecord is a record to hold for wait. from is who sent it (zero for
+// a row that was here: it counts against no peer).
 type heldRecord struct {
 	rec  messages.StateRecord
 	vals []any
 	wait landing
+	from messages.DeviceID
 }
 
 type rowKey struct {
@@ -95,7 +98,7 @@ func (tx *txn) removeCascade(m *modelInfo, root *stateRow, u messages.UUID, T, r
 			return err
 		}
 		if v.held != nil && !mode.local {
-			if _, err := tx.parkRecord(v.m, v.row.ownerID, v.held.rec, v.held.vals, v.held.wait, true); err != nil {
+			if _, err := tx.parkRecord(v.m, v.row.ownerID, v.held.rec, v.held.vals, v.held.wait, true, v.held.from); err != nil {
 				return err
 			}
 		}
@@ -187,7 +190,8 @@ func (tx *txn) parkAway(m *modelInfo, ch childRow, wait landing, seen map[rowKey
 		if err := tx.removeRow(it.m, it.c.id, it.c.u, it.c.ownerID, &it.rec); err != nil {
 			return err
 		}
-		if _, err := tx.parkRecord(it.m, it.c.ownerID, it.rec, it.rec.Values, it.wait, false); err != nil {
+		// A row that was here counts against no peer.
+		if _, err := tx.parkRecord(it.m, it.c.ownerID, it.rec, it.rec.Values, it.wait, false, messages.DeviceID{}); err != nil {
 			return err
 		}
 		tx.change(it.m.Name, it.c.u, true)

@@ -47,9 +47,10 @@ type stateFacts struct {
 	// modelTombs: the model has tombstones here, so a row that looks fresh
 	// may have been deleted. Gathered with refs.
 	batching, parked, modelTombs bool
-	// parkingFull, holdingFull: Options.MaxParked records wait, or are
-	// held, already. Gathered with refs.
-	parkingFull, holdingFull bool
+	// parkRoom, holdRoom: whether a received record may wait, or be
+	// held, given what its source and the library have parked already
+	// (parkingRoom). Gathered with refs.
+	parkRoom, holdRoom room
 
 	// stored is the row (nil if absent; a placeholder device row has a
 	// zero hlc), tomb its tombstone (nil if none). movesTo is set (m not
@@ -289,8 +290,8 @@ func decideAgainstStored(f *stateFacts) stateVerdict {
 	// A parent deleted at or after this write takes the record with it
 	// (a received one is held, within bounds).
 	if f.refs.drop.m != nil {
-		if f.holdingFull && f.remote() {
-			return refuseParking(f, "held for", f.refs.drop)
+		if f.holdRoom != roomFree && f.remote() {
+			return refuseParking(f, f.holdRoom, "held for", f.refs.drop)
 		}
 		return stateVerdict{kind: verdictDrop, wait: f.refs.drop, at: f.refs.dropAt, floor: h}
 	}
@@ -350,17 +351,58 @@ func decideDelete(f *stateFacts) stateVerdict {
 }
 
 // parkFor parks the record until wait lands; a received one only while
-// fewer than Options.MaxParked records wait.
+// there is room for it (parkingRoom).
 func parkFor(f *stateFacts, wait rowRef) stateVerdict {
-	if f.parkingFull && f.remote() {
-		return refuseParking(f, "parked for", wait)
+	if f.parkRoom != roomFree && f.remote() {
+		return refuseParking(f, f.parkRoom, "parked for", wait)
 	}
 	return stateVerdict{kind: verdictPark, wait: wait}
 }
 
-func refuseParking(f *stateFacts, what string, wait rowRef) stateVerdict {
-	return rejectVerdict(reasonParkingFull, fmt.Errorf("%w: %s %s of %s would be %s %s %s",
-		ErrParkingFull, f.m.Name, f.u, f.own.dev, what, wait.m.Name, wait.u))
+func refuseParking(f *stateFacts, r room, what string, wait rowRef) stateVerdict {
+	why := "MaxParked are"
+	if r == roomShareFull {
+		why = "its source holds its share"
+	}
+	return rejectVerdict(reasonParkingFull, fmt.Errorf("%w: %s %s of %s would be %s %s %s (%s)",
+		ErrParkingFull, f.m.Name, f.u, f.own.dev, what, wait.m.Name, wait.u, why))
+}
+
+// room says whether a received record may be parked (to wait, or to be
+// held): roomFree, or why not.
+type room uint8
+
+const (
+	roomFree      room = iota
+	roomFull           // Options.MaxParked records are parked already
+	roomShareFull      // the record's source holds its share of them
+)
+
+// parkingRoom says whether one more record of a source may join a pool
+// of parked records (those waiting, or those held), of which total are
+// in the pool and mine came from that source (known: the source is
+// known). The pool holds at most max; a source at most perSource, and
+// no more than the room left free (mine < max - total).
+//
+// Why a share that shrinks as others park, not a fixed quota: alone, a
+// source (a join's, which may park a lot honestly) may take half the
+// pool; a second source then half of what is left, and so on. One peer
+// that floods records whose parents never come leaves half the room to
+// the others, and k such peers leave max/2^k (1,562 places with five at
+// the default), as long as that is one or more. A fixed quota of max/k
+// would stop an honest lone source at max/k, and k flooding peers would
+// leave nothing. An unknown source
+// (records parked before schema 6, records applied without
+// ApplyOptions.From, records that came with a snapshot) counts against
+// no one: only max bounds it.
+func parkingRoom(total, mine, max, perSource int, known bool) room {
+	switch {
+	case total >= max:
+		return roomFull
+	case known && (mine >= perSource || mine >= max-total):
+		return roomShareFull
+	}
+	return roomFree
 }
 
 // remote: the record came from a peer just now (neither this device's

@@ -283,8 +283,10 @@ func TestDecideHostileRecords(t *testing.T) {
 	full := refused(reasonParkingFull)
 	hlcOf := func(dev messages.DeviceID) factsOpt { return func(f *stateFacts) { f.h.Device = dev.UUID() } }
 	badValues := func(err error) factsOpt { return func(f *stateFacts) { f.valuesErr = err } }
-	parkingFull := func(f *stateFacts) { f.parkingFull = true }
-	holdingFull := func(f *stateFacts) { f.holdingFull = true }
+	parkingFull := func(f *stateFacts) { f.parkRoom = roomFull }
+	holdingFull := func(f *stateFacts) { f.holdRoom = roomFull }
+	shareParked := func(f *stateFacts) { f.parkRoom = roomShareFull }
+	shareHeld := func(f *stateFacts) { f.holdRoom = roomShareFull }
 	waits := refs(found(locTarget, ownID), missing(parentTarget))
 	parentDeleted := refs(found(locTarget, ownID), deletedAt(parentTarget, ownID, 9))
 	checkVerdicts(t, []verdictCase{
@@ -308,7 +310,39 @@ func TestDecideHostileRecords(t *testing.T) {
 		{rule: "a released record parks again (it was parked already)", f: facts(5, releasing, waits, parkingFull), want: park(parentTarget)},
 		{rule: "this device's own record is decided as ever (its write fails)", f: facts(5, local, waits, parkingFull), want: park(parentTarget)},
 		{rule: "full parking refuses nothing that needs none", f: facts(5, parkingFull, holdingFull), want: insert},
+		{rule: "a received record is not parked while its source holds its share",
+			f: facts(5, waits, shareParked), want: full, is: ErrParkingFull},
+		{rule: "a received record is not held while its source holds its share of held records",
+			f: facts(5, parentDeleted, shareHeld), want: full, is: ErrParkingFull},
+		{rule: "a released record parks again whatever its source holds", f: facts(5, releasing, waits, shareParked), want: park(parentTarget)},
 	})
+}
+
+// A source's share of the parking (parkingRoom): alone it may take half
+// the pool, each further source half of what is left; an unknown source
+// only the pool's bound; and never more than MaxParkedPerSource.
+func TestParkingRoom(t *testing.T) {
+	for _, c := range []struct {
+		rule                        string
+		total, mine, max, perSource int
+		known                       bool
+		want                        room
+	}{
+		{"a lone source parks up to half the pool", 49, 49, 100, 50, true, roomFree},
+		{"a lone source stops at half the pool", 50, 50, 100, 50, true, roomShareFull},
+		{"a lone source stops at half the pool whatever perSource says", 50, 50, 100, 100, true, roomShareFull},
+		{"a second source parks up to half of what is left", 74, 24, 100, 50, true, roomFree},
+		{"a second source stops at half of what is left", 75, 25, 100, 50, true, roomShareFull},
+		{"a newcomer finds room while one place is free", 99, 0, 100, 50, true, roomFree},
+		{"perSource bounds a source below its fair share", 10, 10, 100, 10, true, roomShareFull},
+		{"an unknown source is bounded by the pool alone", 99, 99, 100, 50, false, roomFree},
+		{"a full pool refuses an unknown source", 100, 100, 100, 50, false, roomFull},
+		{"a full pool refuses a source that holds none", 100, 0, 100, 50, true, roomFull},
+	} {
+		if got := parkingRoom(c.total, c.mine, c.max, c.perSource, c.known); got != c.want {
+			t.Errorf("%s: parkingRoom(%d, %d, %d, %d, %v) = %d, want %d", c.rule, c.total, c.mine, c.max, c.perSource, c.known, got, c.want)
+		}
+	}
 }
 
 // The bulk fast path: a fresh backfill row costs its reference lookups and

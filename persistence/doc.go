@@ -222,6 +222,20 @@
 // and records released and parked again, are rows this library had
 // already: they are not refused.
 //
+// Each parked record keeps its source: the peer that sent it
+// (ApplyOptions.From; a relay sends other owners' rows), also when it is
+// released and parked again or held. A source may hold only its share of
+// each bound: fewer records than the room left free, and at most
+// Options.MaxParkedPerSource (MaxParked/2). Alone, a source takes half;
+// a second, half of what is left; and so on (parkingRoom): a peer that
+// floods records whose parents never come is refused while the others'
+// out-of-order records still park, and k such peers leave the others
+// MaxParked/2^k. Records without a known source count against no peer,
+// only against MaxParked: those parked before schema 6, those applied
+// without ApplyOptions.From (retries of failed records, repairs), those
+// that came in a snapshot, and rows of this library that a delete's
+// cascade holds or parks.
+//
 // What a peer is served is cut by bytes as well as by records, by the
 // records' msgpack size: StatePage, SharedStatePage, LogSince,
 // StateRecords and SharedRecords end their page before the record that
@@ -232,11 +246,11 @@
 // exact. StateRecords and SharedRecords answer for a prefix of the uuids
 // asked (the Opts variants say how many).
 //
-// Hazard: a join whose source serves more than MaxParked records before
-// the row they wait for (a folder moved after its subtree was indexed
-// comes after every entry under it, in HLC order) refuses the excess;
-// anti-entropy repairs them after the join, slowly. Raise MaxParked for
-// such libraries.
+// Hazard: a join whose source serves more than its share (MaxParked/2)
+// of records before the row they wait for (a folder moved after its
+// subtree was indexed comes after every entry under it, in HLC order)
+// refuses the excess; anti-entropy repairs them after the join, slowly.
+// Raise MaxParked for such libraries.
 //
 // # Derived caches
 //

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -377,6 +379,298 @@ func TestHostileParkingIsBounded(t *testing.T) {
 	}
 	if _, err := r.Get(ModelEntry, kid.UUID); err != nil {
 		t.Fatal(err)
+	}
+	checkParkedCounters(t, r)
+}
+
+// Issue 25. The parking bound was the library's alone, so one peer that
+// sent records whose parents never come filled it, and every other
+// peer's out-of-order records were refused until those expired (7 days).
+// Each parked record now keeps its source (the peer that sent it), and a
+// source may hold only its share: alone, half of MaxParked; a second
+// source half of what is left. Both pools (waiting and held) alike.
+func TestHostileParkingShareIsPerSource(t *testing.T) {
+	const max = 100
+	wall := newFakeWall(timeAt(uint64(24 * time.Hour.Milliseconds())))
+	opts := Options{Self: devR, Wall: wall.Now, MaxParked: max}
+	r := newLibOpts(t, opts)
+	flooder, honest := devB, devA // each sends its own rows
+	locB := recordFor(t, ModelLocation, uid(1), hlcAt(1, 0, flooder), map[string]any{"path": "/b"})
+	dirB := recordFor(t, ModelEntry, uid(2), hlcAt(2, 0, flooder), map[string]any{"location_uuid": locB.UUID, "name": "d", "kind": EntryDirectory})
+	locA := recordFor(t, ModelLocation, uid(3), hlcAt(3, 0, honest), map[string]any{"path": "/a"})
+	mustApply(t, r, flooder, ModelLocation, locB)
+	mustApply(t, r, flooder, ModelEntry, dirB)
+	mustApply(t, r, honest, ModelLocation, locA)
+	apply := func(from messages.DeviceID, recs ...messages.StateRecord) ApplyResult {
+		t.Helper()
+		res, err := r.ApplyState(messages.DeviceID(recs[0].HLC.Device), ModelEntry, recs, ApplyOptions{From: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// entries are n entries of dev under location loc, uuids from base,
+	// each under parent(i), written at ts+i.
+	entries := func(dev messages.DeviceID, loc messages.UUID, base, n int, parent func(int) messages.UUID, ts uint64) []messages.StateRecord {
+		var out []messages.StateRecord
+		for i := range n {
+			out = append(out, recordFor(t, ModelEntry, uid(base+i), hlcAt(ts+uint64(i), 0, dev),
+				map[string]any{"location_uuid": loc, "parent_uuid": parent(i), "name": "f"}))
+		}
+		return out
+	}
+	uuidsOf := func(recs []messages.StateRecord) []messages.UUID {
+		var out []messages.UUID
+		for _, rec := range recs {
+			out = append(out, rec.UUID)
+		}
+		return out
+	}
+	never := func(i int) messages.UUID { return uid(50_000 + i) }
+
+	// The flood: records whose parents never come. Half the parking is
+	// the flooder's; the rest of its records are refused.
+	flood := entries(flooder, locB.UUID, 1000, max, never, 100)
+	res := apply(flooder, flood...)
+	wantRefused(t, res, reasonParkingFull, ErrParkingFull, uuidsOf(flood[max/2:])...)
+	if res.Parked != max/2 {
+		t.Fatalf("the flooder parked %d, want %d", res.Parked, max/2)
+	}
+	// An honest partner's out-of-order row still parks, and is applied
+	// when its parent comes.
+	parentA := recordFor(t, ModelEntry, uid(4), hlcAt(300, 0, honest), map[string]any{"location_uuid": locA.UUID, "name": "p", "kind": EntryDirectory})
+	kidA := entries(honest, locA.UUID, 5, 1, func(int) messages.UUID { return parentA.UUID }, 301)
+	if res := apply(honest, kidA...); res.Parked != 1 || len(res.Rejected) != 0 {
+		t.Fatalf("the honest out-of-order row: %+v", res)
+	}
+	if res := apply(honest, parentA); res.Released != 1 || len(res.Rejected) != 0 {
+		t.Fatalf("its parent: %+v", res)
+	}
+	if _, err := r.Get(ModelEntry, kidA[0].UUID); err != nil {
+		t.Fatalf("the honest row after its parent: %v", err)
+	}
+	// The honest partner's own share is half of what the flooder left.
+	burst := entries(honest, locA.UUID, 2000, max/2, never, 400)
+	res = apply(honest, burst...)
+	wantRefused(t, res, reasonParkingFull, ErrParkingFull, uuidsOf(burst[max/4:])...)
+	checkParkedCounters(t, r)
+
+	// Records after their parent's delete are held: the same shares.
+	if _, err := r.ApplyStateDelete(messages.StateDelete{Model: ModelEntry, Owner: flooder, UUID: dirB.UUID, HLC: hlcAt(1000, 0, flooder)}); err != nil {
+		t.Fatal(err)
+	}
+	late := entries(flooder, locB.UUID, 3000, max, func(int) messages.UUID { return dirB.UUID }, 500)
+	res = apply(flooder, late...)
+	wantRefused(t, res, reasonParkingFull, ErrParkingFull, uuidsOf(late[max/2:])...)
+	dirA := recordFor(t, ModelEntry, uid(6), hlcAt(600, 0, honest), map[string]any{"location_uuid": locA.UUID, "name": "d", "kind": EntryDirectory})
+	apply(honest, dirA)
+	if _, err := r.ApplyStateDelete(messages.StateDelete{Model: ModelEntry, Owner: honest, UUID: dirA.UUID, HLC: hlcAt(2000, 0, honest)}); err != nil {
+		t.Fatal(err)
+	}
+	lateA := entries(honest, locA.UUID, 4000, 1, func(int) messages.UUID { return dirA.UUID }, 700)
+	if res := apply(honest, lateA...); len(res.Rejected) != 0 {
+		t.Fatalf("the honest partner's record after its parent's delete was refused: %+v", res.Rejected)
+	}
+	st, err := r.ParkedStats()
+	if err != nil || st.Waiting[ModelEntry] != max/2+max/4 || st.Held[ModelEntry] != max/2+1 {
+		t.Fatalf("ParkedStats %+v %v", st, err)
+	}
+	checkParkedCounters(t, r)
+
+	// The shares survive a reopen: the flooder is still refused, the
+	// honest partner still parks.
+	r = reopen(t, r, opts)
+	checkParkedCounters(t, r)
+	if got, want := r.bySource[flooder], (parkCounts{parked: max, held: max / 2}); got != want {
+		t.Fatalf("after reopen the flooder holds %+v, want %+v", got, want)
+	}
+	more := entries(flooder, locB.UUID, 5000, 1, never, 800)
+	wantRefused(t, apply(flooder, more...), reasonParkingFull, ErrParkingFull, more[0].UUID)
+	parent2 := recordFor(t, ModelEntry, uid(7), hlcAt(900, 0, honest), map[string]any{"location_uuid": locA.UUID, "name": "p2", "kind": EntryDirectory})
+	kid2 := entries(honest, locA.UUID, 8, 1, func(int) messages.UUID { return parent2.UUID }, 901)
+	// (The honest partner holds its whole share of waiting records: they
+	// expire first.)
+	wall.Set(wall.Now().Add(8 * 24 * time.Hour))
+	if _, err := r.Prune(); err != nil {
+		t.Fatal(err)
+	}
+	checkParkedCounters(t, r)
+	if c := r.bySource[honest]; c.parked != 1 || c.held != 1 {
+		t.Fatalf("after a week the honest partner holds %+v, want its one held record", c)
+	}
+	if res := apply(honest, kid2...); res.Parked != 1 {
+		t.Fatalf("after the expiry: %+v", res)
+	}
+	if res := apply(honest, parent2); res.Released != 1 {
+		t.Fatalf("after the expiry, its parent: %+v", res)
+	}
+	checkParkedCounters(t, r)
+}
+
+// However many sources park, MaxParked bounds the library: each source
+// takes half of what the others left, the last ones find none, and an
+// unknown source (no ApplyOptions.From) is refused once the pool is full.
+func TestHostileParkingManySourcesKeepTheBound(t *testing.T) {
+	const max = 100
+	r := newLibOpts(t, Options{Self: devR, MaxParked: max})
+	loc := recordFor(t, ModelLocation, uid(1), hlcAt(1, 0, devB), map[string]any{"path": "/b"})
+	mustApply(t, r, devB, ModelLocation, loc)
+	next := 1000
+	batch := func(n int) []messages.StateRecord {
+		var out []messages.StateRecord
+		for range n {
+			next++
+			out = append(out, recordFor(t, ModelEntry, uid(next), hlcAt(uint64(next), 0, devB),
+				map[string]any{"location_uuid": loc.UUID, "parent_uuid": uid(100_000 + next), "name": "f"}))
+		}
+		return out
+	}
+	// Twenty relays each forward devB's records (the owner is the same,
+	// the sources differ).
+	var shares []int
+	for i := range 20 {
+		src := messages.DeviceID(uid(900 + i))
+		res, err := r.ApplyState(devB, ModelEntry, batch(max), ApplyOptions{From: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		shares = append(shares, res.Parked)
+		if parkedTotal(t, r) > max {
+			t.Fatalf("after source %d: %d parked, over MaxParked %d", i, parkedTotal(t, r), max)
+		}
+	}
+	want := append([]int{50, 25, 13, 6, 3, 2, 1}, make([]int, 13)...)
+	if !slices.Equal(shares, want) {
+		t.Fatalf("the sources parked %v, want %v", shares, want)
+	}
+	if n := parkedTotal(t, r); n != max {
+		t.Fatalf("%d parked, want the pool full (%d)", n, max)
+	}
+	res, err := r.ApplyState(devB, ModelEntry, batch(1), ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rejected) != 1 || !strings.Contains(res.Rejected[0].Err.Error(), "MaxParked") {
+		t.Fatalf("an unknown source with the pool full: %+v", res)
+	}
+	checkParkedCounters(t, r)
+}
+
+// A parked record keeps its source: released and parked again for its
+// next missing parent, replaced by a newer version from another source,
+// dropped once a newer version of its row is stored; and a source's
+// ceiling (MaxParkedPerSource) holds below its fair share.
+func TestParkedRecordsKeepTheirSource(t *testing.T) {
+	r := newLibOpts(t, Options{Self: devR, MaxParked: 100, MaxParkedPerSource: 3})
+	relay, other := devA, devC
+	loc := recordFor(t, ModelLocation, uid(1), hlcAt(1, 0, devB), map[string]any{"path": "/b"})
+	parent := recordFor(t, ModelEntry, uid(2), hlcAt(2, 0, devB), map[string]any{"location_uuid": loc.UUID, "name": "p", "kind": EntryDirectory})
+	kid := recordFor(t, ModelEntry, uid(3), hlcAt(3, 0, devB), map[string]any{"location_uuid": loc.UUID, "parent_uuid": parent.UUID, "name": "k"})
+	counts := func(src messages.DeviceID) parkCounts {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.bySource[src]
+	}
+	applyAs := func(from messages.DeviceID, model string, recs ...messages.StateRecord) ApplyResult {
+		t.Helper()
+		res, err := r.ApplyState(devB, model, recs, ApplyOptions{From: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkParkedCounters(t, r)
+		return res
+	}
+	// The relay sends the kid first: it waits for the location.
+	if res := applyAs(relay, ModelEntry, kid); res.Parked != 1 {
+		t.Fatalf("the kid: %+v", res)
+	}
+	// Another source sends the location: the kid is released and parks
+	// again for its parent, still the relay's.
+	if res := applyAs(other, ModelLocation, loc); res.Parked != 0 || res.Applied != 1 {
+		t.Fatalf("the location: %+v", res)
+	}
+	if c, o := counts(relay), counts(other); c.parked != 1 || o.parked != 0 {
+		t.Fatalf("after the kid parked again: relay %+v, other %+v", c, o)
+	}
+	// A newer version of the kid from the other source replaces it.
+	kid2 := recordFor(t, ModelEntry, kid.UUID, hlcAt(4, 0, devB), map[string]any{"location_uuid": loc.UUID, "parent_uuid": parent.UUID, "name": "k2"})
+	if res := applyAs(other, ModelEntry, kid2); res.Parked != 1 {
+		t.Fatalf("the newer kid: %+v", res)
+	}
+	if c, o := counts(relay), counts(other); c.parked != 0 || o.parked != 1 {
+		t.Fatalf("after the newer kid: relay %+v, other %+v", c, o)
+	}
+	// A still newer version with a parent here is stored: the parked
+	// one is dropped, and counts against no one any more.
+	kid3 := recordFor(t, ModelEntry, kid.UUID, hlcAt(5, 0, devB), map[string]any{"location_uuid": loc.UUID, "name": "k3"})
+	if res := applyAs(relay, ModelEntry, kid3); res.Applied != 1 {
+		t.Fatalf("the newest kid: %+v", res)
+	}
+	if n := parkedTotal(t, r); n != 0 {
+		t.Fatalf("%d parked after the newest kid", n)
+	}
+	// MaxParkedPerSource (3) holds below the fair share (50).
+	var waiting []messages.StateRecord
+	for i := range 5 {
+		waiting = append(waiting, recordFor(t, ModelEntry, uid(10+i), hlcAt(uint64(10+i), 0, devB),
+			map[string]any{"location_uuid": loc.UUID, "parent_uuid": uid(99), "name": "w"}))
+	}
+	res := applyAs(relay, ModelEntry, waiting...)
+	wantRefused(t, res, reasonParkingFull, ErrParkingFull, waiting[3].UUID, waiting[4].UUID)
+	if !strings.Contains(res.Rejected[0].Err.Error(), "its source holds its share") {
+		t.Fatalf("the refusal does not say why: %v", res.Rejected[0].Err)
+	}
+}
+
+// Rows parked before schema 6 have no source: they count against no
+// peer, but take their room in the library.
+func TestParkedBeforeSchema6CountAgainstNoPeer(t *testing.T) {
+	opts := Options{Self: devR, MaxParked: 100}
+	r := newLibOpts(t, opts)
+	loc := recordFor(t, ModelLocation, uid(1), hlcAt(1, 0, devB), map[string]any{"path": "/b"})
+	mustApply(t, r, devB, ModelLocation, loc)
+	var old []messages.StateRecord
+	for i := range 40 {
+		old = append(old, recordFor(t, ModelEntry, uid(1000+i), hlcAt(uint64(10+i), 0, devB),
+			map[string]any{"location_uuid": loc.UUID, "parent_uuid": uid(99), "name": "old"}))
+	}
+	if res := mustApply(t, r, devB, ModelEntry, old...); res.Parked != 40 {
+		t.Fatalf("parked %d before the downgrade", res.Parked)
+	}
+	// Back to schema 5: fk_parked without its source.
+	dir := r.Dir()
+	r.Close()
+	c, err := openConn(filepath.Join(dir, DatabaseFile), filepath.Join(dir, LogFile), false, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`ALTER TABLE fk_parked DROP COLUMN source`, `PRAGMA main.user_version = 5`, `PRAGMA log.user_version = 5`} {
+		if err := c.exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.close()
+	r, err = Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	checkParkedCounters(t, r)
+	if c := r.bySource[messages.DeviceID{}]; c.parked != 40 {
+		t.Fatalf("the old rows count %+v against the unknown source, want 40", c)
+	}
+	// A peer's share is half of the 60 left free.
+	var recs []messages.StateRecord
+	for i := range 40 {
+		recs = append(recs, recordFor(t, ModelEntry, uid(2000+i), hlcAt(uint64(100+i), 0, devB),
+			map[string]any{"location_uuid": loc.UUID, "parent_uuid": uid(99), "name": "new"}))
+	}
+	res, err := r.ApplyState(devB, ModelEntry, recs, ApplyOptions{From: devB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Parked != 30 || len(res.Rejected) != 10 {
+		t.Fatalf("after the migration a peer parked %d and was refused %d, want 30 and 10", res.Parked, len(res.Rejected))
 	}
 	checkParkedCounters(t, r)
 }

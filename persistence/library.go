@@ -67,8 +67,11 @@ type Library struct {
 	// parked is the number of rows in fk_parked: zero lets the bulk path
 	// skip every parking lookup. held is how many of them are held by a
 	// delete (held = 1); the others wait for a row. Both are bounded by
-	// opts.MaxParked (see stateFacts.parkingFull).
+	// opts.MaxParked (see parkingRoom).
 	parked, held int
+	// bySource counts the rows of fk_parked per source (their sum is
+	// parked, held); a source's entry goes when it has none left.
+	bySource map[messages.DeviceID]parkCounts
 	// tombs counts tombstones per model: zero lets inserts skip the lookup.
 	tombs map[string]int
 	// maxStored is the largest HLC written to database.db (kept in kv).
@@ -190,6 +193,9 @@ func Open(dir string, opts Options) (*Library, error) {
 	}
 	if opts.MaxParked <= 0 {
 		opts.MaxParked = DefaultMaxParked
+	}
+	if opts.MaxParkedPerSource <= 0 {
+		opts.MaxParkedPerSource = opts.MaxParked / 2
 	}
 	opts.Retention = opts.Retention.withDefaults()
 	l := &Library{
@@ -342,8 +348,15 @@ func (l *Library) ownerMaxHLC(c *conn, ownerID int64) (messages.HLC, error) {
 
 // reloadCountsLocked re-reads the parked and tombstone counts.
 func (l *Library) reloadCountsLocked() error {
-	_, err := l.w.queryRow(`SELECT count(*), coalesce(sum(held), 0) FROM fk_parked`, nil, func(s *sqlite3.Stmt) error {
-		l.parked, l.held = s.ColumnInt(0), s.ColumnInt(1)
+	l.parked, l.held, l.bySource = 0, 0, map[messages.DeviceID]parkCounts{}
+	err := l.w.query(`SELECT source, count(*), coalesce(sum(held), 0) FROM fk_parked GROUP BY source`, nil, func(s *sqlite3.Stmt) error {
+		src := messages.DeviceID(columnUUID(s, 0))
+		c := l.bySource[src]
+		c.parked += s.ColumnInt(1)
+		c.held += s.ColumnInt(2)
+		l.bySource[src] = c
+		l.parked += s.ColumnInt(1)
+		l.held += s.ColumnInt(2)
 		return nil
 	})
 	if err != nil {

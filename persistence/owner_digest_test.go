@@ -206,6 +206,9 @@ func TestMaintainedDigestReopenAndUpgrade(t *testing.T) {
 	if err := c.exec(`DROP TABLE owner_digests`); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.exec(`ALTER TABLE fk_parked DROP COLUMN source`); err != nil { // schema 6's
+		t.Fatal(err)
+	}
 	if err := c.c.Exec(`PRAGMA main.user_version = 2`); err != nil {
 		t.Fatal(err)
 	}

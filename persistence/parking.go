@@ -11,7 +11,7 @@ import (
 // park stores a record whose ref target has not arrived, keeping only the
 // newest record per uuid.
 func (tx *txn) park(m *modelInfo, ownerID int64, rec messages.StateRecord, vals []any, wait landing, mode applyMode) (outcome, error) {
-	stored, err := tx.parkRecord(m, ownerID, rec, vals, wait, mode.held)
+	stored, err := tx.parkRecord(m, ownerID, rec, vals, wait, mode.held, mode.from)
 	if err != nil {
 		return 0, err
 	}
@@ -21,15 +21,19 @@ func (tx *txn) park(m *modelInfo, ownerID int64, rec messages.StateRecord, vals 
 	return outParked, nil
 }
 
-func (tx *txn) parkRecord(m *modelInfo, ownerID int64, rec messages.StateRecord, vals []any, wait landing, held bool) (bool, error) {
+// parkRecord parks rec (held: as held by a delete) for wait, as sent by
+// src (zero: unknown).
+func (tx *txn) parkRecord(m *modelInfo, ownerID int64, rec messages.StateRecord, vals []any, wait landing, held bool, src messages.DeviceID) (bool, error) {
 	exists, wasHeld := false, false
+	var was messages.DeviceID // the replaced record's source
 	if tx.l.parked > 0 {
 		var cur messages.HLC
-		found, err := tx.c.queryRow(`SELECT hlc, held FROM fk_parked WHERE model = ? AND uuid = ?`, []any{m.Name, rec.UUID},
+		found, err := tx.c.queryRow(`SELECT hlc, held, source FROM fk_parked WHERE model = ? AND uuid = ?`, []any{m.Name, rec.UUID},
 			func(s *sqlite3.Stmt) error {
 				var err error
 				cur, err = columnHLC(s, 0)
 				wasHeld = s.ColumnBool(1)
+				was = messages.DeviceID(columnUUID(s, 2))
 				return err
 			})
 		if err != nil {
@@ -45,22 +49,58 @@ func (tx *txn) parkRecord(m *modelInfo, ownerID int64, rec messages.StateRecord,
 	if err != nil {
 		return false, err
 	}
-	err = tx.c.exec(`INSERT INTO fk_parked (model, uuid, owner_id, wait_model, wait_uuid, hlc, record, held, parked_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	err = tx.c.exec(`INSERT INTO fk_parked (model, uuid, owner_id, wait_model, wait_uuid, hlc, record, held, parked_at, source)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (model, uuid) DO UPDATE SET owner_id = excluded.owner_id, wait_model = excluded.wait_model,
 			wait_uuid = excluded.wait_uuid, hlc = excluded.hlc, record = excluded.record, held = excluded.held,
-			parked_at = excluded.parked_at`,
-		m.Name, rec.UUID, ownerID, wait.m.Name, wait.u, rec.HLC, blob, held, tx.l.nowMS())
+			parked_at = excluded.parked_at, source = excluded.source`,
+		m.Name, rec.UUID, ownerID, wait.m.Name, wait.u, rec.HLC, blob, held, tx.l.nowMS(), sourceArg(src))
 	if err != nil {
 		return false, fmt.Errorf("park %s %s: %w", m.Name, rec.UUID, err)
 	}
-	if !exists {
-		tx.l.parked++
-		wasHeld = false
+	if exists {
+		tx.countParked(was, -1, -b2i(wasHeld))
 	}
-	tx.l.held += b2i(held) - b2i(wasHeld)
+	tx.countParked(src, 1, b2i(held))
 	tx.note(rec.HLC)
 	return true, nil
+}
+
+// countParked adds dParked to the records parked from src and dHeld to
+// those of them held, and the same to the library's counts.
+func (tx *txn) countParked(src messages.DeviceID, dParked, dHeld int) {
+	l := tx.l
+	l.parked += dParked
+	l.held += dHeld
+	c := l.bySource[src]
+	c.parked += dParked
+	c.held += dHeld
+	if c.parked == 0 {
+		delete(l.bySource, src)
+		return
+	}
+	l.bySource[src] = c
+}
+
+// parkCounts counts parked records: all of them, and those held.
+type parkCounts struct{ parked, held int }
+
+// sourceArg is src as fk_parked stores it: NULL if unknown.
+func sourceArg(src messages.DeviceID) any {
+	if src.IsZero() {
+		return nil
+	}
+	return src
+}
+
+// parkingRooms says whether a record received from src may wait, and
+// whether it may be held (parkingRoom).
+func (l *Library) parkingRooms(src messages.DeviceID) (wait, hold room) {
+	all, mine, known := parkCounts{parked: l.parked, held: l.held}, l.bySource[src], !src.IsZero()
+	max, per := l.opts.MaxParked, l.opts.MaxParkedPerSource
+	wait = parkingRoom(all.parked-all.held, mine.parked-mine.held, max, per, known)
+	hold = parkingRoom(all.held, mine.held, max, per, known)
+	return wait, hold
 }
 
 func b2i(b bool) int {
@@ -76,10 +116,9 @@ func (tx *txn) dropParkedUpTo(m *modelInfo, u messages.UUID, h messages.HLC) err
 	if tx.l.parked == 0 {
 		return nil
 	}
-	return tx.c.query(`DELETE FROM fk_parked WHERE model = ? AND uuid = ? AND hlc <= ? RETURNING held`, []any{m.Name, u, cmpHLC(h)},
+	return tx.c.query(`DELETE FROM fk_parked WHERE model = ? AND uuid = ? AND hlc <= ? RETURNING held, source`, []any{m.Name, u, cmpHLC(h)},
 		func(s *sqlite3.Stmt) error {
-			tx.l.parked--
-			tx.l.held -= b2i(s.ColumnBool(0))
+			tx.countParked(messages.DeviceID(columnUUID(s, 1)), -1, -b2i(s.ColumnBool(0)))
 			return nil
 		})
 }
@@ -91,10 +130,11 @@ type parkedRow struct {
 	u           messages.UUID
 	hlc         messages.HLC
 	held        bool
-	rec         []byte // encoded record
+	rec         []byte            // encoded record
+	source      messages.DeviceID // who sent it (zero: unknown)
 }
 
-const parkedCols = `id, owner_id, model, uuid, hlc, held, record`
+const parkedCols = `id, owner_id, model, uuid, hlc, held, record, source`
 
 // parkedFor reads the records parked waiting for ld (query: parkedCols
 // FROM fk_parked, filtered by wait_model and wait_uuid, then args).
@@ -103,7 +143,7 @@ func (tx *txn) parkedFor(query string, ld landing, args ...any) ([]parkedRow, er
 	err := tx.c.query(query, append([]any{ld.m.Name, ld.u}, args...), func(s *sqlite3.Stmt) error {
 		h, err := columnHLC(s, 4)
 		rows = append(rows, parkedRow{id: s.ColumnInt64(0), ownerID: s.ColumnInt64(1), model: s.ColumnText(2),
-			u: columnUUID(s, 3), hlc: h, held: s.ColumnBool(5), rec: s.ColumnBlob(6, nil)})
+			u: columnUUID(s, 3), hlc: h, held: s.ColumnBool(5), rec: s.ColumnBlob(6, nil), source: messages.DeviceID(columnUUID(s, 7))})
 		return err
 	})
 	return rows, err
@@ -117,8 +157,7 @@ func (tx *txn) unpark(r parkedRow) (bool, error) {
 	if tx.c.c.Changes() == 0 {
 		return false, nil
 	}
-	tx.l.parked--
-	tx.l.held -= b2i(r.held)
+	tx.countParked(r.source, -1, -b2i(r.held))
 	return true, nil
 }
 
@@ -180,7 +219,7 @@ func (tx *txn) settleParked(pm *modelInfo, r parkedRow, ld landing, T messages.H
 		}
 		var held *heldRecord
 		if !mode.local {
-			held = &heldRecord{rec: rec, vals: rec.Values, wait: ld}
+			held = &heldRecord{rec: rec, vals: rec.Values, wait: ld, from: r.source}
 		}
 		return false, tx.removeCascade(pm, ex, r.u, T, r.hlc, held, mode)
 	}
@@ -197,7 +236,7 @@ func (tx *txn) settleParked(pm *modelInfo, r parkedRow, ld landing, T messages.H
 		_, err = tx.unpark(r)
 	case !r.held:
 		if err = tx.c.exec(`UPDATE fk_parked SET held = 1 WHERE id = ?`, r.id); err == nil {
-			tx.l.held++
+			tx.countParked(r.source, 0, 1)
 		}
 	}
 	return true, err
@@ -251,7 +290,7 @@ func (tx *txn) release(r parkedRow, ld landing) error {
 		}
 	}
 	own := ownerRef{id: r.ownerID, dev: tx.l.ownerDev[r.ownerID]}
-	out, err := tx.applyRecord(pm, own, rec, applyMode{releasing: true, held: r.held})
+	out, err := tx.applyRecord(pm, own, rec, applyMode{releasing: true, held: r.held, from: r.source})
 	if err != nil {
 		return err
 	}

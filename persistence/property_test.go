@@ -330,7 +330,10 @@ func deliver(t *rapid.T, l *Library, evs []event, label string) {
 				for len(batch) > 0 && evs[batch[0]].kind == evState && evs[batch[0]].owner == e.owner && evs[batch[0]].model == e.model {
 					recs, batch = append(recs, evs[batch[0]].rec), batch[1:]
 				}
-				res, err := l.ApplyState(e.owner, e.model, recs, ApplyOptions{})
+				// Sent by its owner, a relay or an unknown source: what
+				// parks counts against it (checkParkedCounters).
+				from := rapid.SampledFrom([]messages.DeviceID{e.owner, devC, {}}).Draw(t, label+" from")
+				res, err := l.ApplyState(e.owner, e.model, recs, ApplyOptions{From: from})
 				if err != nil || len(res.Rejected) > 0 {
 					t.Fatalf("state: %v %+v", err, res.Rejected)
 				}

@@ -101,11 +101,16 @@ func (l *Library) resetAfterSnapshot(source messages.DeviceID) error {
 			return err
 		}
 	}
-	return l.writeTx(nil, func(tx *txn) error {
+	err := l.writeTx(nil, func(tx *txn) error {
 		for _, q := range []string{`DELETE FROM sync_partners`, `DELETE FROM partner_watermarks`, `DELETE FROM checkpoints`, `DELETE FROM failed_records`, `DELETE FROM entry_fs`, `DELETE FROM partnerships_ended`} {
 			if err := tx.c.exec(q); err != nil {
 				return err
 			}
+		}
+		// The copy's parked records were sent to the source by its
+		// peers, not to this device: here they count against no peer.
+		if err := tx.c.exec(`UPDATE fk_parked SET source = NULL`); err != nil {
+			return err
 		}
 		// The heads that prove the copy's shared watermarks came in a file
 		// the source wrote: keep only those whose seals check (chain.go).
@@ -119,6 +124,10 @@ func (l *Library) resetAfterSnapshot(source messages.DeviceID) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return l.reloadCountsLocked()
 }
 
 // dropBadHeads clears the shared heads that do not prove their watermark.

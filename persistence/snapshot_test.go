@@ -183,3 +183,28 @@ func TestSnapshotWhileWriting(t *testing.T) {
 		dst.Close()
 	}
 }
+
+// Parked records that come with a snapshot were sent to its source, not
+// to the joiner: they count against no peer there (issue 25).
+func TestSnapshotParkedRecordsHaveNoSource(t *testing.T) {
+	src := newLib(t, devA)
+	loc := recordFor(t, ModelLocation, uid(1), hlcAt(1, 0, devB), map[string]any{"path": "/b"})
+	kid := recordFor(t, ModelEntry, uid(2), hlcAt(2, 0, devB), map[string]any{"location_uuid": loc.UUID, "parent_uuid": uid(3), "name": "k"})
+	mustApply(t, src, devB, ModelLocation, loc)
+	if res, err := src.ApplyState(devB, ModelEntry, []messages.StateRecord{kid}, ApplyOptions{From: devB}); err != nil || res.Parked != 1 {
+		t.Fatalf("park: %+v %v", res, err)
+	}
+	snap := filepath.Join(t.TempDir(), "snap.db")
+	if err := src.SnapshotTo(snap); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := InstallSnapshot(snap, filepath.Join(t.TempDir(), "lib"), src.Meta(), devA, Options{Self: devR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	checkParkedCounters(t, dst)
+	if c := dst.bySource[messages.DeviceID{}]; c.parked != 1 || len(dst.bySource) != 1 {
+		t.Fatalf("the joiner's parked records by source: %v", dst.bySource)
+	}
+}

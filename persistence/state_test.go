@@ -3,6 +3,7 @@ package persistence
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand"
 	"slices"
 	"testing"
@@ -55,10 +56,23 @@ func checkParkedCounters(t fataler, l *Library) {
 	for _, n := range st.Held {
 		held += n
 	}
+	bySource := map[messages.DeviceID]parkCounts{}
+	err = l.withReader(func(c *conn) error {
+		return c.query(`SELECT source, count(*), sum(held) FROM fk_parked GROUP BY source`, nil, func(s *sqlite3.Stmt) error {
+			bySource[messages.DeviceID(columnUUID(s, 0))] = parkCounts{parked: s.ColumnInt(1), held: s.ColumnInt(2)}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatalf("parked by source: %v", err)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.parked != waiting+held || l.held != held {
 		t.Fatalf("counters: parked %d held %d, the table has %d waiting and %d held", l.parked, l.held, waiting, held)
+	}
+	if !maps.Equal(l.bySource, bySource) {
+		t.Fatalf("counters per source: %v, the table has %v", l.bySource, bySource)
 	}
 }
 

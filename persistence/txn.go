@@ -329,9 +329,8 @@ func (tx *txn) settleHeld(owner messages.DeviceID, h messages.HLC) error {
 		AND owner_id = (SELECT id FROM "device" WHERE uuid = ?)
 		AND EXISTS (SELECT 1 FROM tombstones t
 			WHERE t.model = fk_parked.wait_model AND t.uuid = fk_parked.wait_uuid AND t.hlc <= ?)
-		RETURNING 1`, []any{owner, cmpHLC(h)}, func(*sqlite3.Stmt) error {
-		tx.l.parked--
-		tx.l.held--
+		RETURNING source`, []any{owner, cmpHLC(h)}, func(s *sqlite3.Stmt) error {
+		tx.countParked(messages.DeviceID(columnUUID(s, 0)), -1, -1)
 		return nil
 	})
 }
