@@ -63,6 +63,14 @@ func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *me
 	// A shared watermark the report claims counts only with the origin's
 	// sealed head at it (chain.go): a claim by itself moves nothing.
 	r = a.takeHeads(ctx, from, r)
+	if a.lastReport[from] == nil {
+		// Its first report since it connected: its library is open now.
+		// A report of ours that reached it before (the connection comes
+		// up before the library opens after a restart) was refused
+		// there, and ours is sent only when it changes: send it again.
+		delete(a.reported, from)
+		a.scheduleReport(ctx)
+	}
 	if err := a.lib.RecordPartnerWatermarks(from, r.State, r.Shared); err != nil {
 		a.n.log.Warn("record a partner's watermarks", "library", a.id, "from", from, "err", err)
 	}

@@ -273,10 +273,8 @@ func (tx *txn) sharedWatermark(origin messages.DeviceID) messages.HLC {
 // The head that proved the old watermark no longer does: proveShared
 // stores the new one's, when there is one.
 func (tx *txn) setSharedWatermark(origin messages.DeviceID, h messages.HLC) error {
-	if h.Compare(tx.sharedWatermark(origin)) <= 0 || origin == tx.l.self {
-		return tx.raiseWatermark("shared_watermark", &tx.sharedWM, tx.l.pub.sharedWM, origin, h)
-	}
-	if err := tx.raiseWatermark("shared_watermark", &tx.sharedWM, tx.l.pub.sharedWM, origin, h); err != nil {
+	raised := h.Compare(tx.sharedWatermark(origin)) > 0
+	if err := tx.raiseWatermark("shared_watermark", &tx.sharedWM, tx.l.pub.sharedWM, origin, h); err != nil || !raised || origin == tx.l.self {
 		return err
 	}
 	return tx.storeSharedHead(origin, messages.ChainHead{})
