@@ -73,6 +73,39 @@ func impostor(t *testing.T, c *cluster, i int) net.Conn {
 	return conn
 }
 
+// answerImpostor answers the requests an impostor's connection receives
+// until it closes: with serve's answer, or (serve nil, or its answer nil)
+// as a peer that holds nothing, so catch-ups of it end at once.
+func answerImpostor(ctx context.Context, conn net.Conn, serve func(messages.Message) messages.Message) {
+	for {
+		in, err := conn.Recv(ctx)
+		if err != nil {
+			return
+		}
+		if in.Reply == nil {
+			continue
+		}
+		if serve != nil {
+			if resp := serve(in.Message); resp != nil {
+				_ = in.Reply(resp)
+				continue
+			}
+		}
+		switch r := in.Message.(type) {
+		case *messages.StateOwnersRequest:
+			_ = in.Reply(&messages.StateOwnersResponse{})
+		case *messages.StateRequest:
+			_ = in.Reply(&messages.StateResponse{Owner: r.Owner})
+		case *messages.SharedChangeRequest:
+			_ = in.Reply(&messages.SharedChangeResponse{Origin: r.Origin})
+		case *messages.SharedStateRequest:
+			_ = in.Reply(&messages.SharedStateResponse{})
+		default:
+			_ = in.Reply(&messages.Error{Code: messages.CodeNotFound, Message: "no"})
+		}
+	}
+}
+
 func send(t *testing.T, conn interface {
 	Send(context.Context, messages.LibraryID, messages.Message) error
 }, lib messages.LibraryID, m messages.Message) {

@@ -448,31 +448,14 @@ func TestHostileMemberRowCannotRemoveAMember(t *testing.T) {
 		lib := c.libs[0].ID()
 		conn := impostor(t, c, 1)                                 // M, a member, talks to V
 		var relayed atomic.Pointer[messages.SharedChangeResponse] // what M serves of N's log
-		go func() {
-			for {
-				in, err := conn.Recv(context.Background())
-				if err != nil {
-					return
-				}
-				if in.Reply == nil {
-					continue
-				}
-				switch r := in.Message.(type) {
-				case *messages.SharedChangeRequest:
-					if p := relayed.Load(); p != nil && r.Origin == n {
-						_ = in.Reply(p)
-					} else {
-						_ = in.Reply(&messages.SharedChangeResponse{Origin: r.Origin})
-					}
-				case *messages.StateRequest:
-					_ = in.Reply(&messages.StateResponse{Owner: r.Owner})
-				case *messages.StateOwnersRequest:
-					_ = in.Reply(&messages.StateOwnersResponse{})
-				default:
-					_ = in.Reply(&messages.Error{Code: messages.CodeNotFound, Message: "no"})
+		go answerImpostor(context.Background(), conn, func(m messages.Message) messages.Message {
+			if r, ok := m.(*messages.SharedChangeRequest); ok && r.Origin == n {
+				if p := relayed.Load(); p != nil {
+					return p
 				}
 			}
-		}()
+			return nil
+		})
 		clock := func(d messages.DeviceID) *messages.Clock {
 			return messages.NewClock(d.UUID(), nil, 0)
 		}
@@ -653,52 +636,20 @@ func testParkingFlood(t *testing.T, relayed bool) {
 // holds the rows recs of owner (all of them entries), and nothing else.
 func serveFlood(ctx context.Context, conn net.Conn, owner messages.DeviceID, recs messages.Records) {
 	wm := recs[len(recs)-1].HLC
-	for {
-		in, err := conn.Recv(ctx)
-		if err != nil {
-			return
-		}
-		if in.Reply == nil {
-			continue
-		}
-		switch m := in.Message.(type) {
+	answerImpostor(ctx, conn, func(m messages.Message) messages.Message {
+		switch m := m.(type) {
 		case *messages.StateOwnersRequest:
-			_ = in.Reply(&messages.StateOwnersResponse{Owners: []messages.OriginWatermark{{Origin: owner, HLC: wm}}})
+			return &messages.StateOwnersResponse{Owners: []messages.OriginWatermark{{Origin: owner, HLC: wm}}}
 		case *messages.StateRequest:
 			if m.Owner == owner && m.Model == "" && m.Cursor.IsZero() {
-				_ = in.Reply(&messages.StateResponse{Owner: owner, Model: persistence.ModelEntry, Records: recs,
-					Cursor: messages.Cursor{HLC: wm, UUID: recs[len(recs)-1].UUID}, Watermark: wm})
-				continue
+				return &messages.StateResponse{Owner: owner, Model: persistence.ModelEntry, Records: recs,
+					Cursor: messages.Cursor{HLC: wm, UUID: recs[len(recs)-1].UUID}, Watermark: wm}
 			}
-			_ = in.Reply(&messages.StateResponse{Owner: m.Owner})
-		case *messages.SharedChangeRequest:
-			_ = in.Reply(&messages.SharedChangeResponse{Origin: m.Origin})
-		default:
-			_ = in.Reply(&messages.Error{Code: messages.CodeNotFound, Message: "no"})
 		}
-	}
+		return nil
+	})
 }
 
 // answerNothing answers an impostor's requests as a peer that holds
 // nothing (catch-ups of it end at once), until its connection closes.
-func answerNothing(ctx context.Context, conn net.Conn) {
-	for {
-		in, err := conn.Recv(ctx)
-		if err != nil {
-			return
-		}
-		if in.Reply == nil {
-			continue
-		}
-		switch m := in.Message.(type) {
-		case *messages.StateOwnersRequest:
-			_ = in.Reply(&messages.StateOwnersResponse{})
-		case *messages.StateRequest:
-			_ = in.Reply(&messages.StateResponse{Owner: m.Owner})
-		case *messages.SharedChangeRequest:
-			_ = in.Reply(&messages.SharedChangeResponse{Origin: m.Origin})
-		default:
-			_ = in.Reply(&messages.Error{Code: messages.CodeNotFound, Message: "no"})
-		}
-	}
-}
+func answerNothing(ctx context.Context, conn net.Conn) { answerImpostor(ctx, conn, nil) }

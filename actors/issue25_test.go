@@ -24,33 +24,7 @@ func hostileMember(t *testing.T, c *cluster, serve func(m messages.Message) mess
 	Send(context.Context, messages.LibraryID, messages.Message) error
 } {
 	conn := impostor(t, c, 1)
-	go func() {
-		for {
-			in, err := conn.Recv(context.Background())
-			if err != nil {
-				return
-			}
-			if in.Reply == nil {
-				continue
-			}
-			if resp := serve(in.Message); resp != nil {
-				_ = in.Reply(resp)
-				continue
-			}
-			switch r := in.Message.(type) {
-			case *messages.StateOwnersRequest:
-				_ = in.Reply(&messages.StateOwnersResponse{})
-			case *messages.StateRequest:
-				_ = in.Reply(&messages.StateResponse{Owner: r.Owner})
-			case *messages.SharedChangeRequest:
-				_ = in.Reply(&messages.SharedChangeResponse{Origin: r.Origin})
-			case *messages.SharedStateRequest:
-				_ = in.Reply(&messages.SharedStateResponse{})
-			default:
-				_ = in.Reply(&messages.Error{Code: messages.CodeNotFound, Message: "no"})
-			}
-		}
-	}()
+	go answerImpostor(context.Background(), conn, serve)
 	return conn
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lsync/lsync/internal/testutil"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
 )
@@ -98,23 +99,9 @@ func (h *hostile) drain(c net.Conn) {
 	}
 }
 
-// answerVictim answers the victim's requests as a peer that holds nothing
-// but what it floods: empty pages, so its catch-ups end at once.
-func answerVictim(m messages.Message) messages.Message {
-	switch r := m.(type) {
-	case *messages.Ping:
-		return &messages.Pong{Nonce: r.Nonce, SentAt: r.SentAt}
-	case *messages.StateOwnersRequest:
-		return &messages.StateOwnersResponse{}
-	case *messages.StateRequest:
-		return &messages.StateResponse{Owner: r.Owner}
-	case *messages.SharedChangeRequest:
-		return &messages.SharedChangeResponse{Origin: r.Origin}
-	case *messages.SharedStateRequest:
-		return &messages.SharedStateResponse{}
-	}
-	return &messages.Error{Code: messages.CodeUnavailable, Message: "the flooding peer serves nothing"}
-}
+// answerVictim answers the victim's requests as a peer that holds
+// nothing but what it floods: empty pages, so its catch-ups end at once.
+func answerVictim(m messages.Message) messages.Message { return testutil.EmptyAnswer(m) }
 
 // batchCounter counts the state batches the hostile's transport wrote.
 type batchCounter struct {

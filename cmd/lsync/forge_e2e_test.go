@@ -125,27 +125,11 @@ func (h *hostilePeer) adopt(ctx context.Context, wg *sync.WaitGroup, c net.Conn)
 				resp = serve(in.Message)
 			}
 			if resp == nil {
-				resp = emptyAnswer(in.Message)
+				resp = testutil.EmptyAnswer(in.Message)
 			}
 			_ = in.Reply(resp)
 		}
 	}()
-}
-
-func emptyAnswer(m messages.Message) messages.Message {
-	switch r := m.(type) {
-	case *messages.Ping:
-		return &messages.Pong{Nonce: r.Nonce, SentAt: r.SentAt}
-	case *messages.StateOwnersRequest:
-		return &messages.StateOwnersResponse{}
-	case *messages.StateRequest:
-		return &messages.StateResponse{Owner: r.Owner}
-	case *messages.SharedChangeRequest:
-		return &messages.SharedChangeResponse{Origin: r.Origin}
-	case *messages.SharedStateRequest:
-		return &messages.SharedStateResponse{}
-	}
-	return &messages.Error{Code: messages.CodeNotFound, Message: "mallory serves nothing"}
 }
 
 func (h *hostilePeer) send(m messages.Message) {
