@@ -284,7 +284,7 @@ func (b *backfillActor) apply(p *joinPage) error {
 			return fmt.Errorf("apply the log of %s: %w", b.j.st.Source, err)
 		}
 		if len(sealed) < len(p.shared) {
-			return fmt.Errorf("the log of %s holds changes it did not seal", b.j.st.Source)
+			return fmt.Errorf("the log of %s holds changes their origin did not seal, or without their bodies", b.j.st.Source)
 		}
 	case p.shared != nil || p.wms != nil:
 		b.n.traceShared("backfill", p.shared)

@@ -286,7 +286,7 @@ func (j *catchUpActor) logPage(a *answered, req *messages.SharedChangeRequest) e
 	// chain.
 	sealed := j.n.verifyChain(j.libID, j.peer, resp.Entries)
 	if len(sealed) < len(resp.Entries) {
-		gap = errors.New("shared log of " + origin.String() + " from " + j.peer.String() + " holds changes its origin did not seal")
+		gap = errors.New("shared log of " + origin.String() + " from " + j.peer.String() + " holds changes its origin did not seal, or passes them on without their bodies")
 	}
 	var changes []messages.SharedChange
 	for _, c := range sealed {

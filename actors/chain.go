@@ -46,6 +46,15 @@ func (n *nodeCore) verifyChain(id messages.LibraryID, from messages.DeviceID, cs
 		}
 		n.reject(messages.ReasonBadSignature, "library", id, "from", from, "origin", cs[k].Origin(), "refused", len(cs)-k, "err", err)
 	}
+	// An elided change (its body withheld: the sender does not take its
+	// model) is one this device takes: it must come from a member that
+	// holds it. The chain waits before it.
+	for i := range cs[:k] {
+		if cs[i].Elided() {
+			n.log.Debug("a peer passed on a change without its body", "library", id, "from", from, "hlc", cs[i].HLC, "model", cs[i].Model)
+			return cs[:i]
+		}
+	}
 	return cs[:k]
 }
 

@@ -111,3 +111,59 @@ func TestIssue25ForgedMemberRowRemovesNoOne(t *testing.T) {
 		}
 	})
 }
+
+// A member that passes on another origin's change without its body (an
+// elided change, as a member that does not take the model will) cannot
+// make this device skip it: the change before it applies, the chain waits
+// at it, and the watermark stays there until a member serves it whole.
+func TestElidedChangeIsNotSkipped(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := newQuietPair(t, 253)
+		lib := c.libs[0].ID()
+		x := devID(7)
+		xc := messages.NewClock(x.UUID(), nil, 0)
+		x1, x2 := xc.Now(), xc.Now()
+		cs := []messages.SharedChange{
+			{HLC: x1, Model: persistence.ModelTag, Record: testutil.UUID(2531), Op: messages.OpInsert, Fields: map[string]any{"canonical_name": "x one"}},
+			{HLC: x2, Prev: x1, Model: persistence.ModelTag, Record: testutil.UUID(2532), Op: messages.OpInsert, Fields: map[string]any{"canonical_name": "x two"}},
+		}
+		if _, err := messages.SealSegments(lib, cs, testKey(7)); err != nil {
+			t.Fatal(err)
+		}
+		_, heads, err := messages.VerifyChain(lib, cs, testKeyOwner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		elided, err := messages.Elide(&cs[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var whole atomic.Bool
+		conn := hostileMember(t, c, func(m messages.Message) messages.Message {
+			if r, ok := m.(*messages.SharedChangeRequest); ok && r.Origin == x {
+				if whole.Load() {
+					return &messages.SharedChangeResponse{Origin: x, Entries: cs}
+				}
+				return &messages.SharedChangeResponse{Origin: x, Entries: []messages.SharedChange{cs[0], elided}}
+			}
+			return nil
+		})
+		report := func() {
+			if err := conn.Send(ctxT(t), lib, &messages.WatermarkReport{Shared: []messages.OriginWatermark{{Origin: x, HLC: x2}}, Heads: heads}); err != nil {
+				t.Fatal(err)
+			}
+			advance(time.Second)
+		}
+		report()
+		testutil.Eventually(t, 5*time.Second, "X's first tag", func() bool { return c.hasTag(0, "x one") })
+		if wm := c.libs[0].Store().SharedWatermark(x); wm != x1 || c.hasTag(0, "x two") {
+			t.Fatalf("the elided change was skipped: watermark %s, second tag %v", wm, c.hasTag(0, "x two"))
+		}
+		whole.Store(true)
+		advance(2 * SyncConfig{}.withDefaults().CatchUpInterval)
+		report()
+		testutil.Eventually(t, 5*time.Second, "X's second tag, served whole", func() bool {
+			return c.hasTag(0, "x two") && c.libs[0].Store().SharedWatermark(x) == x2
+		})
+	})
+}

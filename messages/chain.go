@@ -155,10 +155,25 @@ type Segmenter struct {
 
 // Add hashes c into the segment under way and reports whether the
 // segment is full (it should end with c).
+//
+// The segment hash is over, per change, its model and the SHA-256 of its
+// canonical form (ChangeDigest): a member that does not take a model
+// passes such a change on elided (its Digest instead of its body), and
+// the seal still covers it, its model included, so no relay can elide a
+// change under another model's name.
 func (s *Segmenter) Add(c *SharedChange) (full bool, err error) {
-	s.buf, err = appendCanonical(s.buf[:0], c)
-	if err != nil {
-		return false, err
+	var inner [sha256.Size]byte
+	if c.Elided() {
+		if len(c.Digest) != sha256.Size {
+			return false, fmt.Errorf("elided change with a digest of %d bytes", len(c.Digest))
+		}
+		copy(inner[:], c.Digest)
+	} else {
+		if s.buf, err = appendCanonical(s.buf[:0], c); err != nil {
+			return false, err
+		}
+		inner = sha256.Sum256(s.buf)
+		s.bytes += len(s.buf)
 	}
 	if s.h == nil {
 		s.h = sha256.New()
@@ -167,13 +182,37 @@ func (s *Segmenter) Add(c *SharedChange) (full bool, err error) {
 		s.first = c.Prev
 		s.h.Reset()
 	}
-	// The hash is of the length-prefixed canonical changes.
 	var n [binary.MaxVarintLen64]byte
-	s.h.Write(n[:binary.PutUvarint(n[:], uint64(len(s.buf)))])
-	s.h.Write(s.buf)
+	s.h.Write(n[:binary.PutUvarint(n[:], uint64(len(c.Model)))])
+	s.h.Write([]byte(c.Model))
+	s.h.Write(inner[:])
 	s.n++
-	s.bytes += len(s.buf)
 	return s.n >= SegmentMax || s.bytes >= SegmentBytes, nil
+}
+
+// ChangeDigest is the SHA-256 of c's canonical form: what an elided copy
+// of c carries instead of its body.
+func ChangeDigest(c *SharedChange) ([]byte, error) {
+	b, err := appendCanonical(nil, c)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(b)
+	return sum[:], nil
+}
+
+// Elide returns c without its body: its place in the chain, its model
+// and its digest (and its seal, if it ends a segment), for a member that
+// does not take its model.
+func Elide(c *SharedChange) (SharedChange, error) {
+	if c.Elided() {
+		return *c, nil
+	}
+	d, err := ChangeDigest(c)
+	if err != nil {
+		return SharedChange{}, err
+	}
+	return SharedChange{HLC: c.HLC, Prev: c.Prev, Model: c.Model, Digest: d, Seal: c.Seal}, nil
 }
 
 // End closes the segment under way, which ends with last: its head,

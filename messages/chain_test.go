@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -145,6 +146,42 @@ func TestChainRefusesForgeries(t *testing.T) {
 	// The same chain for another library is not this library's.
 	if n, _, err := VerifyChain(LibraryID{7}, fresh(), nil); n != 0 || !errors.Is(err, ErrBadSeal) {
 		t.Fatalf("another library's chain: verified %d: %v", n, err)
+	}
+}
+
+// A member that does not take a model passes its changes on elided: the
+// chain still verifies, and the model of an elided change is its
+// origin's word (the seal covers it), so no relay elides a change under
+// another model's name.
+func TestChainVerifiesElidedChanges(t *testing.T) {
+	cs := chainOf(1, 10, HLC{})
+	cs[3].Model, cs[7].Model = "album", "album"
+	if _, err := SealSegments(lib, cs, chainKey(1)); err != nil {
+		t.Fatal(err)
+	}
+	elided := slices.Clone(cs)
+	for _, i := range []int{3, 7, 9} {
+		e, err := Elide(&elided[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !e.Elided() || e.Fields != nil || !e.Record.IsZero() || e.Validate() != nil {
+			t.Fatalf("elided %d: %+v (%v)", i, e, e.Validate())
+		}
+		elided[i] = e
+	}
+	if n, heads, err := VerifyChain(lib, overTheWire(t, elided), nil); err != nil || n != len(cs) || len(heads) != 1 {
+		t.Fatalf("a chain with elided changes: verified %d: %v", n, err)
+	}
+	lie := slices.Clone(elided)
+	lie[3].Model = "tag" // an album change passed off as a tag
+	if n, _, err := VerifyChain(lib, lie, nil); n != 0 || !errors.Is(err, ErrBadSeal) {
+		t.Fatalf("an elided change under another model: verified %d: %v", n, err)
+	}
+	lie = slices.Clone(elided)
+	lie[3].Digest = append([]byte{1}, lie[3].Digest[1:]...)
+	if n, _, err := VerifyChain(lib, lie, nil); n != 0 || !errors.Is(err, ErrBadSeal) {
+		t.Fatalf("an elided change with another digest: verified %d: %v", n, err)
 	}
 }
 

@@ -110,7 +110,7 @@ func (r *StateRecord) DecodeMsgpack(dec *msgpack.Decoder) error {
 // SharedChange.
 func (c *SharedChange) DecodeMsgpack(dec *msgpack.Decoder) error {
 	*c = SharedChange{}
-	if ok, err := structLen(dec, 7); !ok {
+	if ok, err := structLen(dec, 8); !ok {
 		return err
 	}
 	if err := c.HLC.DecodeMsgpack(dec); err != nil {
@@ -137,7 +137,10 @@ func (c *SharedChange) DecodeMsgpack(dec *msgpack.Decoder) error {
 	if c.Fields, err = dec.DecodeMap(); err != nil {
 		return err
 	}
-	c.Seal, err = dec.DecodeBytes()
+	if c.Seal, err = dec.DecodeBytes(); err != nil {
+		return err
+	}
+	c.Digest, err = dec.DecodeBytes()
 	return err
 }
 

@@ -340,7 +340,10 @@ type StateResponse struct {
 // as 16-byte uuids); a delete carries none. Seal is set on the last change
 // of each segment of the origin's chain (chain.go): its key and signature
 // over the segment; empty on the others, and on changes that come from a
-// shared-state page rather than a log.
+// shared-state page rather than a log. Digest, set on an elided change
+// only, is the SHA-256 of its canonical form, sent instead of its body
+// (Record, Op and Fields are then empty) to a member that does not take
+// its model: the chain stays whole and sealed (chain.go, Elide).
 type SharedChange struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	HLC      HLC
@@ -350,7 +353,11 @@ type SharedChange struct {
 	Op       ChangeOp
 	Fields   map[string]any
 	Seal     []byte
+	Digest   []byte
 }
+
+// Elided reports whether c is an elided change (Digest, no body).
+func (c *SharedChange) Elided() bool { return len(c.Digest) != 0 }
 
 // Origin is the device that made the change.
 func (c *SharedChange) Origin() DeviceID { return DeviceID(c.HLC.Device) }

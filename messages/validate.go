@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"unicode"
@@ -152,14 +153,20 @@ func (c *SharedChange) Validate() error {
 	if err := validModel(c.Model); err != nil {
 		return err
 	}
-	if c.Record.IsZero() {
-		return errors.New("shared change without record uuid")
-	}
-	if !c.Op.Valid() {
-		return fmt.Errorf("shared change op %d", c.Op)
-	}
-	if c.Op == OpDelete && len(c.Fields) != 0 {
-		return errors.New("shared delete carries fields")
+	if c.Elided() {
+		if len(c.Digest) != sha256.Size || !c.Record.IsZero() || c.Op != 0 || len(c.Fields) != 0 {
+			return fmt.Errorf("elided shared change %s: a %d-byte digest and a body", c.HLC, len(c.Digest))
+		}
+	} else {
+		if c.Record.IsZero() {
+			return errors.New("shared change without record uuid")
+		}
+		if !c.Op.Valid() {
+			return fmt.Errorf("shared change op %d", c.Op)
+		}
+		if c.Op == OpDelete && len(c.Fields) != 0 {
+			return errors.New("shared delete carries fields")
+		}
 	}
 	if !c.Prev.IsZero() && c.Prev.Compare(c.HLC) >= 0 {
 		return fmt.Errorf("shared change %s: previous hlc %s is not older", c.HLC, c.Prev)

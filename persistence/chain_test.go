@@ -218,6 +218,9 @@ func TestMemberRowsSigned(t *testing.T) {
 		c := messages.SharedChange{HLC: h, Prev: prev, Model: ModelMember, Record: good.Record, Op: messages.OpInsert, Fields: f}
 		alter(&c)
 		prev = c.HLC
+		if err := bc.Observe(c.HLC); err != nil { // the next change is newer
+			t.Fatal(err)
+		}
 		res, err := r.ApplyShared([]messages.SharedChange{c}, ApplyOptions{})
 		if err != nil {
 			t.Fatal(err)
