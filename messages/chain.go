@@ -156,11 +156,12 @@ type Segmenter struct {
 // Add hashes c into the segment under way and reports whether the
 // segment is full (it should end with c).
 //
-// The segment hash is over, per change, its model and the SHA-256 of its
-// canonical form (ChangeDigest): a member that does not take a model
-// passes such a change on elided (its Digest instead of its body), and
-// the seal still covers it, its model included, so no relay can elide a
-// change under another model's name.
+// The segment hash is over, per change, its model, its record and the
+// SHA-256 of its canonical form (ChangeDigest): a member that does not
+// take a model (or a row) passes such a change on elided (its Digest
+// instead of its body), and the seal still covers it, its model and
+// record included, so no relay can elide a change under another model's
+// or row's name, and a receiver can tell whether it takes the row.
 func (s *Segmenter) Add(c *SharedChange) (full bool, err error) {
 	var inner [sha256.Size]byte
 	if c.Elided() {
@@ -185,6 +186,7 @@ func (s *Segmenter) Add(c *SharedChange) (full bool, err error) {
 	var n [binary.MaxVarintLen64]byte
 	s.h.Write(n[:binary.PutUvarint(n[:], uint64(len(c.Model)))])
 	s.h.Write([]byte(c.Model))
+	s.h.Write(c.Record[:])
 	s.h.Write(inner[:])
 	s.n++
 	return s.n >= SegmentMax || s.bytes >= SegmentBytes, nil
@@ -201,8 +203,8 @@ func ChangeDigest(c *SharedChange) ([]byte, error) {
 	return sum[:], nil
 }
 
-// Elide returns c without its body: its place in the chain, its model
-// and its digest (and its seal, if it ends a segment), for a member that
+// Elide returns c without its body: its place in the chain, its model,
+// its record and its digest (and its seal, if it ends a segment), for a member that
 // does not take its model.
 func Elide(c *SharedChange) (SharedChange, error) {
 	if c.Elided() {
@@ -212,7 +214,7 @@ func Elide(c *SharedChange) (SharedChange, error) {
 	if err != nil {
 		return SharedChange{}, err
 	}
-	return SharedChange{HLC: c.HLC, Prev: c.Prev, Model: c.Model, Digest: d, Seal: c.Seal}, nil
+	return SharedChange{HLC: c.HLC, Prev: c.Prev, Model: c.Model, Record: c.Record, Digest: d, Seal: c.Seal}, nil
 }
 
 // End closes the segment under way, which ends with last: its head,

@@ -342,8 +342,8 @@ type StateResponse struct {
 // over the segment; empty on the others, and on changes that come from a
 // shared-state page rather than a log. Digest, set on an elided change
 // only, is the SHA-256 of its canonical form, sent instead of its body
-// (Record, Op and Fields are then empty) to a member that does not take
-// its model: the chain stays whole and sealed (chain.go, Elide).
+// (Op and Fields are then empty) to a member that does not take its model
+// or row: the chain stays whole and sealed (chain.go, Elide).
 type SharedChange struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	HLC      HLC
