@@ -78,6 +78,8 @@ type Library struct {
 	maxStored messages.HLC
 	// gen counts committed write transactions (Generation).
 	gen atomic.Uint64
+	// takings caches what each device takes (filter_store.go).
+	takings takings
 	// closedCleanly: database.db was as lsync closed it (closed.go).
 	closedCleanly bool
 	// The shared models' digest as of generation sharedGen (SharedDigest).

@@ -16,6 +16,10 @@ const (
 	ModelEntry         = "entry"
 	ModelAuditLog      = "audit_log"
 	ModelEntryMetadata = "entry_metadata"
+	// ModelSyncFilter is what its owner takes of the library (selective
+	// sync, filter.go): one row per source it filters (source_uuid null:
+	// the default), the filter as JSON.
+	ModelSyncFilter = "sync_filter"
 
 	// Shared.
 	ModelContentIdentity = "content_identity"
@@ -84,6 +88,10 @@ func DefaultModels() []Model {
 		}},
 		{Name: ModelEntryMetadata, Kind: DeviceOwned, DependsOn: []string{ModelEntry}, DeterministicFrom: []string{"entry_uuid"}, Columns: []Column{
 			required(ref("entry_uuid", ModelEntry)), boolean("favorite"), boolean("hidden"), note("note"),
+		}},
+		{Name: ModelSyncFilter, Kind: DeviceOwned, DependsOn: []string{ModelDevice}, Columns: []Column{
+			Column{Name: "source_uuid", Type: TypeUUID, Ref: ModelDevice}, {Name: "filter", Type: TypeJSON, MaxBytes: maxJSON},
+			integer("updated_at"),
 		}},
 
 		// Shared.

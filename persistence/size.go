@@ -77,9 +77,11 @@ func recordSize(r *messages.StateRecord) int {
 
 // changeSize is the encoded size of a SharedChange (an upper bound).
 func changeSize(c *messages.SharedChange) int {
-	n := 1 + 2*hlcSize + strSize(len(c.Model)) + uuidSize + 2 + lenSize(len(c.Fields)) + 1
-	if len(c.Seal) != 0 {
-		n += 1 + len(c.Seal) // bin8 header
+	n := 1 + 2*hlcSize + strSize(len(c.Model)) + uuidSize + 2 + lenSize(len(c.Fields)) + 2
+	for _, b := range [][]byte{c.Seal, c.Digest} {
+		if len(b) != 0 {
+			n += 1 + len(b) // bin8 header
+		}
 	}
 	for k, v := range c.Fields {
 		n += strSize(len(k)) + valueSize(v)

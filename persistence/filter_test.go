@@ -1,0 +1,174 @@
+package persistence
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// What a filter takes, completed against the default registry: a model
+// taken brings the models it depends on, a model left out takes along the
+// ones that depend on it, and bad filters are refused with the valid names.
+func TestCompileFilter(t *testing.T) {
+	r := DefaultRegistry()
+	loc1, loc2, other := messages.UUID{1}, messages.UUID{2}, messages.UUID{9}
+	isLoc := func(u messages.UUID) bool { return u == loc1 || u == loc2 }
+	cases := []struct {
+		name      string
+		in        SyncFilter
+		take      []string // models taken
+		leave     []string // models left out
+		notes     string   // a substring of the notes
+		err       error
+		errSubstr string
+	}{
+		{name: "everything", in: SyncFilter{}, take: r.Order()},
+		{name: "no tags", in: SyncFilter{ExcludeModels: []string{ModelTag}},
+			take:  []string{ModelEntry, ModelAlbum, ModelContentIdentity, ModelMember, ModelDevice},
+			leave: []string{ModelTag, ModelTagRelationship, ModelUserMetadataTag}, notes: "also leaves out tag_relationship, user_metadata_tag"},
+		{name: "no entries", in: SyncFilter{ExcludeModels: []string{ModelEntry}},
+			leave: []string{ModelEntry, ModelEntryMetadata, ModelAlbumEntry}, take: []string{ModelLocation, ModelTag}},
+		{name: "album entries only", in: SyncFilter{Models: []string{ModelAlbumEntry}},
+			take:  []string{ModelAlbumEntry, ModelAlbum, ModelEntry, ModelLocation, ModelVolume, ModelDevice, ModelMember, ModelSyncFilter},
+			leave: []string{ModelTag, ModelContentIdentity, ModelEntryMetadata, ModelAuditLog}, notes: "also takes album, volume, location, entry"},
+		{name: "locations", in: SyncFilter{Locations: []messages.UUID{loc2, loc1, loc2}}, take: r.Order()},
+		{name: "locations without entries", in: SyncFilter{Locations: []messages.UUID{loc1}, ExcludeModels: []string{ModelEntry}},
+			notes: "no effect"},
+		{name: "unknown model", in: SyncFilter{ExcludeModels: []string{"tags"}}, err: ErrFilterModel, errSubstr: "album, content_identity"},
+		{name: "always taken", in: SyncFilter{ExcludeModels: []string{ModelMember}}, err: ErrFilterModel, errSubstr: "always taken"},
+		{name: "both model lists", in: SyncFilter{Models: []string{ModelTag}, ExcludeModels: []string{ModelAlbum}}, err: ErrFilterConflict},
+		{name: "both location lists", in: SyncFilter{Locations: []messages.UUID{loc1}, ExcludeLocations: []messages.UUID{loc2}}, err: ErrFilterConflict},
+		{name: "unknown location", in: SyncFilter{Locations: []messages.UUID{other}}, err: ErrFilterLocation},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f, notes, err := r.CompileFilter(tc.in, isLoc)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.errSubstr) {
+					t.Fatalf("err %v, want %v containing %q", err, tc.err, tc.errSubstr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk := NewTaking([]SyncFilter{f})
+			for _, m := range tc.take {
+				if !tk.Model(devA, m) {
+					t.Errorf("%s not taken (filter %+v)", m, f)
+				}
+			}
+			for _, m := range tc.leave {
+				if tk.Model(devA, m) {
+					t.Errorf("%s taken (filter %+v)", m, f)
+				}
+			}
+			if !strings.Contains(strings.Join(notes, "; "), tc.notes) {
+				t.Errorf("notes %q, want %q", notes, tc.notes)
+			}
+			// A completed filter completes to itself.
+			again, _, err := r.CompileFilter(f, isLoc)
+			if err != nil || fmt.Sprint(again) != fmt.Sprint(f) {
+				t.Errorf("compiled again: %+v (%v), was %+v", again, err, f)
+			}
+		})
+	}
+}
+
+// A filter of its own for one source overrides the default for that
+// source's data; locations bound entries, included or excluded.
+func TestTakingBySource(t *testing.T) {
+	loc1, loc2 := messages.UUID{1}, messages.UUID{2}
+	tk := NewTaking([]SyncFilter{
+		{ExcludeModels: []string{ModelTag, ModelTagRelationship, ModelUserMetadataTag}},
+		{Source: devB, Locations: []messages.UUID{loc1}},
+		{Source: devC, ExcludeLocations: []messages.UUID{loc1}},
+	})
+	for _, tc := range []struct {
+		src  messages.DeviceID
+		tag  bool
+		loc1 bool
+		loc2 bool
+	}{{devA, false, true, true}, {devB, true, true, false}, {devC, true, false, true}} {
+		if got := tk.Model(tc.src, ModelTag); got != tc.tag {
+			t.Errorf("%s: tags taken %v, want %v", tc.src, got, tc.tag)
+		}
+		if got := tk.Location(tc.src, loc1); got != tc.loc1 {
+			t.Errorf("%s: location 1 taken %v, want %v", tc.src, got, tc.loc1)
+		}
+		if got := tk.Location(tc.src, loc2); got != tc.loc2 {
+			t.Errorf("%s: location 2 taken %v, want %v", tc.src, got, tc.loc2)
+		}
+	}
+	if tk.IsAll() || !(*Taking)(nil).IsAll() || !NewTaking(nil).IsAll() {
+		t.Fatal("IsAll")
+	}
+	if fs := tk.Filters(); len(fs) != 3 || !fs[0].Source.IsZero() {
+		t.Fatalf("filters %+v, want the default first", fs)
+	}
+}
+
+// A device's filters are its sync_filter rows: written by it, read back
+// by any replica that holds them (here, by a replica the rows reached),
+// checked against the locations the library holds; and where an entry is.
+func TestFiltersInTheStore(t *testing.T) {
+	a := newLib(t, devA)
+	loc, _, err := a.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": "/photos", "name": "Photos"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent, _, err := a.WriteState(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": loc.UUID, "name": "a.jpg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.CompileFilter(SyncFilter{Locations: []messages.UUID{{7}}}); !errors.Is(err, ErrFilterLocation) {
+		t.Fatalf("an unknown location: %v", err)
+	}
+	f, _, err := a.CompileFilter(SyncFilter{Source: devB, Locations: []messages.UUID{loc.UUID}, ExcludeModels: []string{ModelTag}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := a.FilterRow(devB); ok {
+		t.Fatal("a filter row before any was written")
+	}
+	fields, err := FilterFields(f, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _, err := a.WriteState(ModelSyncFilter, messages.UUID{}, fields)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, ok, err := a.FilterRow(devB); err != nil || !ok || u != rec.UUID {
+		t.Fatalf("filter row %s %v %v, want %s", u, ok, err, rec.UUID)
+	}
+	if _, ok, _ := a.FilterRow(messages.DeviceID{}); ok {
+		t.Fatal("a default filter row that was never written")
+	}
+	// The row reaches a replica, which then knows what A takes.
+	r := newLib(t, devR)
+	for _, m := range []string{ModelLocation, ModelSyncFilter} {
+		recs, _, _, err := a.StatePage(devA, m, messages.HLC{}, messages.Cursor{}, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustApply(t, r, devA, m, recs...)
+	}
+	tk, err := r.Taking(devA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.Model(devB, ModelTag) || !tk.Model(devC, ModelTag) || !tk.Location(devB, loc.UUID) || tk.Location(devB, messages.UUID{3}) {
+		t.Fatalf("what A takes, seen from R: %+v", tk.Filters())
+	}
+	if all, _ := r.Taking(devC); !all.IsAll() {
+		t.Fatal("a device without filters takes part")
+	}
+	places, err := a.EntryLocations([]messages.UUID{ent.UUID, {5}})
+	if err != nil || len(places) != 1 || places[ent.UUID].Location != loc.UUID || places[ent.UUID].Owner != devA {
+		t.Fatalf("entry places %+v %v", places, err)
+	}
+}
