@@ -220,13 +220,21 @@ func (j *antiEntropyActor) plan(theirs []messages.OriginWatermark) {
 	}
 	sorted := slices.SortedFunc(maps.Keys(owners), compareIDs)
 	reg := j.lib.Registry()
+	// Only what both take whole (selective sync): where one takes part,
+	// the replicas differ by design.
+	mine, theirTaking := j.n.takingOf(j.lib, j.libID, j.n.self), j.n.takingOf(j.lib, j.libID, j.peer)
+	whole := func(owner messages.DeviceID, model string) bool {
+		return mine.Whole(owner, model) && theirTaking.Whole(owner, model)
+	}
 	for _, model := range reg.Order() {
 		if kind, _ := reg.Kind(model); kind == persistence.Shared {
-			j.work = append(j.work, aeWork{model: model})
+			if whole(messages.DeviceID{}, model) {
+				j.work = append(j.work, aeWork{model: model})
+			}
 			continue
 		}
 		for _, owner := range sorted {
-			if owner != j.n.self {
+			if owner != j.n.self && whole(owner, model) {
 				j.work = append(j.work, aeWork{model: model, owner: owner, deviceOwned: true})
 			}
 		}
@@ -274,7 +282,7 @@ func (j *antiEntropyActor) fetched(a *answered) error {
 		if err != nil {
 			return fmt.Errorf("rows of %s: %w", w.model, err)
 		}
-		recs := admitAll(j.n, j.lib, j.libID, j.peer, resp.Records)
+		recs := j.n.takenRecords(j.lib, j.libID, j.peer, w.owner, w.model, admitAll(j.n, j.lib, j.libID, j.peer, resp.Records))
 		if _, err := j.n.guardedApplyState(j.lib, j.libID, w.owner, w.model, recs, persistence.ApplyOptions{From: j.peer}); err != nil {
 			return err
 		}
@@ -284,7 +292,7 @@ func (j *antiEntropyActor) fetched(a *answered) error {
 		if err != nil {
 			return fmt.Errorf("rows of %s: %w", w.model, err)
 		}
-		if _, err := j.lib.ApplySharedState(resp.Entries, nil, persistence.ApplyOptions{}); err != nil {
+		if _, err := j.lib.ApplySharedState(j.n.takenState(j.lib, j.libID, j.peer, resp.Entries), nil, persistence.ApplyOptions{}); err != nil {
 			return err
 		}
 		more, last = resp.HasMore, resp.Cursor

@@ -242,6 +242,7 @@ func (a *applierActor) skipPoisonedChange(it applyItem) {
 func merge(dst *persistence.ApplyResult, r persistence.ApplyResult) {
 	dst.Applied += r.Applied
 	dst.Stale += r.Stale
+	dst.Filtered += r.Filtered
 	dst.Parked += r.Parked
 	dst.Released += r.Released
 	dst.Rejected = append(dst.Rejected, r.Rejected...)

@@ -272,13 +272,13 @@ func (b *backfillActor) apply(p *joinPage) error {
 	}
 	switch {
 	case len(p.records) > 0:
-		recs := admitAll(b.n, b.lib, b.libID, b.j.st.Source, p.records)
+		recs := b.n.takenRecords(b.lib, b.libID, b.j.st.Source, p.owner, p.model, admitAll(b.n, b.lib, b.libID, b.j.st.Source, p.records))
 		if _, err := b.n.guardedApplyState(b.lib, b.libID, p.owner, p.model, recs, persistence.ApplyOptions{Checkpoint: ckpt, From: b.j.st.Source}); err != nil {
 			return fmt.Errorf("apply a page of %s: %w", p.owner, err)
 		}
 	case p.log:
 		// Only what the source's seals cover (chain.go).
-		sealed := b.n.verifyChain(b.libID, b.j.st.Source, p.shared)
+		sealed := b.n.takenChanges(b.lib, b.libID, b.j.st.Source, b.n.verifyChain(b.libID, b.j.st.Source, p.shared))
 		b.n.traceShared("backfill-log", sealed)
 		if _, err := b.lib.ApplyShared(sealed, persistence.ApplyOptions{}); err != nil {
 			return fmt.Errorf("apply the log of %s: %w", b.j.st.Source, err)
@@ -296,7 +296,7 @@ func (b *backfillActor) apply(p *joinPage) error {
 				wms = []messages.OriginWatermark{}
 			}
 		}
-		if _, err := b.lib.ApplySharedState(p.shared, wms, persistence.ApplyOptions{Checkpoint: ckpt, Heads: heads}); err != nil {
+		if _, err := b.lib.ApplySharedState(b.n.takenState(b.lib, b.libID, b.j.st.Source, p.shared), wms, persistence.ApplyOptions{Checkpoint: ckpt, Heads: heads}); err != nil {
 			return fmt.Errorf("apply shared state: %w", err)
 		}
 	case ckpt != nil:

@@ -231,7 +231,7 @@ func (j *catchUpActor) statePage(a *answered) error {
 		return fmt.Errorf("state of %s from %s: %w", owner, j.peer, err)
 	}
 	if len(resp.Records) > 0 {
-		recs := admitAll(j.n, j.lib, j.libID, j.peer, resp.Records)
+		recs := j.n.takenRecords(j.lib, j.libID, j.peer, owner, resp.Model, admitAll(j.n, j.lib, j.libID, j.peer, resp.Records))
 		res, err := j.n.guardedApplyState(j.lib, j.libID, owner, resp.Model, recs, persistence.ApplyOptions{From: j.peer})
 		if err != nil {
 			return fmt.Errorf("apply %s of %s: %w", resp.Model, owner, err)
@@ -284,7 +284,7 @@ func (j *catchUpActor) logPage(a *answered, req *messages.SharedChangeRequest) e
 	}
 	// Only what the origin sealed (chain.go): a relay cannot add to its
 	// chain.
-	sealed := j.n.verifyChain(j.libID, j.peer, resp.Entries)
+	sealed := j.n.takenChanges(j.lib, j.libID, j.peer, j.n.verifyChain(j.libID, j.peer, resp.Entries))
 	if len(sealed) < len(resp.Entries) {
 		gap = errors.New("shared log of " + origin.String() + " from " + j.peer.String() + " holds changes its origin did not seal, or passes them on without their bodies")
 	}
@@ -328,7 +328,7 @@ func (j *catchUpActor) snapshotPage(a *answered) error {
 	// The watermarks rise only as far as the origins' sealed heads prove.
 	wms, heads := proveClaims(wms, j.n.checkHeads(j.libID, j.peer, j.snap.Heads))
 	j.n.traceShared("snapshot", resp.Entries)
-	res, err := j.lib.ApplySharedState(resp.Entries, wms, persistence.ApplyOptions{Heads: heads})
+	res, err := j.lib.ApplySharedState(j.n.takenState(j.lib, j.libID, j.peer, resp.Entries), wms, persistence.ApplyOptions{Heads: heads})
 	if err != nil {
 		return fmt.Errorf("apply shared state of %s: %w", j.peer, err)
 	}

@@ -34,7 +34,7 @@ import (
 
 // verifyChain returns the leading changes of cs (one origin's, as a peer
 // sent them) that their origin's seals cover; the rest are refused, each
-// counted.
+// counted. What this device takes of them is takenChanges' to say.
 func (n *nodeCore) verifyChain(id messages.LibraryID, from messages.DeviceID, cs []messages.SharedChange) []messages.SharedChange {
 	if len(cs) == 0 {
 		return cs
@@ -45,15 +45,6 @@ func (n *nodeCore) verifyChain(id messages.LibraryID, from messages.DeviceID, cs
 			n.metrics.Rejected(messages.ReasonBadSignature)
 		}
 		n.reject(messages.ReasonBadSignature, "library", id, "from", from, "origin", cs[k].Origin(), "refused", len(cs)-k, "err", err)
-	}
-	// An elided change (its body withheld: the sender does not take its
-	// model) is one this device takes: it must come from a member that
-	// holds it. The chain waits before it.
-	for i := range cs[:k] {
-		if cs[i].Elided() {
-			n.log.Debug("a peer passed on a change without its body", "library", id, "from", from, "hlc", cs[i].HLC, "model", cs[i].Model)
-			return cs[:i]
-		}
 	}
 	return cs[:k]
 }

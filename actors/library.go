@@ -422,8 +422,11 @@ func (a *libraryActor) connectedPartners() iter.Seq2[messages.DeviceID, *peerLin
 // that is away misses it and catches up on reconnect (or pulls it from a
 // member that has it, after that member's next report).
 func (a *libraryActor) broadcast(ctx actor.Context, msg messages.Message) {
-	for _, link := range a.connectedPartners() {
-		ctx.Send(link.pid, &outboundMsg{lib: a.id, msg: msg})
+	for dev, link := range a.connectedPartners() {
+		// Only what the partner takes (filter.go).
+		if m := a.forPartner(dev, msg); m != nil {
+			ctx.Send(link.pid, &outboundMsg{lib: a.id, msg: m})
+		}
 	}
 	a.scheduleReport(ctx)
 }

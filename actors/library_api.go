@@ -73,6 +73,8 @@ func (a *libraryActor) receiveWrite(ctx actor.Context) bool {
 		v, err = a.commit(ctx, m)
 	case *commitBatch:
 		v, err = a.commitBatch(ctx, m.writes)
+	case *setFilter:
+		v, err = a.setFilter(ctx, m)
 	case *addPartner:
 		if m.snapshot != nil {
 			a.installedFrom = m.snapshot

@@ -139,6 +139,7 @@ func (a *libraryActor) onState(ctx actor.Context, m *inboundMsg, owner messages.
 	if !ok {
 		return
 	}
+	recs = a.n.takenRecords(a.lib, a.id, from, owner, model, recs)
 	items := make([]applyItem, 0, len(recs))
 	for i := range recs {
 		if a.n.admitHLC(a.lib, a.id, from, recs[i].HLC) {
@@ -185,7 +186,7 @@ func (a *libraryActor) onShared(ctx actor.Context, m *inboundMsg, changes []mess
 		own = append(own, *c)
 	}
 	// And sealed by it, so that whoever relays them on can prove them.
-	changes = a.n.verifyChain(a.id, from, own)
+	changes = a.n.takenChanges(a.lib, a.id, from, a.n.verifyChain(a.id, from, own))
 	items := make([]applyItem, 0, len(changes))
 	for i := range changes {
 		c := &changes[i]

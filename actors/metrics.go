@@ -44,6 +44,7 @@ type Metrics struct {
 	aeRepairs      *prometheus.CounterVec // kind: fetched, deleted
 	aeRuns         *prometheus.CounterVec // result: ok, failed
 	relayed        prometheus.Counter     // other origins' shared changes served
+	filtered       *prometheus.CounterVec // model: rows and changes not sent, a partner does not take them
 	relayPulls     *prometheus.CounterVec // kind: shared, full
 	digestMismatch prometheus.Counter     // an owner's rows found to differ from its signed digest
 	digestRepairs  *prometheus.CounterVec // result: ok, failed
@@ -149,6 +150,9 @@ func newMetrics() *Metrics {
 	m.aeRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lsync_antientropy_runs_total", Help: "Anti-entropy reconciliations with a partner that ended, by result (ok, failed).",
 	}, []string{"result"})
+	m.filtered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lsync_filtered_total", Help: "Rows not sent, and shared changes sent elided, because the partner does not take them (selective sync), by model.",
+	}, []string{"model"})
 	m.relayed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lsync_relayed_changes_total", Help: "Shared changes of other origins served from this device's log (the relay).",
 	})
@@ -174,7 +178,7 @@ func newMetrics() *Metrics {
 		Name: "lsync_build_info", Help: "Always 1; the labels say which build of lsync runs.",
 	}, []string{"version", "revision", "go_version"})
 	m.buildInfo.WithLabelValues(buildLabels(debug.ReadBuildInfo())).Set(1)
-	m.Registry.MustRegister(m.buildInfo, m.sharedApply, m.peerConnected, m.peerLastSeen, m.digestDamaged, m.chainRewinds, m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesAhead, m.pagesFetchedAhead, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.Registry.MustRegister(m.buildInfo, m.sharedApply, m.peerConnected, m.peerLastSeen, m.digestDamaged, m.chainRewinds, m.filtered, m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesAhead, m.pagesFetchedAhead, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -185,6 +189,9 @@ func newMetrics() *Metrics {
 	// So do the other counters with a known set of label values: a rate()
 	// or increase() over a series that appears with its first event misses
 	// that event.
+	for _, model := range persistence.DefaultRegistry().Order() {
+		m.filtered.WithLabelValues(model)
+	}
 	for _, o := range []string{"recovered", "failed", "unreadable"} {
 		m.retries.WithLabelValues(o)
 	}

@@ -43,7 +43,7 @@ func (s *serveActor) readAhead(from messages.DeviceID, req messages.Message) (me
 		s.n.metrics.pagesAhead.WithLabelValues("dropped").Inc()
 		fallthrough
 	default:
-		resp, err = s.scanPage(req)
+		resp, err = s.scanPage(from, req)
 	}
 	delete(s.ahead, from)
 	if next := nextInScan(req, resp); err == nil && next != nil {
@@ -54,7 +54,7 @@ func (s *serveActor) readAhead(from messages.DeviceID, req messages.Message) (me
 		s.ahead[from] = a
 		go func() {
 			defer close(a.done)
-			a.resp, a.err = s.scanPage(next)
+			a.resp, a.err = s.scanPage(from, next)
 			if a.err != nil {
 				return
 			}
@@ -69,14 +69,29 @@ func (s *serveActor) readAhead(from messages.DeviceID, req messages.Message) (me
 	return resp, err
 }
 
-// scanPage reads the page a paged scan request asks for. It only reads
-// the library (safe off the actor).
-func (s *serveActor) scanPage(req messages.Message) (messages.Message, error) {
+// scanPage reads the page a paged scan request of from asks for, with
+// only what from takes (filter.go: the cursor and the watermark stand, the
+// scan is complete for what it takes). It only reads the library (safe
+// off the actor).
+func (s *serveActor) scanPage(from messages.DeviceID, req messages.Message) (messages.Message, error) {
+	id := s.lib.Meta().ID
 	switch m := req.(type) {
 	case *messages.StateRequest:
-		return s.statePage(m)
+		r, err := s.statePage(m)
+		if err == nil {
+			if t := s.n.takingOf(s.lib, id, from); !t.IsAll() {
+				r.Records = s.n.sendRecords(s.lib, id, t, r.Owner, r.Model, r.Records)
+			}
+		}
+		return r, err
 	case *messages.SharedStateRequest:
-		return s.sharedStatePage(m)
+		r, err := s.sharedStatePage(m)
+		if err == nil {
+			if t := s.n.takingOf(s.lib, id, from); !t.IsAll() {
+				r.Entries = s.n.servedState(s.lib, t, r.Entries)
+			}
+		}
+		return r, err
 	}
 	return nil, &messages.Error{Code: messages.CodeBadRequest, Message: req.MessageType().String() + " is not a scan"}
 }

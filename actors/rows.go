@@ -19,6 +19,7 @@ const (
 	ModelEntry           = persistence.ModelEntry
 	ModelAuditLog        = persistence.ModelAuditLog
 	ModelEntryMetadata   = persistence.ModelEntryMetadata
+	ModelSyncFilter      = persistence.ModelSyncFilter
 	ModelContentIdentity = persistence.ModelContentIdentity
 	ModelTag             = persistence.ModelTag
 	ModelTagRelationship = persistence.ModelTagRelationship
@@ -105,6 +106,18 @@ type EntryMetadata struct {
 	Favorite bool          `row:"favorite"`
 	Hidden   bool          `row:"hidden"`
 	Note     string        `row:"note"`
+}
+
+// SyncFilterRow is what its owner takes of the library from Source (zero:
+// the default): Filter is a persistence.SyncFilter as JSON (selective
+// sync; Library.SetFilter writes it).
+type SyncFilterRow struct {
+	UUID      messages.UUID `row:"uuid"`
+	HLC       string        `row:"hlc"`
+	Owner     messages.UUID `row:"device_uuid"`
+	Source    messages.UUID `row:"source_uuid"`
+	Filter    string        `row:"filter"`
+	UpdatedAt time.Time     `row:"updated_at"`
 }
 
 // ContentIdentity is the identity of some bytes, shared by every copy.
@@ -221,12 +234,13 @@ var rowModels = map[reflect.Type]string{
 	reflect.TypeFor[UserMetadata]():    ModelUserMetadata,
 	reflect.TypeFor[UserMetadataTag](): ModelUserMetadataTag,
 	reflect.TypeFor[Member]():          ModelMember,
+	reflect.TypeFor[SyncFilterRow]():   ModelSyncFilter,
 }
 
 // RowType is a typed row of a default model.
 type RowType interface {
 	Device | Volume | Location | Entry | AuditRecord | EntryMetadata | ContentIdentity |
-		Tag | TagRelationship | Album | AlbumEntry | UserMetadata | UserMetadataTag | Member
+		Tag | TagRelationship | Album | AlbumEntry | UserMetadata | UserMetadataTag | Member | SyncFilterRow
 }
 
 // Rows returns every row of T's model, sorted by uuid, as Query does.

@@ -54,6 +54,7 @@ const (
 	ReasonTooLarge     Reason = "too_large"     // a field or record over its documented limit
 	ReasonBadUUID      Reason = "bad_uuid"      // a uuid that does not derive from the fields it must derive from
 	ReasonParkingFull  Reason = "parking_full"  // a record whose parent is missing, refused: too many are parked already
+	ReasonFiltered     Reason = "filtered"      // a row or change this device does not take (selective sync), sent anyway
 
 	// Local limits and integrity.
 	ReasonBackfillBufferFull    Reason = "backfill_buffer_full"    // a live change dropped during a join (re-fetched later)
@@ -67,7 +68,7 @@ var reasons = [...]Reason{
 	ReasonPairingPreempted,
 	ReasonUnauthorized, ReasonUnknownLibrary, ReasonForgedOwner, ReasonForgedOrigin, ReasonForgedSetup, ReasonBadSignature, ReasonBadAck,
 	ReasonUnknownModel, ReasonWrongKind, ReasonBadValue, ReasonClockSkew, ReasonPoisonRecord,
-	ReasonTooLarge, ReasonBadUUID, ReasonParkingFull,
+	ReasonTooLarge, ReasonBadUUID, ReasonParkingFull, ReasonFiltered,
 	ReasonBackfillBufferFull, ReasonSnapshotChunkChecksum,
 }
 

@@ -152,6 +152,7 @@ type Change struct {
 type ApplyResult struct {
 	Applied  int         // rows written (inserted, updated, deleted)
 	Stale    int         // ignored: not newer than what is stored (incl. duplicates)
+	Filtered int         // shared changes passed over elided: this device does not take them (selective sync)
 	Parked   int         // parked: a parent has not arrived yet
 	Released int         // parked rows applied because their parent landed
 	Rejected []Rejection // refused records

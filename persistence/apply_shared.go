@@ -382,6 +382,15 @@ func (tx *txn) applyChain(origin messages.DeviceID, list []messages.SharedChange
 		case chainGap:
 			res.Gapped = append(res.Gapped, *c)
 		default:
+			if c.Elided() {
+				// A change this device does not take (its caller elided
+				// it, or a relay passed it on so): the chain moves on,
+				// nothing is written, and it is relayed elided.
+				res.Filtered++
+				wm = c.HLC
+				applied = append(applied, c)
+				break
+			}
 			mi := tx.sharedModel(c)
 			if mi == nil {
 				// Refused the same way everywhere: the chain moves on,

@@ -3,6 +3,7 @@ package persistence
 import (
 	"crypto/ed25519"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -311,4 +312,41 @@ func TestSnapshotKeepsOnlyHeadsThatCheck(t *testing.T) {
 	if dst.SharedWatermark(devC) != ccs[1].HLC {
 		t.Fatal("the watermark went with its bad head")
 	}
+}
+
+// A change passed over elided (the device does not take its model) moves
+// the chain on, writes nothing, and is relayed elided: a third device
+// verifies the chain from the relay and waits for the body elsewhere.
+func TestElidedChangesRelayedElided(t *testing.T) {
+	b := newLib(t, devB)
+	tags := commitBatch(t, b, 2, "tag")
+	album, _, err := b.CommitShared(ModelAlbum, messages.UUID{}, messages.OpInsert, map[string]any{"name": "Summer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := append(tags, album)
+	r := newLib(t, devA)
+	in := slices.Clone(cs)
+	for i := range in[:2] {
+		e, err := messages.Elide(&in[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		in[i] = e
+	}
+	res := applyChain(t, r, in...)
+	if res.Filtered != 2 || res.Applied != 1 || r.SharedWatermark(devB) != album.HLC {
+		t.Fatalf("applied %+v, watermark %s", res, r.SharedWatermark(devB))
+	}
+	if n := len(rows(t, r, ModelTag)); n != 0 {
+		t.Fatalf("%d tags written from elided changes", n)
+	}
+	if h, ok := r.SharedHead(devB); !ok || h.Head != album.HLC {
+		t.Fatalf("the chain through elided changes is not proved: %+v", h)
+	}
+	es, _, _, err := r.LogOf(devB, messages.HLC{}, 0)
+	if err != nil || len(es) != 3 || !es[0].Elided() || !es[1].Elided() || es[2].Elided() {
+		t.Fatalf("the relay log: %d changes %+v (%v)", len(es), es, err)
+	}
+	wantWholeSegments(t, es)
 }

@@ -284,3 +284,27 @@ func (t *Taking) Filters() []SyncFilter {
 	}
 	return out
 }
+
+// Whole says whether t takes every row of source's model (zero source, a
+// shared model: from every origin): anti-entropy compares only those, as
+// two replicas differ by design where one of them takes part.
+func (t *Taking) Whole(source messages.DeviceID, model string) bool {
+	if t.IsAll() {
+		return true
+	}
+	whole := func(f *SyncFilter) bool {
+		return f == nil || f.takesModel(model) && (!locationScoped[model] || len(f.Locations)+len(f.ExcludeLocations) == 0)
+	}
+	if !source.IsZero() {
+		return whole(t.filterFor(source))
+	}
+	if !whole(t.def) {
+		return false
+	}
+	for _, f := range t.by {
+		if !whole(f) {
+			return false
+		}
+	}
+	return true
+}

@@ -146,3 +146,96 @@ type EntryPlace struct {
 	Location messages.UUID
 	Owner    messages.DeviceID
 }
+
+// TakenRecords returns the records of owner's model that t takes (the
+// others are left out, n of them): a model it does not take, or an entry
+// (or what hangs off one) of a location it does not take. A tombstone is
+// kept: it costs little and carries no data. recs is reused.
+func (l *Library) TakenRecords(t *Taking, owner messages.DeviceID, model string, recs []messages.StateRecord) (kept []messages.StateRecord, n int, err error) {
+	if t.IsAll() {
+		return recs, 0, nil
+	}
+	if !t.Model(owner, model) {
+		return recs[:0], len(recs), nil
+	}
+	if !locationScoped[model] {
+		return recs, 0, nil
+	}
+	mi, err := l.reg.model(model)
+	if err != nil {
+		return recs, 0, err
+	}
+	var places map[messages.UUID]EntryPlace
+	col := ""
+	switch model {
+	case ModelEntry:
+		col = "location_uuid"
+	case ModelEntryMetadata:
+		col = "entry_uuid"
+		var us []messages.UUID
+		for i := range recs {
+			if v, ok := toUUID(valueAt(mi, recs[i].Values, col)); ok && !recs[i].Deleted {
+				us = append(us, v)
+			}
+		}
+		if places, err = l.EntryLocations(us); err != nil {
+			return recs, 0, err
+		}
+	}
+	kept = recs[:0]
+	for _, r := range recs {
+		take := true
+		if !r.Deleted {
+			u, _ := toUUID(valueAt(mi, r.Values, col))
+			switch model {
+			case ModelEntry:
+				take = t.Location(owner, u)
+			case ModelEntryMetadata:
+				if p, ok := places[u]; ok {
+					take = t.Location(p.Owner, p.Location)
+				}
+			}
+		}
+		if take {
+			kept = append(kept, r)
+		} else {
+			n++
+		}
+	}
+	return kept, n, nil
+}
+
+// TakesChange says whether t takes the shared change c: its model from
+// its origin, and for an album entry the entry's location (an entry not
+// held here is taken: this device cannot tell).
+func (l *Library) TakesChange(t *Taking, c *messages.SharedChange) (bool, error) {
+	if t.IsAll() {
+		return true, nil
+	}
+	if !t.Model(c.Origin(), c.Model) {
+		return false, nil
+	}
+	if c.Model != ModelAlbumEntry || c.Elided() {
+		return true, nil
+	}
+	u, ok := toUUID(c.Fields["entry_uuid"])
+	if !ok {
+		return true, nil
+	}
+	places, err := l.EntryLocations([]messages.UUID{u})
+	if err != nil {
+		return true, err
+	}
+	if p, ok := places[u]; ok {
+		return t.Location(p.Owner, p.Location), nil
+	}
+	return true, nil
+}
+
+// valueAt is the value of column col in a record's values (nil if absent).
+func valueAt(mi *modelInfo, vals []any, col string) any {
+	if i, ok := mi.colIdx[col]; ok && i < len(vals) {
+		return vals[i]
+	}
+	return nil
+}

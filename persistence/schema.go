@@ -138,6 +138,9 @@ var migrations = []migration{
 var addedColumns = [][4]string{
 	{"main", "peer_sync_state", "shared_head", "BLOB"}, // schema 6
 	{"log", "shared_changes", "seal", "BLOB"},          // schema 6
+	// An elided change (selective sync: this device does not take its
+	// model) is kept without its body: its digest.
+	{"log", "shared_changes", "digest", "BLOB"}, // schema 6
 	// Parking per source (issue 25; parking.go): source is the peer a
 	// parked record came from (ApplyOptions.From), NULL if unknown (rows
 	// parked before schema 6 count against no peer).

@@ -131,7 +131,7 @@ func sealColumn(c *messages.SharedChange, unsealed bool) any {
 	return nil
 }
 
-const logCols = `hlc, prev, model, record, op, fields, seal`
+const logCols = `hlc, prev, model, record, op, fields, seal, digest`
 
 // scanLogEntry reads a row of logCols; segmentEnd reports whether
 // ends its segment (sealed or not).
@@ -157,6 +157,10 @@ func scanLogChange(s *sqlite3.Stmt, c messages.SharedChange) (messages.SharedCha
 	c.Model = s.ColumnText(2)
 	c.Record = columnUUID(s, 3)
 	c.Op = messages.ChangeOp(s.ColumnInt64(4))
+	if d := s.ColumnRawBlob(7); len(d) > 0 {
+		c.Digest = append([]byte(nil), d...) // elided: no body here
+		return c, nil
+	}
 	c.Fields, err = decodeFields(s.ColumnRawBlob(5))
 	return c, err
 }
@@ -352,9 +356,13 @@ func (tx *txn) logRelayed(c *messages.SharedChange, unsealed bool) error {
 	if err != nil {
 		return err
 	}
-	if err := tx.c.exec(`INSERT INTO log.shared_changes (hlc, prev, model, record, op, fields, created_at, seal)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hlc) DO UPDATE SET seal = coalesce(seal, excluded.seal)`,
-		c.HLC, c.Prev, c.Model, c.Record, int64(c.Op), fields, tx.l.nowMS(), sealColumn(c, unsealed)); err != nil {
+	var digest []byte
+	if c.Elided() {
+		digest = c.Digest // this device does not take its model: it relays it elided
+	}
+	if err := tx.c.exec(`INSERT INTO log.shared_changes (hlc, prev, model, record, op, fields, created_at, seal, digest)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hlc) DO UPDATE SET seal = coalesce(seal, excluded.seal)`,
+		c.HLC, c.Prev, c.Model, c.Record, int64(c.Op), fields, tx.l.nowMS(), sealColumn(c, unsealed), digest); err != nil {
 		return fmt.Errorf("relay log: %w", err)
 	}
 	if tx.relayed[origin] {

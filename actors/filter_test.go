@@ -1,0 +1,179 @@
+package actors
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lsync/lsync/internal/testutil"
+	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
+)
+
+// entriesIn counts device i's entries of location loc.
+func (c *cluster) entriesIn(i int, loc messages.UUID) int {
+	n := 0
+	for _, r := range c.rows(i, persistence.ModelEntry) {
+		if fmt.Sprint(r["location_uuid"]) == loc.String() {
+			n++
+		}
+	}
+	return n
+}
+
+// filterKnown waits until device i holds device j's filters as j set them.
+func (c *cluster) filterKnown(i, j int, want int) {
+	c.t.Helper()
+	testutil.Eventually(c.t, 10*time.Second, "the filter to reach the source", func() bool {
+		fs, err := c.libs[i].Store().Filters(c.devs[j])
+		return err == nil && len(fs) == want
+	})
+}
+
+// Issue 21: a device that takes one location of a source's two and no
+// tags gets only that, live and by catch-up; the source counts what it
+// left out; its tag log is acknowledged as not wanted, so it prunes; and
+// nothing arrives that the receiver has to refuse.
+func TestFilterSourceSendsOnlyWhatIsTaken(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := newCluster(t, 2, 211)
+		c.share()
+		ctx := ctxT(t)
+		a, b := 0, 1
+		keep, err := c.libs[a].AddLocation(ctx, "/a/keep", "keep", messages.UUID{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		skip, err := c.libs[a].AddLocation(ctx, "/a/skip", "skip", messages.UUID{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.converge(true, 10*time.Second)
+		res, err := c.libs[b].SetFilter(ctx, persistence.SyncFilter{Locations: []messages.UUID{keep}, ExcludeModels: []string{persistence.ModelTag}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("filter %+v, notes %q", res.Filter, res.Notes)
+		c.filterKnown(a, b, 1)
+		write := func(round int) {
+			t.Helper()
+			for _, loc := range []messages.UUID{keep, skip} {
+				var in []EntryInput
+				for k := range 20 {
+					in = append(in, EntryInput{Name: fmt.Sprintf("r%d-%03d.jpg", round, k), Extension: "jpg", Size: 1, MTime: 1})
+				}
+				if _, err := c.libs[a].AddEntries(ctx, loc, in); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for k := range 5 {
+				if _, err := c.libs[a].CreateTag(ctx, TagInput{Name: fmt.Sprintf("tag %d-%d", round, k)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := c.libs[a].CreateAlbum(ctx, fmt.Sprintf("album %d", round), ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Live.
+		write(1)
+		testutil.Eventually(t, 10*time.Second, "B to get the album and the kept entries", func() bool {
+			return len(c.rows(b, persistence.ModelAlbum)) == 1 && c.entriesIn(b, keep) == 20
+		})
+		// By catch-up: B is away while A writes.
+		c.stopNode(b)
+		write(2)
+		c.start(b)
+		testutil.Eventually(t, 20*time.Second, "B to catch up", func() bool {
+			return len(c.rows(b, persistence.ModelAlbum)) == 2 && c.entriesIn(b, keep) == 40
+		})
+		if n := c.entriesIn(b, skip); n != 0 {
+			t.Fatalf("B holds %d entries of the location it does not take", n)
+		}
+		if n := len(c.rows(b, persistence.ModelTag)); n != 0 {
+			t.Fatalf("B holds %d tags, which it does not take", n)
+		}
+		if n := c.nodes[a].Metrics().Value("lsync_filtered_total", map[string]string{"model": persistence.ModelEntry}); n < 40 {
+			t.Fatalf("A counted %v entries left out, want 40", n)
+		}
+		if n := c.nodes[a].Metrics().Value("lsync_filtered_total", map[string]string{"model": persistence.ModelTag}); n < 10 {
+			t.Fatalf("A counted %v tags left out, want 10", n)
+		}
+		if n := c.nodes[b].Metrics().RejectedCount(messages.ReasonFiltered); n != 0 {
+			t.Fatalf("B refused %v rows it does not take: A sent them", n)
+		}
+		// A's log, tags and all, is acknowledged and prunes.
+		testutil.Eventually(t, 30*time.Second, "A's log to prune", func() bool {
+			n, err := c.libs[a].Store().LogCount()
+			return err == nil && n == 0
+		})
+		if wm := c.libs[b].Store().SharedWatermark(c.devs[a]); wm != c.libs[a].Store().LastLogged() {
+			t.Fatalf("B's watermark for A %s, A's last change %s", wm, c.libs[a].Store().LastLogged())
+		}
+	})
+}
+
+// Issue 21: in A–B–C where B takes no tags, B passes A's chain on to C with
+// A's tags elided: C, which takes tags, gets A's changes up to the first
+// tag from B and waits there (B cannot pass on what it does not hold),
+// and gets the rest once it reaches A, a member that holds them.
+func TestFilterRelayAroundAFilteringMember(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := buildCluster(t, 3, 212, testSync(), settle, [2]int{1, 0}, [2]int{2, 1}, [2]int{2, 0})
+		a, b, cc := 0, 1, 2
+		c.net.Partition(c.devs[a], c.devs[cc]) // C cannot reach A
+		c.shareAlong([2]int{1, 0}, [2]int{2, 1})
+		ctx := ctxT(t)
+		if _, err := c.libs[b].SetFilter(ctx, persistence.SyncFilter{ExcludeModels: []string{persistence.ModelTag}}); err != nil {
+			t.Fatal(err)
+		}
+		c.filterKnown(a, b, 1)
+		hasAlbum := func(i int, name string) bool {
+			for _, r := range c.rows(i, persistence.ModelAlbum) {
+				if r["name"] == name {
+					return true
+				}
+			}
+			return false
+		}
+		if _, err := c.libs[a].CreateAlbum(ctx, "before", ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.libs[a].CreateTag(ctx, TagInput{Name: "from A"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.libs[a].CreateAlbum(ctx, "after", ""); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 10*time.Second, "B to hold A's albums", func() bool { return hasAlbum(b, "after") })
+		testutil.Eventually(t, 10*time.Second, "C to hold A's first album, through B", func() bool { return hasAlbum(cc, "before") })
+		advance(5 * time.Second)
+		if c.hasTag(b, "from A") || c.hasTag(cc, "from A") || hasAlbum(cc, "after") {
+			t.Fatalf("tag on B %v, on C %v; C's second album %v: C must wait at the tag B does not hold",
+				c.hasTag(b, "from A"), c.hasTag(cc, "from A"), hasAlbum(cc, "after"))
+		}
+		es, _, snap, err := c.libs[b].Store().LogOf(c.devs[a], c.libs[cc].Store().SharedWatermark(c.devs[a]), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		elided := 0
+		for _, e := range es {
+			if e.Elided() {
+				elided++
+			}
+		}
+		if elided != 1 {
+			t.Fatalf("B relays %d of A's changes elided, want the tag (log: %+v, snapshot %v, count %v)", elided, es, snap, logCount(c, b))
+		}
+		// C reaches A: A serves its chain whole.
+		c.net.Heal(c.devs[a], c.devs[cc])
+		testutil.Eventually(t, 30*time.Second, "C to get A's tag and the album after it", func() bool {
+			return c.hasTag(cc, "from A") && hasAlbum(cc, "after")
+		})
+		if c.hasTag(b, "from A") {
+			t.Fatal("B got the tag it does not take")
+		}
+	})
+}
+
+func logCount(c *cluster, i int) int { n, _ := c.libs[i].Store().LogCount(); return n }
