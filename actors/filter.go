@@ -218,3 +218,37 @@ func (n *nodeCore) servedState(lib *persistence.Library, t *persistence.Taking, 
 	}
 	return out
 }
+
+// takesPart says whether this device takes only part of owner's
+// device-owned rows (a model, or the entries of some locations).
+func (n *nodeCore) takesPart(lib *persistence.Library, id messages.LibraryID, owner messages.DeviceID) bool {
+	t := n.takingOf(lib, id, n.self)
+	if t.IsAll() {
+		return false
+	}
+	for _, m := range lib.Registry().DeviceOwned() {
+		if !t.Whole(owner, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// comparable says whether this device's digest of owner's rows (zero:
+// the shared models') can be compared with peer's: both take them whole.
+func (n *nodeCore) comparable(lib *persistence.Library, id messages.LibraryID, peer, owner messages.DeviceID) bool {
+	mine, theirs := n.takingOf(lib, id, n.self), n.takingOf(lib, id, peer)
+	if mine.IsAll() && theirs.IsAll() {
+		return true
+	}
+	models := lib.Registry().DeviceOwned()
+	if owner.IsZero() {
+		models = lib.Registry().SharedModels()
+	}
+	for _, m := range models {
+		if !mine.Whole(owner, m) || !theirs.Whole(owner, m) {
+			return false
+		}
+	}
+	return true
+}

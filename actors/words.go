@@ -38,6 +38,10 @@ const (
 	WordUnverified = "unverified" // it is not: repairing
 	WordVerifying  = "verifying"  // not comparable yet (catch-up pending, or rows newer than the owner's word)
 	WordUnsigned   = "unsigned"   // no word of the owner here yet
+	// WordFiltered: this device takes part of the owner's rows (selective
+	// sync); the owner's word covers all of them, so they are not compared
+	// (and not repaired from the owner, which would bring the rest).
+	WordFiltered = "filtered"
 )
 
 // verifyGrace is how long a row newer than its owner's word is given
@@ -129,8 +133,13 @@ func (a *libraryActor) checkOwner(ctx actor.Context, owner messages.DeviceID, w 
 		c = &ownerCheck{}
 		a.checks[owner] = c
 	}
-	h, rows, wm, held := a.lib.MaintainedDigest(owner)
 	prev := c.state
+	if a.n.takesPart(a.lib, a.id, owner) {
+		c.state, c.reason, c.since = WordFiltered, "this device takes part of the owner's rows (selective sync): its word covers them all", time.Time{}
+		delete(a.repairWait, owner)
+		return
+	}
+	h, rows, wm, held := a.lib.MaintainedDigest(owner)
 	switch compareWord(w, &h, rows, wm, held) {
 	case wordAhead:
 		// Rows newer than the owner's word: its next word covers them,

@@ -1244,6 +1244,7 @@ Exit status 0 whatever the verdicts; use --json to script on them.`,
 			})
 		}),
 	})
+	cmd.AddCommand(newSyncFilterCmd(g))
 	return cmd
 }
 

@@ -72,6 +72,7 @@ func init() {
 		opAlbumDelete:   libHandler(hAlbumDelete),
 		opMetaUnset:     hMetaUnset,
 		opLog:           libHandler(hLog),
+		opSyncFilter:    libHandler(hSyncFilter),
 	}
 }
 

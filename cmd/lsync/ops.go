@@ -40,6 +40,7 @@ const (
 	opSyncFailed    = "sync.failed"
 	opSyncRetry     = "sync.retry"
 	opSyncVerify    = "sync.verify"
+	opSyncFilter    = "sync.filter"
 	opLibraryRepair = "library.repair"
 	opSyncRemove    = "network.sync_remove"
 	opWatch         = "watch"

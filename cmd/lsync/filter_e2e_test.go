@@ -1,0 +1,129 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lsync/lsync/actors"
+	"github.com/lsync/lsync/internal/testutil"
+	"github.com/lsync/lsync/persistence"
+)
+
+// Issue 21 through the CLI, with real daemons: C takes one of A's two
+// locations and no tags; A indexes both and tags; C holds the entries of
+// that location only and no tag, A's log prunes, and bad filters are
+// refused with the valid names.
+func TestE2ESyncFilterTakesPartOfALibrary(t *testing.T) {
+	needBinary(t)
+	a, c := startDaemon(t, "A"), startDaemon(t, "C")
+	pair(t, a, c)
+	lib := share(t, "Photos", a, c)
+	// The locations are empty when C sets its filter (a filter does not
+	// yet remove what is held): their files come after.
+	keepDir, skipDir := filepath.Join(newHome(t), "keep"), filepath.Join(newHome(t), "skip")
+	for _, d := range []string{keepDir, skipDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keepN := 12
+	a.mustRun("location", "add", lib, keepDir, "--name", "keep")
+	a.mustRun("location", "add", lib, skipDir, "--name", "skip")
+	testutil.Eventually(t, 30*time.Second, "C to see A's locations", func() bool {
+		out, _ := query(c, lib, persistence.ModelLocation)
+		return countRows(t, out) == 2
+	})
+
+	// Bad input first: each refused, saying what is valid.
+	for _, bad := range [][]string{
+		{"--exclude-models", "tags"},
+		{"--locations", "nowhere"},
+		{"--exclude-models", "device"},
+		{"--models", "tag", "--exclude-models", "album"},
+	} {
+		_, stderr, code := c.run(append([]string{"sync", "filter", lib}, bad...)...)
+		if code == 0 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Fatalf("sync filter %v: exit %d, stderr %q: want one line and a failure", bad, code, stderr)
+		}
+		if bad[1] == "tags" && !strings.Contains(stderr, "tag_relationship") {
+			t.Fatalf("an unknown model's error does not list the models: %q", stderr)
+		}
+		if bad[1] == "nowhere" && !strings.Contains(stderr, "keep on A") {
+			t.Fatalf("an unknown location's error does not list the locations: %q", stderr)
+		}
+	}
+	out := c.mustRun("sync", "filter", lib, "--locations", "keep", "--exclude-models", "tag")
+	if !strings.Contains(out, "Filter set") || !strings.Contains(out, "keep on A") || !strings.Contains(out, "also leaves out tag_relationship") {
+		t.Fatalf("sync filter said:\n%s", out)
+	}
+	var shown []FilterDoc
+	c.mustJSON(&shown, "sync", "filter", lib)
+	if len(shown) != 1 || len(shown[0].Locations) != 1 || len(shown[0].ExcludeModels) != 3 {
+		t.Fatalf("sync filter --json shows %+v", shown)
+	}
+	// A learns what C takes (C's filter row), then writes.
+	testutil.Eventually(t, 20*time.Second, "A to hold C's filter", func() bool {
+		out, _ := query(a, lib, persistence.ModelSyncFilter)
+		return countRows(t, out) == 1
+	})
+	for i := range keepN {
+		for _, d := range []string{keepDir, skipDir} {
+			if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("img-%02d.jpg", i)), []byte(fmt.Sprintf("photo %s %d", d, i)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	a.mustRun("location", "rescan", lib, "keep")
+	a.mustRun("location", "rescan", lib, "skip")
+	a.mustRun("tag", "create", lib, "Holiday")
+	a.mustRun("album", "create", lib, "Best of")
+	var nAlbums, nEntries int
+	if !testutil.Within(30*time.Second, func() bool {
+		albums, _ := query(c, lib, persistence.ModelAlbum)
+		entries, _ := query(c, lib, persistence.ModelEntry)
+		nAlbums, nEntries = countRows(t, albums), countRows(t, entries)
+		return nAlbums == 1 && nEntries == keepN
+	}) {
+		aEntries, _ := query(a, lib, persistence.ModelEntry)
+		f, _ := query(c, lib, persistence.ModelSyncFilter)
+		locs, _ := query(c, lib, persistence.ModelLocation)
+		t.Fatalf("C holds %d albums and %d entries, want 1 and %d (A holds %d entries); filter %s; locations %s", nAlbums, nEntries, keepN, countRows(t, aEntries), f, locs)
+	}
+	entries, _ := query(c, lib, persistence.ModelEntry)
+	if n := countRows(t, entries); n != keepN {
+		t.Fatalf("C holds %d entries, want the %d of the location it takes", n, keepN)
+	}
+	if tags, _ := query(c, lib, persistence.ModelTag); countRows(t, tags) != 0 {
+		t.Fatalf("C holds tags: %s", tags)
+	}
+	m := scrape(t, a)
+	if metricValue(m, "lsync_filtered_total", `model="entry"`) < 1 || metricValue(m, "lsync_filtered_total", `model="tag"`) < 1 {
+		t.Fatal("A counted nothing left out for C")
+	}
+	if got := metricValue(scrape(t, c), "lsync_rejected_total", reasonLabel("filtered")); got != 0 {
+		t.Fatalf("C refused %v rows: A sent what C does not take", got)
+	}
+	testutil.Eventually(t, 30*time.Second, "A's log to prune", func() bool {
+		return syncStatus(a, lib).LogSize == 0
+	})
+	// C holds part of A's rows: not compared with A's word (which covers
+	// them all), and not repaired from A (which would bring the rest).
+	var vs []actors.OwnerVerdict
+	c.mustJSON(&vs, "sync", "verify", lib)
+	for _, v := range vs {
+		if v.Owner.String() == a.id && v.Signed != actors.WordFiltered {
+			t.Fatalf("sync verify on C says A's rows are %q, want filtered", v.Signed)
+		}
+	}
+	out = c.mustRun("sync", "filter", lib, "--clear")
+	if !strings.Contains(out, "Filter cleared") {
+		t.Fatalf("sync filter --clear said:\n%s", out)
+	}
+	if out := c.mustRun("sync", "filter", lib); !strings.Contains(out, "whole library") {
+		t.Fatalf("sync filter after --clear:\n%s", out)
+	}
+}
