@@ -17,6 +17,15 @@ import (
 // Bandwidth limits: see the package doc (Bandwidth) for what is paced and
 // what is exempt.
 
+// Limiter is a transport with bandwidth limits (the QUIC one): the actor
+// runtime changes and reports them through it.
+type Limiter interface {
+	SetLimits(LimitChange) error
+	Bandwidth() Bandwidth
+}
+
+var _ Limiter = (*QUICTransport)(nil)
+
 // Bounds of a limit, in bytes per second (0 is always accepted: no
 // limit). Below MinLimit one chunk of 16 KiB takes over 16 s and requests
 // time out; above MaxLimit no link needs one.
