@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/lsync/lsync/messages"
 )
@@ -153,8 +154,7 @@ func (s *scope) limits() Limits {
 	return Limits{Up: s.up.bucket.limit(), Down: s.down.bucket.limit()}
 }
 
-func (s *scope) rates(clk pacerClock) Rates {
-	now := clk.Now()
+func (s *scope) rates(now time.Time) Rates {
 	return Rates{Up: s.up.meter.rate(now), Down: s.down.meter.rate(now)}
 }
 
@@ -339,7 +339,8 @@ func (bw *bandwidth) saveLocked(set limitSettings) error {
 func (bw *bandwidth) report(name func(messages.DeviceID) string) Bandwidth {
 	bw.mu.Lock()
 	defer bw.mu.Unlock()
-	out := Bandwidth{Limits: bw.global.limits(), Rates: bw.global.rates(bw.clk), WindowSeconds: RateWindow.Seconds(),
+	now := bw.clk.Now() // one reading for every meter: a peer's rate is then part of the total
+	out := Bandwidth{Limits: bw.global.limits(), Rates: bw.global.rates(now), WindowSeconds: RateWindow.Seconds(),
 		Sources: LimitSources{Up: LimitNone, Down: LimitNone}, Peers: []PeerBandwidth{}}
 	switch {
 	case bw.set.Up != nil:
@@ -352,7 +353,7 @@ func (bw *bandwidth) report(name func(messages.DeviceID) string) Bandwidth {
 	}
 	for id, ps := range bw.peers {
 		out.Peers = append(out.Peers, PeerBandwidth{ID: id, Name: name(id), Connected: ps.conns > 0,
-			Limits: ps.limits(), Rates: ps.rates(bw.clk)})
+			Limits: ps.limits(), Rates: ps.rates(now)})
 	}
 	slices.SortFunc(out.Peers, func(a, b PeerBandwidth) int { return compareIDs(a.ID, b.ID) })
 	return out

@@ -151,15 +151,18 @@ const (
 )
 
 // rateMeter measures bytes per second over the last RateWindow, in
-// slots of meterSlot.
+// slots of meterSlot. Slots are aligned on the clock's epoch, not on the
+// meter's birth, so meters read at the same time (a peer's and the
+// transport's) cover the same span.
 type rateMeter struct {
 	mu    sync.Mutex
-	born  time.Time         // guarded by mu: slot 0 starts here
 	slots [meterSlots]int64 // guarded by mu: bytes of slot i at i % meterSlots
 	cur   int64             // guarded by mu: the newest slot counted into
 }
 
-func newRateMeter(now time.Time) *rateMeter { return &rateMeter{born: now} }
+func slotOf(t time.Time) int64 { return t.UnixNano() / int64(meterSlot) }
+
+func newRateMeter(now time.Time) *rateMeter { return &rateMeter{cur: slotOf(now)} }
 
 func (m *rateMeter) add(now time.Time, n int) {
 	m.mu.Lock()
@@ -171,16 +174,17 @@ func (m *rateMeter) add(now time.Time, n int) {
 // advanceLocked makes the slot of now current, emptying the slots it
 // passes (a clock that went back counts into the current slot).
 func (m *rateMeter) advanceLocked(now time.Time) {
-	k := int64(now.Sub(m.born) / meterSlot)
+	k := slotOf(now)
 	for i := m.cur + 1; i <= k && i <= m.cur+meterSlots; i++ {
 		m.slots[i%meterSlots] = 0
 	}
 	m.cur = max(m.cur, k)
 }
 
-// rate is the average over the kept slots: from the start of the oldest
-// to now, or over the meter's life while it is younger than that (at least
-// a second, so a first chunk does not read as a burst of gigabytes).
+// rate is the average over the kept slots, from the start of the oldest
+// to now (RateWindow, less the part of the current slot still to come). A
+// meter younger than that counts the time before it was born as silence,
+// so a peer's rate never reads above the transport's.
 func (m *rateMeter) rate(now time.Time) float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -189,7 +193,6 @@ func (m *rateMeter) rate(now time.Time) float64 {
 	for _, v := range m.slots {
 		sum += v
 	}
-	from := m.born.Add(time.Duration(max(m.cur-meterSlots+1, 0)) * meterSlot)
-	span := max(now.Sub(from), time.Second)
-	return float64(sum) / span.Seconds()
+	from := time.Unix(0, (m.cur-meterSlots+1)*int64(meterSlot))
+	return float64(sum) / max(now.Sub(from), time.Nanosecond).Seconds()
 }
