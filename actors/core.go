@@ -25,6 +25,7 @@ type nodeCore struct {
 	stopped chan struct{}   // closed once the actor tree is down
 	auth    *authTable      // who may send what, for the transport (authorize.go)
 	logs    *net.LogLimiter // refusals are counted every time, logged at a bounded rate
+	limiter net.Limiter     // the transport's bandwidth limits; nil without (bandwidth.go)
 	// key signs this device's digests (words.go); nil with a transport
 	// that holds none. keyOwner says whose a public key is (nil: the id
 	// it derives to; tests whose ids are not derived set a table).

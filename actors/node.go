@@ -82,6 +82,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if s, ok := tr.(net.Signer); ok {
 		core.key = s.SigningKey()
 	}
+	if l, ok := tr.(net.Limiter); ok {
+		core.limiter = l
+		metrics.Registry.MustRegister(bandwidthCollector{l})
+	}
 	metrics.watchSystem(sys)
 	sys.EventStream.Subscribe(releaseDeadLetter)
 	// The transport asks who may send what before it decodes a frame.

@@ -14,7 +14,7 @@ import (
 
 // QUICOptions tune the real transport.
 type QUICOptions struct {
-	BandwidthLimit int64         // bytes/s of outgoing frames (0: unlimited)
+	BandwidthLimit int64         // bytes/s of outgoing frames (0: unlimited), unless SetBandwidthLimits set one
 	KeepAlive      time.Duration // (0: 10 s)
 	SchemaVersion  uint16        // tests only: pretend to speak another schema version
 }
@@ -59,7 +59,7 @@ func startQUIC(cfg Config, m *Metrics, log *slog.Logger, onPaired *atomic.Pointe
 		listen = "127.0.0.1:0"
 	}
 	tr, err := net.Listen(net.Config{
-		Identity: id, Peers: peers, Listen: listen, Observer: m, Logger: log,
+		Identity: id, Peers: peers, Listen: listen, Observer: m, Logger: log, Home: cfg.Home,
 		BandwidthLimit: cfg.QUIC.BandwidthLimit, KeepAlive: cfg.QUIC.KeepAlive, SchemaVersion: cfg.QUIC.SchemaVersion,
 		// Decoded messages the transport holds per connection: as much as
 		// the actors' own budget for it again (back-pressure, issue 9).

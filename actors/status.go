@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
 	"github.com/lsync/lsync/persistence"
 )
 
@@ -50,6 +51,10 @@ type Status struct {
 	// Error says why the library stopped syncing (phase stopped): a
 	// storage failure such as a full disk.
 	Error string `json:"error,omitempty"`
+	// Bandwidth is this device's limits and rates (every library shares
+	// them), its peers narrowed to the library's partners; nil on a
+	// transport without limits.
+	Bandwidth *net.Bandwidth `json:"bandwidth,omitempty"`
 }
 
 // PeerStatus is one sync partner as seen from here.
@@ -122,6 +127,7 @@ func (l *Library) Status(ctx context.Context) (*Status, error) {
 		st.Scans = append(st.Scans, j)
 	}
 	slices.SortFunc(st.Scans, func(a, b ScanJob) int { return a.Started.Compare(b.Started) })
+	st.Bandwidth = l.node.bandwidthOf(st.Peers)
 	return st, nil
 }
 

@@ -43,6 +43,11 @@ type quicConn struct {
 
 	slots chan struct{} // one token per queued live frame; cap is Config.SendQueue
 
+	// up and down pace and meter what this connection writes and reads
+	// (control frames are only metered): the peer's limits, then the
+	// transport's.
+	up, down pacer
+
 	mu   sync.Mutex
 	live map[messages.LibraryID]*liveSender // guarded by mu; created on first Send
 
@@ -69,7 +74,11 @@ type liveSender struct {
 var _ Conn = (*quicConn)(nil)
 
 func newConn(t *QUICTransport, qc *quic.Conn, control *quic.Stream, peer messages.DeviceID, name string) *quicConn {
+	ps := t.bw.attach(peer)
+	context.AfterFunc(qc.Context(), func() { t.bw.detach(peer) })
 	return &quicConn{
+		up:       pacer{clk: t.bw.clk, peer: ps.up, all: t.bw.global.up},
+		down:     pacer{clk: t.bw.clk, peer: ps.down, all: t.bw.global.down},
 		t:        t,
 		qc:       qc,
 		ctx:      qc.Context(),
@@ -172,7 +181,7 @@ func (c *quicConn) writeLoop(ls *liveSender) {
 			}
 		}
 		if err == nil {
-			err = writeLimited(c.ctx, c.t.bucket, s, f.b)
+			err = c.up.write(c.ctx, s, f.b)
 		}
 		<-c.slots
 		if err != nil {
@@ -245,13 +254,13 @@ func (c *quicConn) RequestEnvelope(ctx context.Context, lib messages.LibraryID, 
 	if _, err := s.Write([]byte{byte(kindRequest)}); err != nil {
 		return nil, none, c.requestError(ctx, err)
 	}
-	if err := writeLimited(ctx, c.t.bucket, s, f.b); err != nil {
+	if err := c.up.write(ctx, s, f.b); err != nil {
 		return nil, none, c.requestError(ctx, err)
 	}
 	s.Close()
 	c.t.sent(c.peer, f)
 	// Read the one response.
-	env, n, err := c.t.frames.Read(s)
+	env, n, err := c.t.frames.Read(c.down.reader(ctx, s))
 	if err == nil {
 		var resp messages.Message
 		if resp, err = env.Decode(); err == nil {
@@ -351,8 +360,9 @@ func (c *quicConn) liveReadLoop(s *quic.ReceiveStream) {
 		return
 	}
 	var lib messages.LibraryID
+	r := c.down.reader(c.ctx, s)
 	for first := true; ; first = false {
-		env, n, err := c.t.frames.Read(s)
+		env, n, err := c.t.frames.Read(r)
 		if err != nil {
 			if isBadInput(err) {
 				c.refuse(s.CancelRead, s.StreamID(), messages.ReasonOf(err), err)
@@ -480,7 +490,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 		refuse(messages.ReasonUnknownStream, fmt.Errorf("bidirectional stream of kind %q", kind[0]))
 		return
 	}
-	env, n, err := c.t.frames.Read(s)
+	env, n, err := c.t.frames.Read(c.down.reader(c.ctx, s))
 	if err == io.EOF {
 		err = fmt.Errorf("%w: request stream without a request", messages.ErrTruncated)
 	}
@@ -523,7 +533,7 @@ func (c *quicConn) serveRequest(s *quic.Stream) {
 
 // answer writes a response that needs no Reply (a refusal) and closes s.
 func (c *quicConn) answer(s *quic.Stream, lib messages.LibraryID, m messages.Message) {
-	if f, err := encodeFrame(lib, m, c.t.version, c.t.maxFrame); err == nil && writeLimited(c.ctx, c.t.bucket, s, f.b) == nil {
+	if f, err := encodeFrame(lib, m, c.t.version, c.t.maxFrame); err == nil && c.up.write(c.ctx, s, f.b) == nil {
 		c.t.sent(c.peer, f)
 	}
 	s.Close()
@@ -548,7 +558,7 @@ func (c *quicConn) replier(s *quic.Stream, lib messages.LibraryID) func(messages
 				return fmt.Errorf("reply: %w", err)
 			}
 		}
-		if werr := writeLimited(c.ctx, c.t.bucket, s, f.b); werr != nil {
+		if werr := c.up.write(c.ctx, s, f.b); werr != nil {
 			s.CancelWrite(streamCanceled)
 			return fmt.Errorf("reply: %w", werr)
 		}
@@ -571,6 +581,7 @@ func (c *quicConn) controlReadLoop() {
 	}
 	for {
 		env, n, err := c.t.ctrl.Read(c.control)
+		c.down.count(n)
 		if err != nil {
 			if isBadInput(err) {
 				refuse(messages.ReasonOf(err), err)
@@ -640,7 +651,7 @@ func (c *quicConn) pong(nonce uint64) {
 }
 
 // writeControl writes one frame on the control stream. Control frames are
-// exempt from the bandwidth limit.
+// exempt from the bandwidth limits (metered, not paced).
 func (c *quicConn) writeControl(m messages.Message) error {
 	f, err := encodeFrame(messages.LibraryID{}, m, c.t.version, c.t.maxFrame)
 	if err != nil {
@@ -648,7 +659,9 @@ func (c *quicConn) writeControl(m messages.Message) error {
 	}
 	c.ctrlMu.Lock()
 	defer c.ctrlMu.Unlock()
-	if _, err := c.control.Write(f.b); err != nil {
+	n, err := c.control.Write(f.b)
+	c.up.count(n)
+	if err != nil {
 		return err
 	}
 	c.t.sent(c.peer, f)

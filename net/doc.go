@@ -138,9 +138,49 @@
 // response is handed to QUIC, which for a large response follows the
 // requester's reading.
 //
-// Hazard: Config.BandwidthLimit is one token bucket for all outgoing frames
-// of the transport, paid per 16 KiB chunk; control frames are exempt, so
-// RTT measurements are not inflated by the queue of a bulk transfer.
+// # Bandwidth
+//
+// Each direction has a limit over the whole transport and one per peer
+// (bytes per second, 0 for none), each a token bucket; a chunk passes the
+// peer's bucket, then the transport's, so the lower of the two sets the
+// pace of a connection and the connections together stay under the
+// transport's. SetLimits changes them at once: it wakes every writer and
+// reader asleep on a debt, which pays what is left of it at the new rate
+// (nothing, for no limit); it writes them to bandwidth.json in
+// Config.Home first, and Listen reads them back. The global upload limit
+// set there wins over Config.BandwidthLimit, which applies until one is
+// set, and again once it is cleared.
+//
+// Uploads are paid per 16 KiB chunk before it is written (a frame larger
+// than that pays as it goes). Downloads are paced by reading: under a
+// limit a read takes at most 16 KiB and pays for it before the next read,
+// so the stream's unread bytes stay in QUIC, whose flow control stops the
+// peer: the sender slows to the limit without knowing it. What arrives at
+// the socket can run ahead of what is read by QUIC's receive windows (at
+// the start of a limit, or with many streams at once); the rate read —
+// Bandwidth's, and lsync_bytes_total's — keeps to the limit, give or take
+// a chunk per stream.
+//
+// Exempt: the control stream (Hello, Ping, Pong) in both directions, and
+// pairing, so a limit does not delay the handshake nor inflate the
+// Ping/Pong RTT with the queue of a bulk transfer; QUIC's own keep-alives
+// (PING frames) are not flow controlled, so a limited link never idles
+// out. Every frame is metered, control frames included (Bandwidth.Rates,
+// averaged over the last RateWindow).
+//
+// Hazard: QUIC's connection window is shared by every stream, the control
+// stream too. Under a download limit with several streams at once (a join
+// runs requests ahead) the unread bytes can fill it, and the peer's next
+// Ping then waits for the window update this side sends once it has read
+// a quarter of the window (quic-go: 192 KiB of the initial 768 KiB). With
+// four 900 KiB responses read at 200 kB/s, the RTT read 20 to 160 ms
+// instead of under a millisecond (one stream alone leaves the window room:
+// no change). Lower limits stretch that in proportion; the link is slow,
+// not dead.
+//
+// Hazard: a limit low enough that one bulk response (a join's page) takes
+// longer than the requester's timeout to cross makes that request fail and
+// retry: slow links want small pages too (lsync serve --page-size).
 //
 // # Pairing
 //

@@ -78,7 +78,7 @@ func TestHostileHomeWritableByOthersIsRefused(t *testing.T) {
 // through, and the error says what to remove.
 func TestHostileHomeLinksAreNotFollowed(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{keyFile, certFile, nameFile, peersFile} {
+	for _, name := range []string{keyFile, certFile, nameFile, peersFile, limitsFile} {
 		t.Run(name, func(t *testing.T) {
 			home := t.TempDir()
 			if name != keyFile {
@@ -94,8 +94,11 @@ func TestHostileHomeLinksAreNotFollowed(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := LoadOrCreateIdentity(home, "alpha")
-			if name == peersFile {
+			switch name {
+			case peersFile:
 				_, err = OpenPeerStore(home)
+			case limitsFile:
+				_, err = newBandwidth(realClock{}, home, 0)
 			}
 			if !errors.Is(err, ErrUnsafeFile) || !strings.Contains(err.Error(), "symbolic link") {
 				t.Fatalf("planted %s: %v", name, err)

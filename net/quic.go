@@ -38,9 +38,15 @@ type Config struct {
 	// blocks (0: 1024).
 	SendQueue int
 	// BandwidthLimit caps outgoing frames, in bytes per second, over all
-	// connections (0: unlimited). Control frames (Hello, Ping, Pong) are
-	// exempt so RTT probes stay honest.
+	// connections (0: unlimited), unless SetLimits set the global upload
+	// limit (kept in Home): that one wins. Control frames (Hello, Ping,
+	// Pong) are exempt so RTT probes stay honest. See the package doc,
+	// Bandwidth.
 	BandwidthLimit int64
+	// Home, if set, is the home (see SecureHome) whose bandwidth.json
+	// keeps the limits SetLimits sets; Listen applies them ("": limits
+	// set are not kept).
+	Home string
 	// KeepAlive is the Ping interval on the control stream and the QUIC
 	// keep-alive period (0: 10 s).
 	KeepAlive time.Duration
@@ -102,7 +108,7 @@ type QUICTransport struct {
 	version        uint16
 	frames         messages.FrameReader // MaxFrame and version as configured
 	ctrl           messages.FrameReader // frames: the control stream's, up to maxControlFrame
-	bucket         *tokenBucket         // nil: unlimited
+	bw             *bandwidth           // limits and meters
 	onPaired       func(PeerInfo)
 	now            func() time.Time
 	recvBuf        int
@@ -165,9 +171,14 @@ func Listen(cfg Config) (*QUICTransport, error) {
 	t.log = t.log.With("device", t.id.DeviceID)
 	t.setDefaults()
 	t.SetAuthorizer(cfg.Authorize)
-	if cfg.BandwidthLimit > 0 {
-		t.bucket = newTokenBucket(cfg.BandwidthLimit)
+	if err := CheckLimit(cfg.BandwidthLimit); err != nil {
+		return nil, fmt.Errorf("listen: bandwidth: %w", err)
 	}
+	bw, err := newBandwidth(realClock{}, cfg.Home, cfg.BandwidthLimit)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	t.bw = bw
 	t.logs = NewLogLimiter(logInterval, t.now)
 	t.pairing.codes = map[string]*pendingCode{}
 	t.pairing.slots = map[*pairSlot]struct{}{}
@@ -259,6 +270,19 @@ func (t *QUICTransport) received(peer messages.DeviceID, env messages.Envelope, 
 	if t.pobs != nil {
 		t.pobs.PayloadIn(peer, env.PayloadSize())
 	}
+}
+
+// SetLimits changes bandwidth limits at once, on every connection and on
+// writers and readers already waiting, and keeps them in Config.Home
+// (written before they apply: an error changes nothing).
+func (t *QUICTransport) SetLimits(c LimitChange) error { return t.bw.change(c) }
+
+// Bandwidth reports the limits in force and the rates measured.
+func (t *QUICTransport) Bandwidth() Bandwidth {
+	return t.bw.report(func(id messages.DeviceID) string {
+		p, _ := t.peers.Get(id)
+		return p.Name
+	})
 }
 
 // Addr is the UDP address peers dial.

@@ -491,6 +491,90 @@ func TestBandwidthLimit(t *testing.T) {
 	}
 }
 
+// TestDownloadLimit checks that a download limit paces reading: 1 MiB
+// sent at full speed is received at the limit, and the transport reports
+// the peer connected, with its rate.
+func TestDownloadLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 1 << 20
+	a, b := newNode(t, "alpha"), newNode(t, "beta")
+	pinBoth(t, a, b)
+	if err := b.t.SetLimits(LimitChange{Down: ptr(limit)}); err != nil {
+		t.Fatal(err)
+	}
+	ab, ba := connect(t, a, b)
+	payload := make([]byte, 64<<10)
+	rand.Read(payload)
+	const n = 16 // 1 MiB
+	start := time.Now()
+	go func() {
+		for i := range n {
+			if err := ab.Send(context.Background(), libX, change(a.id.DeviceID, uint32(i+1), payload)); err != nil {
+				t.Errorf("send: %v", err)
+				return
+			}
+		}
+	}()
+	recvN(t, ba, n, 20*time.Second)
+	took := time.Since(start)
+	t.Logf("1 MiB read at 1 MiB/s took %v", took)
+	// As for uploads: 1 MiB less the burst at 1 MiB/s is 875 ms.
+	if took < 750*time.Millisecond {
+		t.Fatalf("1 MiB read at 1 MiB/s took only %v", took)
+	}
+	bw := b.t.Bandwidth()
+	p := bw.Peer(a.id.DeviceID)
+	if bw.Limits.Down != limit || !p.Connected || p.Rates.Down < 100_000 || bw.Rates.Down < p.Rates.Down {
+		t.Fatalf("bandwidth after the transfer: %+v", bw)
+	}
+}
+
+// TestSetLimitsAtOnce lowers the upload limit of a running transfer and
+// then lifts it: the transfer slows at once and, lifted, ends at once
+// (a writer asleep on its debt is woken, not left to sleep it off).
+func TestSetLimitsAtOnce(t *testing.T) {
+	t.Parallel()
+	a, b := newNode(t, "alpha"), newNode(t, "beta")
+	pinBoth(t, a, b)
+	if err := a.t.SetLimits(LimitChange{Up: ptr(1 << 20)}); err != nil {
+		t.Fatal(err)
+	}
+	ab, ba := connect(t, a, b)
+	payload := make([]byte, 64<<10)
+	rand.Read(payload)
+	const n = 64 // 4 MiB: 4 s at 1 MiB/s, over 3 minutes at 20 kB/s
+	go func() {
+		for i := range n {
+			if err := ab.Send(context.Background(), libX, change(a.id.DeviceID, uint32(i+1), payload)); err != nil {
+				return
+			}
+		}
+	}()
+	recvN(t, ba, 8, 10*time.Second)
+	if err := a.t.SetLimits(LimitChange{Up: ptr(20_000)}); err != nil {
+		t.Fatal(err)
+	}
+	// At 1 MiB/s a second brings 16 frames; at 20 kB/s, the frame being
+	// written and the burst: one or two.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	got := 8
+	for ; got < n; got++ {
+		if _, err := ba.Recv(ctx); err != nil {
+			break
+		}
+	}
+	cancel()
+	if got > 8+4 {
+		t.Fatalf("%d frames arrived within a second of lowering the limit to 20 kB/s (8 before)", got-8)
+	}
+	lifted := time.Now()
+	if err := a.t.SetLimits(LimitChange{Up: ptr(0)}); err != nil {
+		t.Fatal(err)
+	}
+	recvN(t, ba, n-got, 10*time.Second)
+	t.Logf("%d frames in the second after lowering the limit to 20 kB/s; the other %d took %v once lifted", got-8, n-got, time.Since(lifted))
+}
+
 // TestTokenBucketRate runs the bucket on synctest's fake clock: writers
 // get the rate, whatever their write sizes, and no more than the burst
 // ahead of it.
@@ -498,7 +582,7 @@ func TestTokenBucketRate(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const rate = 256 << 10
-		b := newTokenBucket(rate)
+		b := newTokenBucket(realClock{}, rate)
 		start := time.Now()
 		var sent int
 		for _, size := range []int{writeChunk, 100, writeChunk, 3000, writeChunk} {

@@ -103,6 +103,10 @@ daemon listens on, and the metrics address if it serves one.`,
 					fmt.Fprintf(tw, "metrics\thttp://%s/metrics\n", d.Metrics)
 				}
 				fmt.Fprintf(tw, "home\t%s\npid\t%d\nschema\t%d\n", d.Home, d.PID, d.SchemaVersion)
+				if bw := d.Bandwidth; bw != nil {
+					fmt.Fprintf(tw, "bandwidth\tup %s (limit %s), down %s (limit %s); see lsync sync limit\n",
+						formatRate(bw.Rates.Up), formatLimit(bw.Limits.Up), formatRate(bw.Rates.Down), formatLimit(bw.Limits.Down))
+				}
 				tw.Flush()
 			})
 		}),
@@ -1102,12 +1106,14 @@ func writeRows(w io.Writer, res json.RawMessage) error {
 
 func newSyncCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "sync",
-		Short:   "Inspect a library's sync state",
-		Long:    `Inspect how a library is syncing with its partners.`,
-		Example: `  lsync sync status "Family photos"`,
-		RunE:    groupRunE,
+		Use:   "sync",
+		Short: "Inspect a library's sync state; limit sync bandwidth",
+		Long:  `Inspect how a library is syncing with its partners, and limit how fast this device syncs.`,
+		Example: `  lsync sync status "Family photos"
+  lsync sync limit --up 500K`,
+		RunE: groupRunE,
 	}
+	cmd.AddCommand(newSyncLimitCmd(g))
 	cmd.AddCommand(&cobra.Command{
 		Use:   "status LIB",
 		Short: "Show peers, phase, watermarks and log size",
@@ -1358,6 +1364,7 @@ func printStatus(w io.Writer, st *actors.Status) {
 		}
 		fmt.Fprintf(w, "\nShared models (%d row changes) against each connected partner: %s\n", st.SharedRows, strings.Join(ps, ", "))
 	}
+	printStatusBandwidth(w, st.Bandwidth)
 	if len(devs) > 0 {
 		slices.Sort(devs)
 		fmt.Fprintln(w)

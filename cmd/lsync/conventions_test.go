@@ -76,6 +76,10 @@ func TestConventionUsageErrors(t *testing.T) {
 		{[]string{"meta", "set", "lib", "--content", "0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192", "rating=-1"}, "from 0 to 5"},
 		{[]string{"init", "--name", "lap\ntop"}, "control character U+000A"},
 		{[]string{"init", "--name", "lap\ttop"}, "control character U+0009"},
+		{[]string{"sync", "limit", "--up", "fast"}, `--up "fast": want bytes per second: a number with an optional unit K, M or G`},
+		{[]string{"sync", "limit", "--down", "2Mbit/s"}, `--down "2Mbit/s" is in bits`},
+		{[]string{"sync", "limit", "--up", "10"}, `--up "10" is below 1000 bytes per second`},
+		{[]string{"serve", "--bandwidth-limit", "fast"}, `--bandwidth-limit "fast": want bytes per second`},
 	} {
 		_, stderr, code := runCLI(t, append([]string{"--home", home}, c.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {

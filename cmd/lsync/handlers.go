@@ -73,6 +73,7 @@ func init() {
 		opMetaUnset:     hMetaUnset,
 		opLog:           libHandler(hLog),
 		opSyncFilter:    libHandler(hSyncFilter),
+		opSyncLimit:     hSyncLimit,
 	}
 }
 
@@ -230,8 +231,12 @@ func parseUUIDArg(what, s string) (messages.UUID, error) {
 // ---- device and libraries ----
 
 func hDeviceShow(ctx context.Context, s *server, _ json.RawMessage, _ func(any)) (any, error) {
-	return deviceInfo{ID: s.node.ID().String(), Name: s.node.Name(), Listen: s.node.Addr(), Metrics: s.metricsAddr, UI: s.uiURL,
-		Home: s.home, PID: os.Getpid(), SchemaVersion: s.schema}, nil
+	d := deviceInfo{ID: s.node.ID().String(), Name: s.node.Name(), Listen: s.node.Addr(), Metrics: s.metricsAddr, UI: s.uiURL,
+		Home: s.home, PID: os.Getpid(), SchemaVersion: s.schema}
+	if bw, err := s.node.Bandwidth(); err == nil {
+		d.Bandwidth = &bw
+	}
+	return d, nil
 }
 
 func hLibraryCreate(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (any, error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lsync/lsync/actors"
+	"github.com/lsync/lsync/net"
 )
 
 // Operation names.
@@ -66,6 +67,8 @@ type deviceInfo struct {
 	Home          string `json:"home"`
 	PID           int    `json:"pid"`
 	SchemaVersion int    `json:"schema_version"`
+	// Bandwidth is the limits in force and the rates measured (sync limit).
+	Bandwidth *net.Bandwidth `json:"bandwidth,omitempty"`
 }
 
 type syncRemoveArgs struct {

@@ -33,9 +33,8 @@ const defaultListen = ":7700"
 const schemaEnv = "LSYNC_TEST_SCHEMA_VERSION"
 
 func newServeCmd(g *globals) *cobra.Command {
-	var listen, metrics, level, format, ui string
+	var listen, metrics, level, format, ui, bandwidthFlag string
 	var pageSize int
-	var bandwidth int64
 	cmd := &cobra.Command{
 		Use:   "serve [--listen ADDR] [--metrics ADDR]",
 		Short: "Run the node in the foreground",
@@ -48,7 +47,11 @@ serves the control socket ` + socketName + ` in --home that every other lsync
 command talks to. With --metrics it serves Prometheus metrics on
 http://ADDR/metrics. With --ui (default ` + defaultUI + `, "" for none) it serves
 a read-only status page; a non-loopback --ui needs the token of
-lsync ui token. Only one daemon may serve a home (` + lockName + `).
+lsync ui token. --bandwidth-limit caps what the daemon sends (a RATE such
+as 500K, as lsync sync limit --up takes it) unless an upload limit was set
+with lsync sync limit: that one is kept in the home and wins, on every
+start, until lsync sync limit --clear. Only one daemon may serve a home
+(` + lockName + `).
 Logs go to stderr, as text (logfmt) or, with --log-format json, one JSON
 object a line.
 
@@ -68,8 +71,9 @@ daemon speak another wire schema version.`,
 			if pageSize < 1 || pageSize > 100_000 {
 				return usageErrorf("--page-size %d: want 1 to 100000", pageSize)
 			}
-			if bandwidth < 0 {
-				return usageErrorf("--bandwidth-limit %d: want bytes per second, 0 for none", bandwidth)
+			bandwidth, err := parseRate(bandwidthFlag)
+			if err != nil {
+				return usageErrorf("--bandwidth-limit %s", err)
 			}
 			return serve(cmd.Context(), g, serveOptions{listen: listen, metrics: metrics, level: lvl, logJSON: format == "json", pageSize: pageSize, bandwidth: bandwidth,
 				ui: ui, uiDefault: !cmd.Flags().Changed("ui")})
@@ -81,7 +85,7 @@ daemon speak another wire schema version.`,
 	cmd.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().StringVar(&format, "log-format", "text", "log format: text or json")
 	cmd.Flags().IntVar(&pageSize, "page-size", 10_000, "rows per page when catching up or joining (smaller pages suit slow links)")
-	cmd.Flags().Int64Var(&bandwidth, "bandwidth-limit", 0, "cap outgoing sync traffic at this many bytes per second (0: no cap)")
+	cmd.Flags().StringVar(&bandwidthFlag, "bandwidth-limit", "0", "cap outgoing sync traffic at this RATE, as lsync sync limit --up takes it (0: no cap), unless sync limit set one")
 	return cmd
 }
 
@@ -171,6 +175,7 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 		}
 	}
 	ops.setNode(node)
+	logLimits(log, node, opt.bandwidth)
 	// Serve the control socket (a stale one from a killed daemon goes first:
 	// we hold the lock, so nobody else is using it).
 	_ = os.Remove(sock)
@@ -235,6 +240,22 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	_ = os.Remove(sock)
 	log.Info("stopped")
 	return nil
+}
+
+// logLimits says which bandwidth limits the daemon starts with, and warns
+// when a limit set with sync limit overrides --bandwidth-limit.
+func logLimits(log *slog.Logger, node *actors.Node, flag int64) {
+	bw, err := node.Bandwidth()
+	if err != nil {
+		return
+	}
+	if flag > 0 && bw.Sources.Up == net.LimitSet && bw.Limits.Up != flag {
+		log.Warn("--bandwidth-limit is overridden by the upload limit set with lsync sync limit (lsync sync limit --clear returns to the flag)",
+			"flag", flag, "up", bw.Limits.Up)
+	}
+	if bw.Limits != (net.Limits{}) || len(bw.Peers) > 0 {
+		log.Info("bandwidth limits", "up", bw.Limits.Up, "down", bw.Limits.Down, "peers_with_limits", len(bw.Peers))
+	}
 }
 
 func schemaFromEnv() (uint16, error) {

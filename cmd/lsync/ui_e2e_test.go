@@ -34,6 +34,8 @@ type uiPage struct {
 	Device   string `json:"device"`
 	DeviceID string `json:"device_id"`
 	Peer     string `json:"peer"`
+	PeerDown string `json:"peer_down"` // what bravo receives from alpha: rate / its own limit
+	DeviceBW string `json:"device_bw"` // this device's rates (and limits)
 	Library  string `json:"library"`
 	Phase    string `json:"phase"`
 	Running  bool   `json:"running"` // a join's progress bar is moving
@@ -54,6 +56,8 @@ const readPage = `(() => {
     device: txt("#device-name"),
     device_id: txt("#device-id"),
     peer: txt('tr.peer[data-id=%[1]q] .peer-state'),
+    peer_down: txt('tr.peer[data-id=%[1]q] .peer-down'),
+    device_bw: txt("#device-bw"),
     library: txt(".library .lib-name"),
     phase: txt(".library .lib-phase"),
     running: !!q(".library .join.running .progress.moving"),
@@ -80,6 +84,7 @@ func TestE2EUIStatusPage(t *testing.T) {
 	b.args = []string{"--ui", "127.0.0.1:0", "--page-size", "50"}
 	b.start("127.0.0.1:0")
 	pair(t, a, b)
+	b.mustRun("sync", "limit", "--peer", "alpha", "--down", "100K") // shown on the page, above alpha's 20 kB/s
 	var l libraryInfo
 	a.mustJSON(&l, "library", "create", "Photos")
 	root, n := makeTree(t, 10, 40)
@@ -116,12 +121,16 @@ func TestE2EUIStatusPage(t *testing.T) {
 	shots := t.TempDir()
 	var page uiPage
 	var sawRunning bool
+	var downWhileJoining string
 	script := fmt.Sprintf(readPage, a.id)
 	done := func() bool {
 		var err error
 		if page, err = chromedp.Run(ctx, chromedp.Evaluate[uiPage](script)); err != nil {
 			t.Logf("read the page: %v", err)
 			return false
+		}
+		if page.Running && downWhileJoining == "" && !strings.HasPrefix(page.PeerDown, "0 B/s") {
+			downWhileJoining = page.PeerDown
 		}
 		if page.Running && !sawRunning {
 			sawRunning = true
@@ -167,6 +176,11 @@ func TestE2EUIStatusPage(t *testing.T) {
 	}
 	if page.Error != "" {
 		t.Errorf("the page shows an error: %s", page.Error)
+	}
+	// Bandwidth: what arrives from alpha, under its own limit, and the
+	// device's total.
+	if !strings.HasSuffix(downWhileJoining, "B/s / 100 kB/s") || !strings.Contains(page.DeviceBW, "down") {
+		t.Errorf("alpha's download cell during the join %q, device %q; want a rate / 100 kB/s", downWhileJoining, page.DeviceBW)
 	}
 	t.Logf("page: %+v (a moving join bar seen: %v)", page, sawRunning)
 

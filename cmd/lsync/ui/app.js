@@ -32,21 +32,47 @@ function hlcTime(h) {
   return m ? new Date(Number(m[1])).toISOString().replace("T", " ").slice(0, 19) : h || "";
 }
 
+// rate prints bytes per second as lsync sync limit does (decimal units).
+function rate(v) {
+  const units = ["B/s", "kB/s", "MB/s", "GB/s", "TB/s"];
+  let i = 0;
+  v = Math.max(0, Number(v || 0));
+  while (v >= 999.95 && i < units.length - 1) { v /= 1000; i++; }
+  return (i === 0 ? v.toFixed(0) : v.toFixed(1).replace(/\.0$/, "")) + " " + units[i];
+}
+function limit(v) { return v ? rate(v) : "none"; }
+// flow is one direction: the rate now and the limit in force.
+function flow(now, lim) {
+  return `${esc(rate(now))}${lim ? ` <span class="muted">/ ${esc(limit(lim))}</span>` : ""}`;
+}
+
+let bandwidth = { peers: [] }; // the device's limits and rates (device show)
+
 function renderDevice(d) {
   $("#device-name").textContent = d.name;
   $("#device-id").textContent = d.id;
   $("#device-listen").textContent = d.listen;
   names[d.id] = d.name;
   document.title = "lsync · " + d.name;
+  bandwidth = d.bandwidth || { peers: [] };
+  const bw = d.bandwidth;
+  $("#device-bw").innerHTML = bw ? `<span class="muted">up</span> <b class="bw-up">${flow(bw.rates.up, bw.limits.up)}</b>
+    <span class="muted">down</span> <b class="bw-down">${flow(bw.rates.down, bw.limits.down)}</b>` : "";
+  $("#device-bw").title = bw ? `limits: up ${limit(bw.limits.up)}, down ${limit(bw.limits.down)} (lsync sync limit); rates over the last ${bw.window_seconds} s` : "";
 }
 
 function renderPeers(peers) {
+  const bw = {};
+  for (const b of bandwidth.peers || []) bw[b.id] = b;
   const rows = peers.map((p) => {
     names[p.id] = p.name;
+    const b = bw[p.id] || { limits: {}, rates: {} };
     return `<tr class="peer" data-id="${esc(p.id)}">
       <td><b class="peer-name">${esc(p.name)}</b> <code>${esc(short(p.id))}</code></td>
       <td class="peer-state">${p.connected ? badge("connected", "on") : badge("offline", "off")}</td>
       <td>${p.connected ? esc(p.rtt_ms.toFixed(1)) + " ms" : ""}</td>
+      <td class="peer-up">${p.connected ? flow(b.rates.up, b.limits.up) : b.limits.up ? "/ " + esc(limit(b.limits.up)) : ""}</td>
+      <td class="peer-down">${p.connected ? flow(b.rates.down, b.limits.down) : b.limits.down ? "/ " + esc(limit(b.limits.down)) : ""}</td>
       <td>${esc(p.connected ? "now" : ago(p.last_seen))}</td>
       <td class="err">${esc(p.last_error || "")}</td></tr>`;
   });
