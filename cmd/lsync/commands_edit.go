@@ -358,9 +358,10 @@ in it, this device's sync partners (connected or not, and when the last
 complete catch-up with each ended), and partnerships that ended. COMPLETE
 UP TO is the time up to which this device holds every row of that device
 (the older of its state and shared-log watermarks; an idle device's stays at
-its last write); "-" when none of it is known complete yet. The rows of a device that is not a partner
-reach this one through partners' catch-ups; its tags, albums and other
-shared changes do not travel through partners yet.`,
+its last write); "-" when none of it is known complete yet. The rows and
+shared changes of a device that is not a partner reach this one through
+partners. TAKES is what the device takes of the library ('lsync sync
+filter'): all, or its filters.`,
 		Example: `  lsync library members "Family photos"
   lsync --json library members 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192`,
 		Args: args(cobra.ExactArgs(1)),
@@ -371,7 +372,7 @@ shared changes do not travel through partners yet.`,
 			}
 			return g.output(ms, func(w io.Writer) {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "DEVICE\tNAME\tPARTNER\tCONNECTED\tLAST SYNC\tCOMPLETE UP TO")
+				fmt.Fprintln(tw, "DEVICE\tNAME\tPARTNER\tCONNECTED\tLAST SYNC\tCOMPLETE UP TO\tTAKES")
 				for _, m := range ms {
 					name := dash(m.Name)
 					if m.Self {
@@ -387,7 +388,15 @@ shared changes do not travel through partners yet.`,
 					if m.Self {
 						partner = "-"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, name, partner, yesNo(m.Connected), dash(m.LastSync), dash(m.CompleteUpTo))
+					takes := "all"
+					if len(m.Filters) > 0 {
+						var ds []string
+						for _, f := range m.Filters {
+							ds = append(ds, f.describe())
+						}
+						takes = strings.Join(ds, "; ")
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, name, partner, yesNo(m.Connected), dash(m.LastSync), dash(m.CompleteUpTo), takes)
 				}
 				tw.Flush()
 			})

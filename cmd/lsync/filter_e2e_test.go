@@ -70,6 +70,17 @@ func TestE2ESyncFilterTakesPartOfALibrary(t *testing.T) {
 		out, _ := query(a, lib, persistence.ModelSyncFilter)
 		return countRows(t, out) == 1
 	})
+	// Every member sees what C takes.
+	var ms []memberInfo
+	a.mustJSON(&ms, "library", "members", lib)
+	for _, m := range ms {
+		if (m.ID == c.id) != (len(m.Filters) == 1) {
+			t.Fatalf("library members on A: %+v", ms)
+		}
+	}
+	if out := a.mustRun("library", "members", lib); !strings.Contains(out, "everything but tag, tag_relationship, user_metadata_tag; entries of keep on A") {
+		t.Fatalf("library members on A does not say what C takes:\n%s", out)
+	}
 	for i := range keepN {
 		for _, d := range []string{keepDir, skipDir} {
 			if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("img-%02d.jpg", i)), []byte(fmt.Sprintf("photo %s %d", d, i)), 0o644); err != nil {

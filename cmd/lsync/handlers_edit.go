@@ -382,8 +382,22 @@ func hMembers(ctx context.Context, s *server, lib *actors.Library, _ libArgs, _ 
 	}
 	note(stateWM, func(m *memberInfo, h string) { m.StateUpTo = h })
 	note(sharedWM, func(m *memberInfo, h string) { m.SharedUpTo = h })
+	devs, err := lib.Devices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	locs, err := lib.Locations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fn := filterNames{devs: devs, locs: locs}
 	out := make([]memberInfo, 0, len(byID))
 	for id, m := range byID {
+		if dev, err := messages.ParseDeviceID(id); err == nil {
+			if fs, err := lib.Store().Filters(dev); err == nil && len(fs) > 0 {
+				m.Filters = fn.docs(fs)
+			}
+		}
 		if c, ok := complete[id]; ok && !m.Self {
 			m.CompleteUpTo = c.UTC().Format(time.RFC3339)
 		}

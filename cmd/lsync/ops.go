@@ -500,4 +500,7 @@ type memberInfo struct {
 	// be complete (the older of its two watermarks; RFC 3339), "" when
 	// nothing of it is yet. An idle device's stays at its last write.
 	CompleteUpTo string `json:"complete_up_to,omitempty"`
+	// Filters are what the device takes of the library (selective sync;
+	// none: all of it).
+	Filters []FilterDoc `json:"filters,omitempty"`
 }
