@@ -52,6 +52,10 @@ type catchUpActor struct {
 	snap    *sharedPager
 	results []persistence.ApplyResult
 	pulled  map[messages.DeviceID]bool // origins whose changes were applied
+	// widen are shared models a wider filter takes in: their rows are
+	// fetched whole at the end (the log holds them elided here), once.
+	widen   []string
+	widened bool
 }
 
 type catchUpStage int
@@ -65,10 +69,10 @@ const (
 )
 
 func newCatchUpActor(n *nodeCore, lib *persistence.Library, id messages.LibraryID, parent *actor.PID,
-	peer messages.DeviceID, conn net.Conn, sharedOnly bool, report *messages.WatermarkReport) actor.Producer {
+	peer messages.DeviceID, conn net.Conn, sharedOnly bool, report *messages.WatermarkReport, widen []string) actor.Producer {
 	return func() actor.Actor {
 		return &catchUpActor{n: n, lib: lib, libID: id, parent: parent, peer: peer, conn: conn, sharedOnly: sharedOnly,
-			report: report, pulled: map[messages.DeviceID]bool{}}
+			report: report, pulled: map[messages.DeviceID]bool{}, widen: widen}
 	}
 }
 
@@ -190,6 +194,15 @@ func (j *catchUpActor) next(ctx actor.Context) {
 	case cuSnapshot:
 		j.fetch.ask(j.conn, j.snap.request(), nil)
 	case cuDone:
+		if len(j.widen) > 0 && !j.widened {
+			// A wider filter took these shared models in: their rows,
+			// whole, from this peer (it serves what this device takes).
+			j.widened = true
+			j.snap = &sharedPager{Models: j.widen, Limit: uint32(j.n.sync.PageSize)}
+			j.stage = cuSnapshot
+			j.fetch.ask(j.conn, j.snap.request(), nil)
+			return
+		}
 		j.finish(ctx, nil)
 	}
 }
@@ -325,8 +338,12 @@ func (j *catchUpActor) snapshotPage(a *answered) error {
 		return fmt.Errorf("shared state of %s: %w", j.peer, err)
 	}
 	last, wms := j.snap.page(resp)
-	// The watermarks rise only as far as the origins' sealed heads prove.
+	// The watermarks rise only as far as the origins' sealed heads prove;
+	// a scan of some models only (a wider filter's) raises none.
 	wms, heads := proveClaims(wms, j.n.checkHeads(j.libID, j.peer, j.snap.Heads))
+	if len(j.snap.Models) > 0 {
+		wms, heads = nil, nil
+	}
 	j.n.traceShared("snapshot", resp.Entries)
 	res, err := j.lib.ApplySharedState(j.n.takenState(j.lib, j.libID, j.peer, resp.Entries), wms, persistence.ApplyOptions{Heads: heads})
 	if err != nil {
@@ -346,7 +363,11 @@ func (j *catchUpActor) finish(ctx actor.Context, err error) {
 	if persistence.IsStorageFailure(err) {
 		panic(err) // the supervisor stops the library with this reason
 	}
-	ctx.Send(j.parent, &catchupDone{peer: j.peer, err: err, results: j.results, pulled: j.pulled})
+	done := &catchupDone{peer: j.peer, err: err, results: j.results, pulled: j.pulled}
+	if err == nil && j.widened {
+		done.widened = j.widen
+	}
+	ctx.Send(j.parent, done)
 	j.fetch.stop()
 	ctx.Stop(ctx.Self())
 }

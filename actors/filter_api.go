@@ -46,12 +46,18 @@ func (l *Library) Taking(dev messages.DeviceID) (*persistence.Taking, error) {
 	return l.store.Taking(dev)
 }
 
-func (a *libraryActor) setFilter(ctx actor.Context, m *setFilter) (FilterResult, error) {
+func (a *libraryActor) setFilter(ctx actor.Context, m *setFilter) (res FilterResult, err error) {
 	f, notes, err := a.lib.CompileFilter(m.f)
 	if err != nil {
 		return FilterResult{}, err
 	}
-	res := FilterResult{Filter: f, Notes: notes}
+	before := a.n.takingOf(a.lib, a.id, a.n.self)
+	defer func() {
+		if err == nil {
+			err = a.filterChanged(ctx, before, a.n.takingOf(a.lib, a.id, a.n.self))
+		}
+	}()
+	res = FilterResult{Filter: f, Notes: notes}
 	u, found, err := a.lib.FilterRow(f.Source)
 	if err != nil {
 		return res, err

@@ -177,3 +177,63 @@ func TestFilterRelayAroundAFilteringMember(t *testing.T) {
 }
 
 func logCount(c *cluster, i int) int { n, _ := c.libs[i].Store().LogCount(); return n }
+
+// Issue 21: narrowing a filter removes here only what it leaves out (the
+// source keeps everything, no tombstone reaches it); widening fetches
+// what it takes in, device-owned rows and shared models alike, also when
+// the device restarts before it could.
+func TestFilterNarrowAndWiden(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := newCluster(t, 2, 213)
+		c.share()
+		ctx := ctxT(t)
+		a, b := 0, 1
+		var locs []messages.UUID
+		for i := range 2 {
+			loc, err := c.libs[a].AddLocation(ctx, fmt.Sprintf("/a/l%d", i), fmt.Sprintf("l%d", i), messages.UUID{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			locs = append(locs, loc)
+			var in []EntryInput
+			for k := range 15 {
+				in = append(in, EntryInput{Name: fmt.Sprintf("f%d-%d.jpg", i, k), Extension: "jpg", Size: 1, MTime: 1})
+			}
+			if _, err := c.libs[a].AddEntries(ctx, loc, in); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for k := range 4 {
+			if _, err := c.libs[a].CreateTag(ctx, TagInput{Name: fmt.Sprintf("t%d", k)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.converge(true, 20*time.Second)
+		// Narrow: one location, no tags.
+		if _, err := c.libs[b].SetFilter(ctx, persistence.SyncFilter{Locations: []messages.UUID{locs[0]}, ExcludeModels: []string{persistence.ModelTag}}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 10*time.Second, "B to remove what it no longer takes", func() bool {
+			return c.entriesIn(b, locs[1]) == 0 && len(c.rows(b, persistence.ModelTag)) == 0
+		})
+		if c.entriesIn(b, locs[0]) != 15 {
+			t.Fatalf("B holds %d entries of the location it still takes, want 15", c.entriesIn(b, locs[0]))
+		}
+		advance(5 * time.Second)
+		if c.entriesIn(a, locs[1]) != 15 || len(c.rows(a, persistence.ModelTag)) != 4 {
+			t.Fatal("B's narrowing removed rows on A")
+		}
+		// Widen, while A is away and B restarts before it could fetch.
+		c.net.Partition(c.devs[a], c.devs[b])
+		if _, err := c.libs[b].SetFilter(ctx, persistence.SyncFilter{}); err != nil {
+			t.Fatal(err)
+		}
+		c.stopNode(b)
+		c.start(b)
+		c.net.Heal(c.devs[a], c.devs[b])
+		testutil.Eventually(t, 30*time.Second, "B to fetch what the wider filter takes in", func() bool {
+			return c.entriesIn(b, locs[1]) == 15 && len(c.rows(b, persistence.ModelTag)) == 4
+		})
+		c.converge(true, 20*time.Second)
+	})
+}

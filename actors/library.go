@@ -78,6 +78,11 @@ type libraryActor struct {
 	// origin, and the heads checked already (by seal).
 	heads        map[messages.DeviceID]messages.ChainHead
 	headsChecked map[string]messages.HLC
+	// widen are the shared models a wider filter of this device took in,
+	// still to fetch whole from a partner (filter_change.go); purging is
+	// a narrower one's removal running.
+	widen   []string
+	purging bool
 
 	// A join in progress: join is its actor (nil when none), joinSt its
 	// last report. While it runs, live updates are buffered, never applied
@@ -179,6 +184,8 @@ func (a *libraryActor) receivePeers(ctx actor.Context) bool {
 		a.onRepairDone(ctx, m)
 	case *auditDone:
 		a.onAuditDone(ctx, m)
+	case *purgeDone:
+		a.onPurgeDone(ctx, m)
 	default:
 		return false
 	}
@@ -232,6 +239,8 @@ func (a *libraryActor) start(ctx actor.Context) {
 	}
 	a.ensureDeviceRow(ctx)
 	a.resignMembers(ctx)
+	a.loadWiden()
+	a.purgeNotTaken(ctx) // a narrower filter's removal a kill cut short
 	a.auditDigests(ctx)
 	a.n.updateParked(a.lib)
 	// A join that did not finish resumes from its checkpoint.

@@ -54,6 +54,7 @@ func (p *statePager) page(resp *messages.StateResponse) (last bool, err error) {
 // HLCs, model by model. The first page carries the serving peer's shared
 // watermarks, read before any row: a complete scan holds at least them.
 type sharedPager struct {
+	Models []string // nil: every shared model
 	Limit  uint32
 	Model  string
 	Cursor messages.Cursor
@@ -64,7 +65,7 @@ type sharedPager struct {
 func (p *sharedPager) started() bool { return p.Model != "" || !p.Cursor.IsZero() }
 
 func (p *sharedPager) request() *messages.SharedStateRequest {
-	return &messages.SharedStateRequest{Model: p.Model, Cursor: p.Cursor, Limit: p.Limit}
+	return &messages.SharedStateRequest{Models: p.Models, Model: p.Model, Cursor: p.Cursor, Limit: p.Limit}
 }
 
 // page moves past resp. last is true when the scan is complete; wms are

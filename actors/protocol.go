@@ -317,6 +317,7 @@ type catchupDone struct {
 	err     error
 	results []persistence.ApplyResult
 	pulled  map[messages.DeviceID]bool // origins whose shared changes it applied
+	widened []string                   // shared models a wider filter took in, fetched whole (filter_change.go)
 }
 
 // ackFlush sends coalesced ACKs.

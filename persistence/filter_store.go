@@ -3,6 +3,8 @@ package persistence
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/ncruces/go-sqlite3"
@@ -238,4 +240,257 @@ func valueAt(mi *modelInfo, vals []any, col string) any {
 		return vals[i]
 	}
 	return nil
+}
+
+// Purged is what a purge removed, by model.
+type Purged map[string]int
+
+// Total is the number of rows a purge removed.
+func (p Purged) Total() int {
+	n := 0
+	for _, k := range p {
+		n += k
+	}
+	return n
+}
+
+// PurgeNotTaken removes, here only, the rows this device holds and t (its
+// own taking, after a narrower filter) no longer takes: device-owned rows
+// of models it leaves out of their owner, entries (and what hangs off
+// them) of locations it leaves out, and shared rows of models it takes
+// from no origin. No tombstone is written: nothing of it reaches another
+// device, which still holds its own copy. The owners' kept digests, the
+// derived caches and the counters follow, as for any removal. It runs in
+// transactions of at most batch rows (0: 10,000), so a killed process
+// loses at most the transaction under way and the next call goes on where
+// it stopped; progress, if not nil, is told after each.
+func (l *Library) PurgeNotTaken(t *Taking, batch int, progress func(Purged)) (Purged, error) {
+	done := Purged{}
+	if t.IsAll() {
+		return done, nil
+	}
+	if batch <= 0 {
+		batch = 10_000
+	}
+	for {
+		n, err := l.purgeBatch(t, batch, done)
+		if err != nil {
+			return done, fmt.Errorf("purge: %w", err)
+		}
+		if progress != nil && n > 0 {
+			progress(done)
+		}
+		if n < batch {
+			return done, nil
+		}
+	}
+}
+
+// purgeBatch removes up to batch rows not taken, in one transaction.
+func (l *Library) purgeBatch(t *Taking, batch int, done Purged) (int, error) {
+	if err := l.lockWriter(); err != nil {
+		return 0, err
+	}
+	defer l.mu.Unlock()
+	removed := 0
+	err := l.writeTx(nil, func(tx *txn) error {
+		// Device-owned rows, dependants first (entry metadata before
+		// entries), owner by owner.
+		order := l.reg.deviceOwned
+		for i := len(order) - 1; i >= 0 && removed < batch; i-- {
+			mi := l.reg.models[order[i]]
+			if slices.Contains(alwaysTaken, mi.Name) {
+				continue
+			}
+			for dev, ownerID := range l.owners {
+				if dev == l.self || removed >= batch {
+					continue
+				}
+				var where string
+				var args []any
+				switch {
+				case !t.Model(dev, mi.Name):
+					where, args = `owner_id = ?`, []any{ownerID}
+				case locationScoped[mi.Name] && !t.Whole(dev, mi.Name):
+					keep := func(loc messages.UUID) bool { return t.Location(dev, loc) }
+					ids, err := tx.locationsNotTaken(dev, keep)
+					if err != nil || len(ids) == 0 {
+						return err
+					}
+					in := strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")
+					switch mi.Name {
+					case ModelEntry:
+						where = `owner_id = ? AND location_id IN (` + in + `)`
+					case ModelEntryMetadata:
+						where = `owner_id = ? AND entry_id IN (SELECT id FROM "entry" WHERE location_id IN (` + in + `))`
+					default:
+						continue
+					}
+					args = append([]any{ownerID}, ids...)
+				default:
+					continue
+				}
+				n, err := tx.purgeRows(mi, where, args, batch-removed)
+				if err != nil {
+					return err
+				}
+				removed += n
+				done[mi.Name] += n
+			}
+		}
+		// Shared rows of models taken from no origin.
+		for _, name := range l.reg.shared {
+			mi := l.reg.models[name]
+			if removed >= batch || t.Model(messages.DeviceID{}, name) || t.takenFromAnySource(name) {
+				continue
+			}
+			var victims []int64
+			var uuids []messages.UUID
+			if err := tx.c.query(`SELECT id, uuid FROM `+mi.table+` LIMIT ?`, []any{batch - removed}, func(s *sqlite3.Stmt) error {
+				victims = append(victims, s.ColumnInt64(0))
+				uuids = append(uuids, columnUUID(s, 1))
+				return nil
+			}); err != nil {
+				return err
+			}
+			for k, id := range victims {
+				if mi.derived == derivedTagEdge {
+					tx.touchEdge(uuids[k], true)
+				}
+				if err := tx.c.exec(mi.sql.delete, id); err != nil {
+					return err
+				}
+				tx.change(mi.Name, uuids[k], true)
+			}
+			removed += len(victims)
+			done[mi.Name] += len(victims)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if removed > 0 {
+		err = l.reloadCountsLocked()
+	}
+	return removed, err
+}
+
+// purgeRows removes up to limit rows of mi matching where, each through
+// removeRow (derived caches, digests), without tombstones.
+func (tx *txn) purgeRows(mi *modelInfo, where string, args []any, limit int) (int, error) {
+	type victim struct {
+		id, owner int64
+		u         messages.UUID
+	}
+	var vs []victim
+	if err := tx.c.query(`SELECT id, owner_id, uuid FROM `+mi.table+` WHERE `+where+` LIMIT ?`, append(args, limit),
+		func(s *sqlite3.Stmt) error {
+			vs = append(vs, victim{s.ColumnInt64(0), s.ColumnInt64(1), columnUUID(s, 2)})
+			return nil
+		}); err != nil {
+		return 0, err
+	}
+	for _, v := range vs {
+		rec, _, err := tx.readRecord(mi, v.u)
+		if err != nil {
+			return 0, err
+		}
+		if err := tx.removeRow(mi, v.id, v.u, v.owner, rec); err != nil {
+			return 0, err
+		}
+		tx.change(mi.Name, v.u, true)
+	}
+	return len(vs), nil
+}
+
+// locationsNotTaken are the local ids of dev's locations keep rejects.
+func (tx *txn) locationsNotTaken(dev messages.DeviceID, keep func(messages.UUID) bool) ([]any, error) {
+	var ids []any
+	err := tx.c.query(`SELECT loc.id, loc.uuid FROM "location" loc JOIN "device" d ON d.id = loc.owner_id WHERE d.uuid = ?`,
+		[]any{dev}, func(s *sqlite3.Stmt) error {
+			if !keep(columnUUID(s, 1)) {
+				ids = append(ids, s.ColumnInt64(0))
+			}
+			return nil
+		})
+	return ids, err
+}
+
+// takenFromAnySource says whether some source's own filter takes model.
+func (t *Taking) takenFromAnySource(model string) bool {
+	if t == nil {
+		return true
+	}
+	for _, f := range t.by {
+		if f.takesModel(model) {
+			return true
+		}
+	}
+	return false
+}
+
+// ResetStateWatermarks forgets how far this device holds the rows of
+// every other owner (a wider filter takes rows below those watermarks that
+// were never sent here): the next catch-up with a partner scans each
+// owner's rows from the start again, and the rows held already are
+// duplicates it skips.
+func (l *Library) ResetStateWatermarks() error {
+	if err := l.lockWriter(); err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	err := l.writeTx(nil, func(tx *txn) error {
+		return tx.c.exec(`UPDATE peer_sync_state SET state_watermark = NULL WHERE device != ?`, l.self)
+	})
+	if err != nil {
+		return fmt.Errorf("reset state watermarks: %w", err)
+	}
+	l.pub.Lock()
+	for d := range l.pub.stateWM {
+		if d != l.self {
+			delete(l.pub.stateWM, d)
+		}
+	}
+	l.pub.Unlock()
+	return nil
+}
+
+// Widened is what a filter g takes that f (the one before it) did not:
+// whether device-owned rows of some source (models or locations), and the
+// shared models now taken from some source.
+func Widened(reg *Registry, f, g *Taking, sources []messages.DeviceID) (owned bool, shared []string) {
+	srcs := append([]messages.DeviceID{{}}, sources...)
+	for _, m := range reg.order {
+		mi := reg.models[m]
+		for _, s := range srcs {
+			before, after := f.Model(s, m), g.Model(s, m)
+			if !after {
+				continue
+			}
+			grew := !before
+			if !grew && locationScoped[m] {
+				grew = !f.Whole(s, m) && (g.Whole(s, m) || !sameLocations(f.filterFor(s), g.filterFor(s)))
+			}
+			if !grew {
+				continue
+			}
+			if mi.Kind == Shared {
+				if !slices.Contains(shared, m) {
+					shared = append(shared, m)
+				}
+			} else {
+				owned = true
+			}
+		}
+	}
+	return owned, shared
+}
+
+// sameLocations says whether two filters bound locations alike.
+func sameLocations(f, g *SyncFilter) bool {
+	if f == nil || g == nil {
+		return f == g
+	}
+	return slices.Equal(f.Locations, g.Locations) && slices.Equal(f.ExcludeLocations, g.ExcludeLocations)
 }

@@ -172,3 +172,87 @@ func TestFiltersInTheStore(t *testing.T) {
 		t.Fatalf("entry places %+v %v", places, err)
 	}
 }
+
+// Narrowing a filter removes, here only, what it no longer takes: the
+// entries (and their metadata) of a location left out, and a shared
+// model left out, in batches, without a tombstone, the kept digests and
+// the derived caches following.
+func TestPurgeNotTaken(t *testing.T) {
+	a := newLib(t, devA)
+	var locs [2]messages.UUID
+	for i := range locs {
+		rec, _, err := a.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": fmt.Sprintf("/l%d", i), "name": fmt.Sprintf("l%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		locs[i] = rec.UUID
+		for k := range 7 {
+			e, _, err := a.WriteState(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": rec.UUID, "name": fmt.Sprintf("f%d", k)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := a.WriteState(ModelEntryMetadata, messages.UUID{}, map[string]any{"entry_uuid": e.UUID, "note": "n"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tags := commitBatch(t, a, 5, "tag")
+	r := newLib(t, devR)
+	for _, m := range []string{ModelLocation, ModelEntry, ModelEntryMetadata} {
+		recs, _, _, err := a.StatePage(devA, m, messages.HLC{}, messages.Cursor{}, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustApply(t, r, devA, m, recs...)
+	}
+	applyChain(t, r, tags...)
+	tombs := func() int {
+		n, err := r.w.queryInt(`SELECT count(*) FROM tombstones`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(n)
+	}
+	before := tombs()
+	f, _, err := r.CompileFilter(SyncFilter{Locations: []messages.UUID{locs[0]}, ExcludeModels: []string{ModelTag}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps int
+	got, err := r.PurgeNotTaken(NewTaking([]SyncFilter{f}), 4, func(Purged) { steps++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[ModelEntry] != 7 || got[ModelEntryMetadata] != 7 || got[ModelTag] != 5 || steps < 4 {
+		t.Fatalf("purged %v in %d steps", got, steps)
+	}
+	if n := len(rows(t, r, ModelEntry)); n != 7 {
+		t.Fatalf("%d entries left, want the 7 of the location taken", n)
+	}
+	for _, e := range rows(t, r, ModelEntry) {
+		if fmt.Sprint(e["location_uuid"]) != locs[0].String() {
+			t.Fatalf("an entry of the location left out stayed: %v", e)
+		}
+	}
+	if n := len(rows(t, r, ModelEntryMetadata)); n != 7 {
+		t.Fatalf("%d entry notes left, want 7", n)
+	}
+	if n := len(rows(t, r, ModelTag)); n != 0 {
+		t.Fatalf("%d tags left", n)
+	}
+	if len(rows(t, r, ModelLocation)) != 2 {
+		t.Fatal("a location row went: they are always taken")
+	}
+	if tombs() != before {
+		t.Fatalf("the purge wrote %d tombstones", tombs()-before)
+	}
+	if bad, err := r.CheckDigests(); err != nil || len(bad) != 0 {
+		t.Fatalf("kept digests after the purge: %v %v", bad, err)
+	}
+	if err := r.VerifyDerived(); err != nil {
+		t.Fatalf("derived caches after the purge: %v", err)
+	}
+	if again, err := r.PurgeNotTaken(NewTaking([]SyncFilter{f}), 4, nil); err != nil || again.Total() != 0 {
+		t.Fatalf("a second purge removed %v (%v)", again, err)
+	}
+}

@@ -274,9 +274,9 @@ you could widen to. Setting a filter replaces the one for the same source;
 --clear removes it (the source's data is then taken whole again).
 
 The filter is a row of this device that every member holds ('lsync library
-members' shows what each takes). Setting one does not yet remove rows
-already held that it leaves out, nor fetch rows a wider filter takes in
-(widening and narrowing are the next step of selective sync).`,
+members' shows what each takes). A narrower filter removes what it leaves
+out from this device only (the others keep theirs); a wider one fetches
+what it takes in from the partners, with the next catch-up.`,
 		Example: `  lsync sync filter "Family photos"
   lsync sync filter "Family photos" --exclude-models tag
   lsync sync filter "Family photos" --device nas --locations "Raw photos" --exclude-models album
