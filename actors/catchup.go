@@ -297,9 +297,15 @@ func (j *catchUpActor) logPage(a *answered, req *messages.SharedChangeRequest) e
 	}
 	// Only what the origin sealed (chain.go): a relay cannot add to its
 	// chain.
-	sealed := j.n.takenChanges(j.lib, j.libID, j.peer, j.n.verifyChain(j.libID, j.peer, resp.Entries))
-	if len(sealed) < len(resp.Entries) {
-		gap = errors.New("shared log of " + origin.String() + " from " + j.peer.String() + " holds changes its origin did not seal, or passes them on without their bodies")
+	verified := j.n.verifyChain(j.libID, j.peer, resp.Entries)
+	sealed := j.n.takenChanges(j.lib, j.libID, j.peer, verified)
+	// The peer does not hold the rest of this origin's chain whole (it
+	// does not take a model of it): what came before is applied, and the
+	// catch-up goes on with the next origin; a member that holds it gives
+	// the rest (sync status says what this device waits for).
+	elidedCut := len(verified) == len(resp.Entries) && len(sealed) < len(verified)
+	if len(verified) < len(resp.Entries) {
+		gap = errors.New("shared log of " + origin.String() + " from " + j.peer.String() + " holds changes its origin did not seal")
 	}
 	var changes []messages.SharedChange
 	for _, c := range sealed {
@@ -319,6 +325,10 @@ func (j *catchUpActor) logPage(a *answered, req *messages.SharedChangeRequest) e
 		if len(res.Gapped) > 0 {
 			return gap
 		}
+	}
+	if elidedCut && len(changes) == len(sealed) {
+		j.nextLog()
+		return nil
 	}
 	if len(changes) < len(resp.Entries) {
 		return gap

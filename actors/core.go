@@ -31,6 +31,8 @@ type nodeCore struct {
 	// it derives to; tests whose ids are not derived set a table).
 	key      ed25519.PrivateKey
 	keyOwner func(ed25519.PublicKey) messages.DeviceID
+	// waits: chains this node waits at an elided change of (filter.go).
+	waits waitBook
 
 	testHooks
 }

@@ -1,6 +1,10 @@
 package actors
 
 import (
+	"slices"
+	"sync"
+	"time"
+
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
 )
@@ -116,21 +120,14 @@ func (n *nodeCore) sendChanges(lib *persistence.Library, t *persistence.Taking, 
 }
 
 // servedLog is a page of origin's log as requester t takes it: changes
-// it does not take elided; and it ends before a change held here elided
-// that it does take (this device cannot pass on what it does not hold: a
-// member that holds it serves it). cut reports that it ended so.
-func (n *nodeCore) servedLog(lib *persistence.Library, t *persistence.Taking, cs []messages.SharedChange) (out []messages.SharedChange, cut bool) {
-	if !t.IsAll() {
-		cs = n.sendChanges(lib, t, cs)
+// it does not take elided. A change held here elided that it does take is
+// served so too: the requester waits at it (takenChanges), and its status
+// can say that this member does not hold it.
+func (n *nodeCore) servedLog(lib *persistence.Library, t *persistence.Taking, cs []messages.SharedChange) []messages.SharedChange {
+	if t.IsAll() {
+		return cs
 	}
-	for i := range cs {
-		if cs[i].Elided() {
-			if ok, _ := lib.TakesChange(t, &cs[i]); ok {
-				return cs[:i], true
-			}
-		}
-	}
-	return cs, false
+	return n.sendChanges(lib, t, cs)
 }
 
 // takenRecords are the records this device takes of what a peer sent:
@@ -167,6 +164,7 @@ func (n *nodeCore) takenChanges(lib *persistence.Library, id messages.LibraryID,
 			if ok, _ := lib.TakesChange(t, c); ok {
 				n.log.Debug("a peer passed on without its body a change this device takes", "library", id, "from", from,
 					"hlc", c.HLC, "model", c.Model)
+				n.waits.note(id, from, c)
 				return cs[:i]
 			}
 			continue
@@ -251,4 +249,81 @@ func (n *nodeCore) comparable(lib *persistence.Library, id messages.LibraryID, p
 		}
 	}
 	return true
+}
+
+// Waits: a device that takes a model waits at an origin's change that
+// reached it elided (the member that passed it on does not take it), for
+// a member that holds it whole. The book records, per library and origin,
+// the first such change and which peers passed it on elided, so `sync
+// status` can say what is missing and whether any reachable member could
+// give it.
+type waitBook struct {
+	mu sync.Mutex
+	by map[messages.LibraryID]map[messages.DeviceID]*chainWait
+}
+
+// chainWait is one origin's chain waiting at an elided change.
+type chainWait struct {
+	hlc   messages.HLC
+	model string
+	since time.Time
+	from  map[messages.DeviceID]bool // peers that passed it on elided
+}
+
+func (w *waitBook) note(lib messages.LibraryID, from messages.DeviceID, c *messages.SharedChange) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.by == nil {
+		w.by = map[messages.LibraryID]map[messages.DeviceID]*chainWait{}
+	}
+	if w.by[lib] == nil {
+		w.by[lib] = map[messages.DeviceID]*chainWait{}
+	}
+	o := c.Origin()
+	cw := w.by[lib][o]
+	if cw == nil || cw.hlc != c.HLC {
+		cw = &chainWait{hlc: c.HLC, model: c.Model, since: time.Now(), from: map[messages.DeviceID]bool{}}
+		w.by[lib][o] = cw
+	}
+	cw.from[from] = true
+}
+
+// ChainWait is an origin's changes this device takes and waits for: a
+// member passed them on without their bodies (it does not take them).
+type ChainWait struct {
+	Origin     messages.DeviceID   `json:"origin"`
+	OriginName string              `json:"origin_name,omitempty"`
+	Model      string              `json:"model"`
+	Since      string              `json:"since"`
+	PassedBy   []messages.DeviceID `json:"passed_on_elided_by"`
+	// NoneReachable: every connected partner passed it on elided, and
+	// the origin is not connected: no reachable member holds it.
+	NoneReachable bool `json:"none_reachable"`
+}
+
+// waits lists this library's chains still waiting (watermark below the
+// change), given the connected partners.
+func (w *waitBook) waits(lib messages.LibraryID, wm func(messages.DeviceID) messages.HLC, connected map[messages.DeviceID]bool) []ChainWait {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []ChainWait
+	for o, cw := range w.by[lib] {
+		if wm(o).Compare(cw.hlc) >= 0 {
+			delete(w.by[lib], o) // it arrived
+			continue
+		}
+		cwOut := ChainWait{Origin: o, Model: cw.model, Since: cw.since.UTC().Format(time.RFC3339), NoneReachable: !connected[o]}
+		for p := range cw.from {
+			cwOut.PassedBy = append(cwOut.PassedBy, p)
+		}
+		slices.SortFunc(cwOut.PassedBy, compareIDs)
+		for p := range connected {
+			if p != o && !cw.from[p] {
+				cwOut.NoneReachable = false
+			}
+		}
+		out = append(out, cwOut)
+	}
+	slices.SortFunc(out, func(a, b ChainWait) int { return compareIDs(a.Origin, b.Origin) })
+	return out
 }

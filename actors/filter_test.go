@@ -165,11 +165,21 @@ func TestFilterRelayAroundAFilteringMember(t *testing.T) {
 		if elided != 1 {
 			t.Fatalf("B relays %d of A's changes elided, want the tag (log: %+v, snapshot %v, count %v)", elided, es, snap, logCount(c, b))
 		}
+		// C's status says what it waits for, and that no member it reaches
+		// holds it.
+		testutil.Eventually(t, 5*time.Second, "C's status to say it waits for A's tags", func() bool {
+			st, err := c.libs[cc].Status(ctx)
+			return err == nil && len(st.Waiting) == 1 && st.Waiting[0].Origin == c.devs[a] &&
+				st.Waiting[0].Model == persistence.ModelTag && st.Waiting[0].NoneReachable
+		})
 		// C reaches A: A serves its chain whole.
 		c.net.Heal(c.devs[a], c.devs[cc])
 		testutil.Eventually(t, 30*time.Second, "C to get A's tag and the album after it", func() bool {
 			return c.hasTag(cc, "from A") && hasAlbum(cc, "after")
 		})
+		if st, _ := c.libs[cc].Status(ctx); len(st.Waiting) != 0 {
+			t.Fatalf("C still says it waits: %+v", st.Waiting)
+		}
 		if c.hasTag(b, "from A") {
 			t.Fatal("B got the tag it does not take")
 		}

@@ -86,13 +86,8 @@ func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messa
 		if err != nil {
 			return nil, err
 		}
-		// Changes the requester does not take go elided; a change held
-		// here elided that it does take ends the page (filter.go).
-		if cut := false; len(entries) > 0 {
-			if entries, cut = s.n.servedLog(s.lib, s.n.takingOf(s.lib, s.lib.Meta().ID, from), entries); cut {
-				more = false
-			}
-		}
+		// Changes the requester does not take go elided (filter.go).
+		entries = s.n.servedLog(s.lib, s.n.takingOf(s.lib, s.lib.Meta().ID, from), entries)
 		if snap {
 			s.n.log.Info("peer is behind the log here; it must take a shared-state snapshot", "peer", from, "origin", m.Origin, "since", m.Since)
 		}

@@ -19,12 +19,15 @@ type Status struct {
 	Peers   []PeerStatus       `json:"peers"`
 	// Removed are the partnerships that ended: this device removed the
 	// other (sync-remove), or the other removed this one or left.
-	Removed          []RemovedPartner `json:"removed_partners,omitempty"`
-	StateWatermarks  []Watermark      `json:"state_watermarks"`
-	SharedWatermarks []Watermark      `json:"shared_watermarks"`
-	LogSize          int              `json:"log_size"`
-	LastLogged       string           `json:"last_logged,omitempty"`
-	Parked           map[string]int   `json:"parked"`
+	Removed []RemovedPartner `json:"removed_partners,omitempty"`
+	// Waiting are origins whose changes this device takes but got only
+	// elided from members that do not take them (selective sync).
+	Waiting          []ChainWait    `json:"waiting,omitempty"`
+	StateWatermarks  []Watermark    `json:"state_watermarks"`
+	SharedWatermarks []Watermark    `json:"shared_watermarks"`
+	LogSize          int            `json:"log_size"`
+	LastLogged       string         `json:"last_logged,omitempty"`
+	Parked           map[string]int `json:"parked"`
 	// Held is the part of Parked held by remote deletes in case their
 	// parent comes back (persistence doc.go), not waiting for anything.
 	Held     map[string]int  `json:"held"`
@@ -162,6 +165,16 @@ func (a *libraryActor) status() (*Status, error) {
 	st := &Status{Library: a.id, Name: a.lib.Meta().Name, Phase: a.phase()}
 	if a.failure != nil {
 		st.Error = a.failure.Error()
+	}
+	connected := map[messages.DeviceID]bool{}
+	for dev := range a.connectedPartners() {
+		connected[dev] = true
+	}
+	st.Waiting = a.n.waits.waits(a.id, a.lib.SharedWatermark, connected)
+	for i := range st.Waiting {
+		if row, err := a.lib.Get(persistence.ModelDevice, messages.UUID(st.Waiting[i].Origin)); err == nil && row["name"] != nil {
+			st.Waiting[i].OriginName = fmt.Sprint(row["name"])
+		}
 	}
 	partners, err := a.lib.Partners()
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1260,6 +1261,14 @@ func printStatus(w io.Writer, st *actors.Status) {
 	fmt.Fprintf(tw, "phase\t%s\n", st.Phase)
 	if st.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", st.Error)
+	}
+	for _, w := range st.Waiting {
+		who := cmp.Or(w.OriginName, w.Origin.String())
+		if w.NoneReachable {
+			fmt.Fprintf(tw, "waiting\t%s from %s: no reachable member holds them (the members reached do not take them), since %s\n", w.Model, who, w.Since)
+		} else {
+			fmt.Fprintf(tw, "waiting\t%s from %s: asking the members that hold them, since %s\n", w.Model, who, w.Since)
+		}
 	}
 	last := ""
 	if st.LastLogged != "" {
