@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/lsync/lsync/internal/testutil"
 )
 
 // chromiumPaths are where the end-to-end UI test looks for a browser.
@@ -42,12 +44,14 @@ type uiPage struct {
 	Joined   string `json:"joined"`  // records of the finished join
 	Verified string `json:"verified"`
 	Member   bool   `json:"member"` // the partner is in the library's members
+	Takes    string `json:"takes"`  // what this device takes, as its own member row says
 	Events   int    `json:"events"`
 	EventTxt string `json:"event_text"`
 	Error    string `json:"error"`
 }
 
-// readPage is the script that fills a uiPage; %[1]q is the partner's id.
+// readPage is the script that fills a uiPage; %[1]q is the partner's id,
+// %[2]q this device's.
 const readPage = `(() => {
   const q = (s) => document.querySelector(s);
   const txt = (s) => (q(s)?.textContent || "").trim();
@@ -64,6 +68,7 @@ const readPage = `(() => {
     joined: txt(".library .join.finished .join-records"),
     verified: txt('.library tr.verification[data-owner=%[1]q] .verify-state'),
     member: !!q('.library tr.member[data-id=%[1]q]'),
+    takes: txt('.library tr.member[data-id=%[2]q] .takes'),
     events: feed.length,
     event_text: feed.length ? feed[feed.length - 1].textContent : "",
     error: q("#error")?.hidden ? "" : txt("#error"),
@@ -122,7 +127,7 @@ func TestE2EUIStatusPage(t *testing.T) {
 	var page uiPage
 	var sawRunning bool
 	var downWhileJoining string
-	script := fmt.Sprintf(readPage, a.id)
+	script := fmt.Sprintf(readPage, a.id, b.id)
 	done := func() bool {
 		var err error
 		if page, err = chromedp.Run(ctx, chromedp.Evaluate[uiPage](script)); err != nil {
@@ -183,6 +188,19 @@ func TestE2EUIStatusPage(t *testing.T) {
 		t.Errorf("alpha's download cell during the join %q, device %q; want a rate / 100 kB/s", downWhileJoining, page.DeviceBW)
 	}
 	t.Logf("page: %+v (a moving join bar seen: %v)", page, sawRunning)
+
+	// What bravo takes of the library (selective sync), in its row.
+	if page.Takes != "all" {
+		t.Errorf("bravo takes %q, want all", page.Takes)
+	}
+	b.mustRun("sync", "filter", l.UUID, "--exclude-models", "tag")
+	if !testutil.Within(30*time.Second, func() bool {
+		p, err := chromedp.Run(ctx, chromedp.Evaluate[uiPage](script))
+		page.Takes = p.Takes
+		return err == nil && strings.Contains(p.Takes, "all but tag, tag_relationship, user_metadata_tag")
+	}) {
+		t.Errorf("after sync filter, the page says bravo takes %q", page.Takes)
+	}
 
 	// A picture of it.
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())

@@ -80,6 +80,18 @@ function renderPeers(peers) {
   $("#no-peers").hidden = peers.length > 0;
 }
 
+// takes says in words what a member takes of the library (its filters,
+// selective sync): "all" without any.
+function takes(fs) {
+  if (!fs || !fs.length) return "all";
+  return fs.map((f) => {
+    const from = f.source ? "from " + (f.source_name || short(f.source)) : "from all";
+    const what = f.models ? "only " + f.models.join(", ") : f.exclude_models ? "all but " + f.exclude_models.join(", ") : "every model";
+    const locs = f.locations ? "; entries of " + f.locations.join(", ") : f.exclude_locations ? "; no entries of " + f.exclude_locations.join(", ") : "";
+    return `${from}: ${what}${locs}`;
+  }).join("; ");
+}
+
 function renderJoin(st) {
   const b = st.backfill;
   if (b) {
@@ -123,8 +135,11 @@ function renderLibrary(l) {
       <td>${esc(m.last_sync ? ago(m.last_sync) : "")}</td>
       <td title="state ${esc(m.state_up_to || "")} / shared ${esc(m.shared_up_to || "")}">${esc(m.complete_up_to || "")}</td>
       <td>${m.lag_seconds != null ? esc(dur(m.lag_seconds)) : ""}</td>
+      <td class="takes">${esc(takes(m.filters))}</td>
       <td class="err">${esc(err)}</td></tr>`;
   });
+  const waiting = (st.waiting || []).map((w) => `<div class="waiting">waiting for ${esc(w.model)} from ${esc(w.origin_name || short(w.origin))}: ${
+    w.none_reachable ? "no reachable member holds them" : "asking the members that hold them"}</div>`);
   const verif = (st.verification || []).map((v) => `<tr class="verification" data-owner="${esc(v.owner)}">
       <td>${esc(who(v.owner))}</td><td class="verify-state">${badge(v.state, v.state)}</td>
       <td><code>${esc(hlcTime(v.watermark))}</code></td><td class="err">${esc(v.reason || "")}</td><td>${esc(v.last_repair || "")}</td></tr>`);
@@ -144,7 +159,8 @@ function renderLibrary(l) {
       ${(st.jobs || []).length ? `<span>jobs <b>${esc(st.jobs.join(", "))}</b></span>` : ""}
       ${shared.length ? `<span>shared models: ${shared.join(" ")}</span>` : ""}
     </div>
-    <table class="members"><thead><tr><th>Member</th><th>State</th><th>RTT</th><th>Last sync</th><th>Complete up to</th><th>Lag</th><th></th></tr></thead>
+    ${waiting.join("")}
+    <table class="members"><thead><tr><th>Member</th><th>State</th><th>RTT</th><th>Last sync</th><th>Complete up to</th><th>Lag</th><th>Takes</th><th></th></tr></thead>
       <tbody>${members.join("")}</tbody></table>
     ${verif.length ? `<table class="verifications"><thead><tr><th>Owner</th><th>Verification</th><th>Watermark</th><th>Reason</th><th>Last repair</th></tr></thead>
       <tbody>${verif.join("")}</tbody></table>` : ""}
