@@ -104,6 +104,10 @@ func (b *backfillActor) Receive(ctx actor.Context) {
 	case *joinRetry:
 		b.timer = nil
 		b.proceed(ctx)
+	case *filterRetry:
+		if b.state != bfNoPartner {
+			b.askFilterKnown(ctx, m.try)
+		}
 	case *answered:
 		if b.fetch.mine(m) {
 			b.answered(ctx, m)
@@ -141,7 +145,7 @@ func (b *backfillActor) proceed(ctx actor.Context) {
 	b.fetch = b.n.newFetcher(ctx, b.libID, b.spool)
 	if b.j.keepSource(func(d messages.DeviceID) bool { _, ok := b.peers[d]; return ok }) {
 		b.report(ctx) // BACKFILLING
-		b.run(ctx, b.j.start())
+		b.begin(ctx)
 		return
 	}
 	if len(b.peers) == 0 {
@@ -168,6 +172,8 @@ func (b *backfillActor) answered(ctx actor.Context, a *answered) {
 			return
 		}
 		b.switchTo(ctx, tag.dev, resp.Owners)
+	case *filterKnown:
+		b.filterAnswered(ctx, tag, a)
 	default:
 		b.page(ctx, a)
 	}
@@ -195,8 +201,57 @@ func (b *backfillActor) switchTo(ctx actor.Context, dev messages.DeviceID, their
 	b.n.log.Info("backfill source selected", "library", b.libID, "peer", dev)
 	b.j.sourceChosen(dev, theirs)
 	b.report(ctx) // BACKFILLING
-	b.run(ctx, b.j.start())
+	b.begin(ctx)
 }
+
+// filterKnown tags the answer that says whether the source holds this
+// device's filter rows (try: how many times it was asked).
+type filterKnown struct {
+	dev  messages.DeviceID
+	want int
+	try  int
+}
+
+// begin starts (or resumes) the copy from the source, once the source
+// knows what this device takes (selective sync): it sends its filter rows
+// and asks them back until the source serves them, so that every page
+// the source serves holds only what this device takes.
+func (b *backfillActor) begin(ctx actor.Context) {
+	b.askFilterKnown(ctx, 0)
+}
+
+func (b *backfillActor) askFilterKnown(ctx actor.Context, try int) {
+	src := b.j.st.Source
+	conn := b.peers[src]
+	mine := b.n.ownFilterRecords(b.lib)
+	if len(mine) == 0 || conn == nil {
+		b.run(ctx, b.j.start())
+		return
+	}
+	if try%10 == 0 {
+		b.n.pushFilter(b.libID, conn, mine)
+	}
+	b.fetch.ask(conn, b.n.filterRequest(), &filterKnown{dev: src, want: len(mine), try: try})
+}
+
+// filterAnswered goes on once the source serves this device's filter
+// rows; it asks again, for a while, while it does not.
+func (b *backfillActor) filterAnswered(ctx actor.Context, tag *filterKnown, a *answered) {
+	resp, err := expect[*messages.StateResponse](a)
+	if err == nil && filterServed(b.n.ownFilterRecords(b.lib), resp) {
+		b.run(ctx, b.j.start())
+		return
+	}
+	if tag.try >= 50 {
+		b.failed(ctx, fmt.Errorf("source %s does not hold this device's filter (%v): it would send what this device does not take", tag.dev, err))
+		return
+	}
+	self, root, try := ctx.Self(), ctx.ActorSystem().Root, tag.try+1
+	time.AfterFunc(100*time.Millisecond, func() { root.Send(self, &filterRetry{try: try}) })
+}
+
+// filterRetry asks the source again whether it holds the filter.
+type filterRetry struct{ try int }
 
 // page applies one answer of the source and takes the next step.
 func (b *backfillActor) page(ctx actor.Context, a *answered) {

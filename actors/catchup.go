@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -80,16 +81,22 @@ func (j *catchUpActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		j.fetch = j.n.newFetcher(ctx, j.libID, nil)
-		if j.sharedOnly {
-			j.stage = cuState // no owners: straight to the log
-			j.next(ctx)
+		if !j.sharedOnly && len(j.n.ownFilterRecords(j.lib)) > 0 {
+			// The peer must serve by this device's filter as it is now.
+			j.askFilter(0)
 			return
 		}
-		j.fetch.ask(j.conn, &messages.StateOwnersRequest{}, nil)
+		j.begin(ctx)
+	case *catchupFilterRetry:
+		j.askFilter(m.try)
 	case *actor.Stopping:
 		j.fetch.stop()
 	case *answered:
 		if !j.fetch.mine(m) {
+			return
+		}
+		if tag, ok := m.tag.(*filterKnown); ok {
+			j.filterAnswered(ctx, tag, m)
 			return
 		}
 		if err := j.answered(m); err != nil {
@@ -98,6 +105,44 @@ func (j *catchUpActor) Receive(ctx actor.Context) {
 		}
 		j.next(ctx)
 	}
+}
+
+// begin starts the catch-up proper.
+func (j *catchUpActor) begin(ctx actor.Context) {
+	if j.sharedOnly {
+		j.stage = cuState // no owners: straight to the log
+		j.next(ctx)
+		return
+	}
+	j.fetch.ask(j.conn, &messages.StateOwnersRequest{}, nil)
+}
+
+// catchupFilterRetry asks the peer again for this device's filter rows.
+type catchupFilterRetry struct{ try int }
+
+// askFilter asks the peer for this device's filter rows (pushing them
+// now and then), to go on once it serves them as they are here.
+func (j *catchUpActor) askFilter(try int) {
+	mine := j.n.ownFilterRecords(j.lib)
+	if try%10 == 0 {
+		j.n.pushFilter(j.libID, j.conn, mine)
+	}
+	j.fetch.ask(j.conn, j.n.filterRequest(), &filterKnown{dev: j.peer, want: len(mine), try: try})
+}
+
+func (j *catchUpActor) filterAnswered(ctx actor.Context, tag *filterKnown, a *answered) {
+	resp, err := expect[*messages.StateResponse](a)
+	switch {
+	case err == nil && filterServed(j.n.ownFilterRecords(j.lib), resp):
+	case tag.try < 50:
+		self, root, try := ctx.Self(), ctx.ActorSystem().Root, tag.try+1
+		time.AfterFunc(100*time.Millisecond, func() { root.Send(self, &catchupFilterRetry{try: try}) })
+		return
+	default:
+		j.finish(ctx, fmt.Errorf("%s does not hold this device's filter: it would serve by an old one", j.peer))
+		return
+	}
+	j.begin(ctx)
 }
 
 // ownersToScan: the peer first, then every other owner either side holds

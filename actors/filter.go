@@ -1,11 +1,13 @@
 package actors
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
 	"github.com/lsync/lsync/persistence"
 )
 
@@ -326,4 +328,68 @@ func (w *waitBook) waits(lib messages.LibraryID, wm func(messages.DeviceID) mess
 	}
 	slices.SortFunc(out, func(a, b ChainWait) int { return compareIDs(a.Origin, b.Origin) })
 	return out
+}
+
+// Before a partner serves this device pages, it must know what this
+// device takes now: its filter rows travel live, and a catch-up or a join
+// that runs ahead of them would be served by the old filter (a wider one's
+// rows never sent, the scan complete all the same). So a catch-up and a
+// join first ask the partner for this device's filter rows, and go on
+// once it serves them as they are here (pushing them again meanwhile).
+
+// ownFilterRecords are this device's sync_filter rows and deletes (none
+// when it never had a filter).
+func (n *nodeCore) ownFilterRecords(lib *persistence.Library) []messages.StateRecord {
+	recs, _, _, err := lib.StatePage(n.self, persistence.ModelSyncFilter, messages.HLC{}, messages.Cursor{}, 100)
+	if err != nil {
+		return nil
+	}
+	return recs
+}
+
+// filterRequest asks a partner for this device's filter rows.
+func (n *nodeCore) filterRequest() *messages.StateRequest {
+	return &messages.StateRequest{Owner: n.self, Models: []string{persistence.ModelSyncFilter}, Limit: 100}
+}
+
+// filterServed says whether a partner's answer holds every row and delete
+// of mine as it is here.
+func filterServed(mine []messages.StateRecord, resp *messages.StateResponse) bool {
+	got := map[messages.UUID]messages.StateRecord{}
+	for _, r := range resp.Records {
+		got[r.UUID] = r
+	}
+	for _, r := range mine {
+		g, ok := got[r.UUID]
+		if r.Deleted && !ok {
+			continue // never reached it: nothing to undo there
+		}
+		if !ok || g.HLC != r.HLC || g.Deleted != r.Deleted {
+			return false
+		}
+	}
+	return true
+}
+
+// pushFilter sends mine to a partner, as live changes of this device.
+func (n *nodeCore) pushFilter(id messages.LibraryID, conn net.Conn, mine []messages.StateRecord) {
+	var rows []messages.StateRecord
+	var dels []messages.Message
+	for _, r := range mine {
+		if r.Deleted {
+			dels = append(dels, &messages.StateDelete{Model: persistence.ModelSyncFilter, Owner: n.self, UUID: r.UUID, HLC: r.HLC})
+		} else {
+			rows = append(rows, r)
+		}
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), n.sync.RequestTimeout)
+		defer cancel()
+		if len(rows) > 0 {
+			_ = conn.Send(ctx, id, &messages.StateBatch{Model: persistence.ModelSyncFilter, Owner: n.self, Records: rows})
+		}
+		for _, d := range dels {
+			_ = conn.Send(ctx, id, d)
+		}
+	}()
 }

@@ -247,3 +247,76 @@ func TestFilterNarrowAndWiden(t *testing.T) {
 		c.converge(true, 20*time.Second)
 	})
 }
+
+// Issue 21: a device joins taking part of the library: the source serves
+// its join only what its filter takes (no tags, no entries: the locations,
+// albums…), and taking one location afterwards fetches that location's
+// entries only.
+func TestFilterJoinCopiesOnlyWhatIsTaken(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := newCluster(t, 2, 214)
+		ctx := ctxT(t)
+		a, b := 0, 1
+		lib, err := c.nodes[a].CreateLibrary(ctx, "Photos")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.libs[a] = lib
+		var locs []messages.UUID
+		for i := range 3 {
+			loc, err := lib.AddLocation(ctx, fmt.Sprintf("/a/l%d", i), fmt.Sprintf("l%d", i), messages.UUID{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			locs = append(locs, loc)
+			var in []EntryInput
+			for k := range 40 {
+				in = append(in, EntryInput{Name: fmt.Sprintf("f%d-%d.jpg", i, k), Extension: "jpg", Size: 1, MTime: 1})
+			}
+			if _, err := lib.AddEntries(ctx, loc, in); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for k := range 6 {
+			if _, err := lib.CreateTag(ctx, TagInput{Name: fmt.Sprintf("t%d", k)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := lib.CreateAlbum(ctx, "best", ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.nodes[b].WaitConnected(ctx, c.devs[a]); err != nil {
+			t.Fatal(err)
+		}
+		jl, err := c.nodes[b].SyncSetupFiltered(ctx, c.devs[a], lib.ID(), ActionJoin,
+			&persistence.SyncFilter{ExcludeModels: []string{persistence.ModelTag, persistence.ModelEntry}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.libs[b] = jl
+		if err := jl.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(c.rows(b, persistence.ModelEntry)); n != 0 {
+			t.Fatalf("the join copied %d entries, which the filter leaves out", n)
+		}
+		if n := len(c.rows(b, persistence.ModelTag)); n != 0 {
+			t.Fatalf("the join copied %d tags", n)
+		}
+		if len(c.rows(b, persistence.ModelLocation)) != 3 || len(c.rows(b, persistence.ModelAlbum)) != 1 {
+			t.Fatal("the join did not copy the locations and the album")
+		}
+		if n := c.nodes[b].Metrics().RejectedCount(messages.ReasonFiltered); n != 0 {
+			t.Fatalf("the joiner refused %v rows: the source served what it does not take", n)
+		}
+		// Now one location: its entries, and only them, arrive.
+		if _, err := jl.SetFilter(ctx, persistence.SyncFilter{Locations: []messages.UUID{locs[1]}, ExcludeModels: []string{persistence.ModelTag}}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 20*time.Second, "the entries of the location taken", func() bool { return c.entriesIn(b, locs[1]) == 40 })
+		advance(5 * time.Second)
+		if n := len(c.rows(b, persistence.ModelEntry)); n != 40 {
+			t.Fatalf("B holds %d entries, want the 40 of the location it takes", n)
+		}
+	})
+}

@@ -359,6 +359,18 @@ const (
 // and name, if we do not have it), and syncing starts. With ActionJoin a
 // device that lacks the library backfills it.
 func (n *Node) SyncSetup(ctx context.Context, dev messages.DeviceID, lib messages.LibraryID, action string) (*Library, error) {
+	return n.SyncSetupFiltered(ctx, dev, lib, action, nil)
+}
+
+// SyncSetupFiltered is SyncSetup that first sets what this device takes
+// of the library (filter, when not nil; selective sync): a join then
+// copies only that. The library's locations are not here yet, so a
+// filter at setup names models only; locations can be chosen once the
+// location rows have arrived (sync filter), which fetches their entries.
+func (n *Node) SyncSetupFiltered(ctx context.Context, dev messages.DeviceID, lib messages.LibraryID, action string, filter *persistence.SyncFilter) (*Library, error) {
+	if filter != nil && len(filter.Locations)+len(filter.ExcludeLocations) > 0 {
+		return nil, errors.New("sync-setup: a filter at setup names models only: the library's locations are not here yet (take locations with sync filter once they are)")
+	}
 	if action != ActionRegisterOnly && action != ActionJoin {
 		return nil, fmt.Errorf("sync-setup: action %q: want %s or %s", action, ActionRegisterOnly, ActionJoin)
 	}
@@ -378,6 +390,11 @@ func (n *Node) SyncSetup(ctx context.Context, dev messages.DeviceID, lib message
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sync-setup: %w", err)
+	}
+	if filter != nil && !filter.IsZero() {
+		if _, err := h.SetFilter(ctx, *filter); err != nil {
+			return nil, fmt.Errorf("sync-setup: filter: %w", err)
+		}
 	}
 	if err := h.addPartner(ctx, dev, resp.DeviceName, action == ActionJoin); err != nil {
 		return nil, fmt.Errorf("sync-setup: %w", err)

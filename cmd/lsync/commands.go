@@ -406,6 +406,7 @@ device id (or its exact name).`,
 	var remoteDev, remoteLib, action string
 	var setupWait time.Duration
 	var snapshot bool
+	var takeModels, leaveModels []string
 	setup := &cobra.Command{
 		Use:   "sync-setup --remote-device ID --remote-library UUID --action register-only|join",
 		Short: "Make this device and a paired one sync partners of a library",
@@ -420,7 +421,13 @@ lacks it, and syncing starts at once.
                           (interrupting it only stops the display)
   --snapshot              with join, for a first sync of a large library:
                           copy the partner's database file (checksummed,
-                          resumable chunks), then catch up incrementally`,
+                          resumable chunks), then catch up incrementally
+  --models M,...          take only these models of the library (and those
+  --exclude-models M,...  they depend on), or all but these: the join copies
+                          only that (see 'lsync sync filter'; the locations
+                          to take can be chosen once they have arrived). A
+                          filtered join backfills: a snapshot is the whole
+                          database.`,
 		Example: `  lsync network sync-setup --remote-device 3f1c9a2e-0b7d-8e45-9a61-5c2f0e7d1b34 \
       --remote-library 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192 --action join`,
 		Args: args(cobra.NoArgs),
@@ -434,8 +441,12 @@ lacks it, and syncing starts at once.
 			if snapshot && action != actors.ActionJoin {
 				return usageErrorf("--snapshot needs --action join")
 			}
+			if snapshot && len(takeModels)+len(leaveModels) > 0 {
+				return usageErrorf("--snapshot copies the whole database: a filtered join (--models, --exclude-models) backfills instead; leave --snapshot out")
+			}
 			pr := newJoinProgress(g)
-			res, err := g.call(cmd.Context(), opSyncSetup, syncSetupArgs{Device: remoteDev, Library: remoteLib, Action: action, ConnectTimeout: setupWait, Snapshot: snapshot}, pr.update)
+			res, err := g.call(cmd.Context(), opSyncSetup, syncSetupArgs{Device: remoteDev, Library: remoteLib, Action: action, ConnectTimeout: setupWait,
+				Snapshot: snapshot, Models: takeModels, ExcludeModels: leaveModels}, pr.update)
 			pr.finish(err == nil)
 			if err != nil {
 				return err
@@ -454,6 +465,8 @@ lacks it, and syncing starts at once.
 	setup.Flags().StringVar(&action, "action", "", "register-only or join")
 	setup.Flags().DurationVar(&setupWait, "connect-timeout", defaultConnectWait, "how long to wait for the device to connect")
 	setup.Flags().BoolVar(&snapshot, "snapshot", false, "with --action join: copy the partner's database file, then catch up")
+	setup.Flags().StringSliceVar(&takeModels, "models", nil, "take only these models of the library (sync filter)")
+	setup.Flags().StringSliceVar(&leaveModels, "exclude-models", nil, "take every model of the library but these (sync filter)")
 	remove := &cobra.Command{
 		Use:   "sync-remove LIB DEVICE",
 		Short: "Stop syncing a library with a device (for example a lost one)",

@@ -138,3 +138,44 @@ func TestE2ESyncFilterTakesPartOfALibrary(t *testing.T) {
 		t.Fatalf("sync filter after --clear:\n%s", out)
 	}
 }
+
+// A device joins taking part of a library (no entries, no tags), then
+// takes one location: it holds that location's entries and nothing of
+// the other, with real daemons; a filtered join cannot be a snapshot.
+func TestE2EFilteredJoin(t *testing.T) {
+	needBinary(t)
+	a, b := startDaemon(t, "A"), startDaemon(t, "B")
+	pair(t, a, b)
+	var l libraryInfo
+	a.mustJSON(&l, "library", "create", "Photos")
+	keepDir, keepN := makeTree(t, 2, 6)
+	skipDir, _ := makeTree(t, 3, 6)
+	a.mustRun("location", "add", l.UUID, keepDir, "--name", "keep", "--index")
+	a.mustRun("location", "add", l.UUID, skipDir, "--name", "skip", "--index")
+	a.mustRun("tag", "create", l.UUID, "Holiday")
+	if _, stderr, code := b.run("network", "sync-setup", "--remote-device", a.id, "--remote-library", l.UUID,
+		"--action", "join", "--snapshot", "--exclude-models", "entry"); code == 0 || !strings.Contains(stderr, "backfills instead") {
+		t.Fatalf("a filtered snapshot join: exit %d, %q", code, stderr)
+	}
+	b.mustRun("network", "sync-setup", "--remote-device", a.id, "--remote-library", l.UUID, "--action", "join",
+		"--exclude-models", "entry,tag")
+	count := func(model string) int {
+		out, err := query(b, l.UUID, model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return countRows(t, out)
+	}
+	if n := count(persistence.ModelEntry); n != 0 || count(persistence.ModelTag) != 0 || count(persistence.ModelLocation) != 2 {
+		t.Fatalf("after the filtered join: %d entries, %d tags, %d locations; want 0, 0 and 2", n, count(persistence.ModelTag), count(persistence.ModelLocation))
+	}
+	b.mustRun("sync", "filter", l.UUID, "--locations", "keep", "--exclude-models", "tag")
+	testutil.Eventually(t, 30*time.Second, "B to fetch the entries of keep", func() bool { return count(persistence.ModelEntry) == keepN })
+	time.Sleep(time.Second)
+	if n := count(persistence.ModelEntry); n != keepN {
+		t.Fatalf("B holds %d entries, want the %d of keep", n, keepN)
+	}
+	if got := metricValue(scrape(t, b), "lsync_rejected_total", reasonLabel("filtered")); got != 0 {
+		t.Fatalf("B refused %v rows: A served what B does not take", got)
+	}
+}

@@ -442,10 +442,21 @@ func hSyncSetup(ctx context.Context, s *server, raw json.RawMessage, progress fu
 		defer stopEvents()
 	}
 	var lib *actors.Library
+	var filter *persistence.SyncFilter
+	if len(a.Models)+len(a.ExcludeModels) > 0 {
+		if a.Snapshot {
+			return nil, usageErrorf("--snapshot copies the whole database: a filtered join backfills instead")
+		}
+		f, _, err := persistence.DefaultRegistry().CompileFilter(persistence.SyncFilter{Models: a.Models, ExcludeModels: a.ExcludeModels}, nil)
+		if err != nil {
+			return nil, usageErrorf("%v", err)
+		}
+		filter = &f
+	}
 	if a.Snapshot {
 		lib, err = s.joinBySnapshot(ctx, dev, libID, progress)
 	} else {
-		lib, err = s.node.SyncSetup(ctx, dev, libID, a.Action)
+		lib, err = s.node.SyncSetupFiltered(ctx, dev, libID, a.Action, filter)
 	}
 	if err != nil {
 		return nil, err

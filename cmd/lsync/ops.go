@@ -156,6 +156,10 @@ type syncSetupArgs struct {
 	Action         string        `json:"action"`
 	Snapshot       bool          `json:"snapshot,omitempty"` // join by copying the database file
 	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
+	// Models, ExcludeModels: what this device takes of the library (a
+	// filter set before the join; selective sync).
+	Models        []string `json:"models,omitempty"`
+	ExcludeModels []string `json:"exclude_models,omitempty"`
 }
 
 type syncSetupResult struct {
