@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/lsync/lsync/actors"
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
 )
 
 // The two hidden subcommands run one node each, in their own process, so
@@ -45,7 +48,7 @@ func childFlags(name string, args []string) (*childOpts, error) {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process to `file`")
 	fs.StringVar(&o.server, "server", "", "device id of the serving node (join)")
 	fs.StringVar(&o.library, "library", "", "library id (join)")
-	fs.StringVar(&o.mode, "mode", "state", "state (checkpointed pages) or snapshot (join)")
+	fs.StringVar(&o.mode, "mode", "state", "state (checkpointed pages), snapshot, or filtered (a join taking one location) (join)")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Hour, "give up after this long (join)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -236,8 +239,12 @@ func runJoin(ctx context.Context, args []string, stdout io.Writer) error {
 	case "snapshot":
 		h, err = n.JoinBySnapshot(ctx, server, libID)
 		first = "download"
+	case "filtered":
+		// Selective sync (issue 21): join taking no entries, then the
+		// entries of one location of the library's (the first by uuid).
+		h, err = joinFiltered(ctx, n, server, libID)
 	default:
-		err = fmt.Errorf("--mode %q: want state or snapshot", o.mode)
+		err = fmt.Errorf("--mode %q: want state, snapshot or filtered", o.mode)
 	}
 	if err == nil {
 		err = h.WaitReady(ctx)
@@ -395,6 +402,53 @@ func awaitLine(ctx context.Context, lines <-chan [2]string, tag string, v any) e
 			}
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// joinFiltered joins taking no entries, then takes the entries of one
+// location, and returns once they are in (every owner scanned again, no
+// job running).
+func joinFiltered(ctx context.Context, n *actors.Node, server messages.DeviceID, libID messages.LibraryID) (*actors.Library, error) {
+	h, err := n.SyncSetupFiltered(ctx, server, libID, actors.ActionJoin, &persistence.SyncFilter{ExcludeModels: []string{persistence.ModelEntry}})
+	if err != nil {
+		return nil, err
+	}
+	if err := h.WaitReady(ctx); err != nil {
+		return nil, err
+	}
+	locs, err := h.Locations(ctx)
+	if err != nil || len(locs) == 0 {
+		return nil, fmt.Errorf("filtered join: no location to take (%v)", err)
+	}
+	slices.SortFunc(locs, func(a, b actors.Location) int { return bytes.Compare(a.UUID[:], b.UUID[:]) })
+	if _, err := h.SetFilter(ctx, persistence.SyncFilter{Locations: []messages.UUID{locs[0].UUID}}); err != nil {
+		return nil, err
+	}
+	// In once every owner's rows are scanned again (watermarks back) and
+	// nothing runs.
+	owners, err := h.Store().Owners()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		st, err := h.Status(ctx)
+		if err != nil {
+			return nil, err
+		}
+		done := st.Phase == actors.PhaseReady && len(st.Jobs) == 0
+		for _, o := range owners {
+			if o != n.ID() && h.Store().StateWatermark(o).IsZero() {
+				done = false
+			}
+		}
+		if done {
+			return h, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

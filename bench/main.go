@@ -168,7 +168,7 @@ type options struct {
 
 // allScenarios is the default list; flood and the scan scenarios run only
 // when named.
-var allScenarios = []string{"individual", "batched-1k", "batched-10k", "snapshot"}
+var allScenarios = []string{"individual", "batched-1k", "batched-10k", "snapshot", "filtered-10k"}
 
 func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
@@ -255,6 +255,8 @@ func scenarioShape(name string) (mode string, page int, ok bool) {
 		return "state", 10_000, true
 	case "snapshot":
 		return "snapshot", 10_000, true
+	case "filtered-10k":
+		return "filtered", 10_000, true
 	}
 	return "", 0, false
 }
@@ -349,7 +351,11 @@ func runBench(ctx context.Context, o *options, logw io.Writer) (*report, error) 
 		default:
 			logf("scenario %s: READY after %.1fs; verifying", name, run.Join.WallSecs)
 			derived := o.derived == "always" || o.derived == "auto" && sc.Lib.Params.Entries <= 200_000
-			note, verr := verifyJoin(sc.Lib, run, derived)
+			verify := verifyJoin
+			if sc.Mode == "filtered" {
+				verify = verifyFilteredJoin
+			}
+			note, verr := verify(sc.Lib, run, derived)
 			if verr != nil {
 				res.Status = "failed: verification"
 				failed = append(failed, fmt.Sprintf("%s: verification: %v", name, verr))
