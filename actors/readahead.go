@@ -77,11 +77,10 @@ func (s *serveActor) scanPage(from messages.DeviceID, req messages.Message) (mes
 	id := s.lib.Meta().ID
 	switch m := req.(type) {
 	case *messages.StateRequest:
-		r, err := s.statePage(m)
-		if err == nil {
-			if t := s.n.takingOf(s.lib, id, from); !t.IsAll() {
-				r.Records = s.n.sendRecords(s.lib, id, t, r.Owner, r.Model, r.Records)
-			}
+		t := s.n.takingOf(s.lib, id, from)
+		r, err := s.statePage(m, t)
+		if err == nil && !t.IsAll() {
+			r.Records = s.n.sendRecords(s.lib, id, t, r.Owner, r.Model, r.Records)
 		}
 		return r, err
 	case *messages.SharedStateRequest:

@@ -162,7 +162,9 @@ type servedDigest struct {
 // statePage serves one page of Owner's rows, walking Models in order and
 // skipping models with nothing newer than Since. The watermark is read
 // before the page, so everything of Owner up to it is in this scan.
-func (s *serveActor) statePage(m *messages.StateRequest) (*messages.StateResponse, error) {
+// A model the requester does not take of the owner (t) is not read at all
+// (selective sync): the scan goes on with the next one.
+func (s *serveActor) statePage(m *messages.StateRequest, t *persistence.Taking) (*messages.StateResponse, error) {
 	reg := s.lib.Registry()
 	if len(m.UUIDs) > 0 {
 		if k, ok := reg.Kind(m.Model); !ok || k != persistence.DeviceOwned {
@@ -201,6 +203,13 @@ func (s *serveActor) statePage(m *messages.StateRequest) (*messages.StateRespons
 		wm = s.lib.StateWatermark(m.Owner)
 	}
 	for ; i < len(models); i++ {
+		if !t.Model(m.Owner, models[i]) {
+			if i == len(models)-1 {
+				return &messages.StateResponse{Owner: m.Owner, Model: models[i], Watermark: wm}, nil
+			}
+			cursor = messages.Cursor{}
+			continue
+		}
 		recs, next, more, err := s.lib.StatePage(m.Owner, models[i], m.Since, cursor, s.limit(m.Limit))
 		if err != nil {
 			return nil, fmt.Errorf("state page %s of %s: %w", models[i], m.Owner, err)
