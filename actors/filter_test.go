@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -317,6 +318,90 @@ func TestFilterJoinCopiesOnlyWhatIsTaken(t *testing.T) {
 		advance(5 * time.Second)
 		if n := len(c.rows(b, persistence.ModelEntry)); n != 40 {
 			t.Fatalf("B holds %d entries, want the 40 of the location it takes", n)
+		}
+	})
+}
+
+// Issue 21: a device that takes part of an owner's rows is verified
+// against the owner's word on that part (a scoped word), not left
+// unverifiable; a row of that part damaged here is found, and repaired
+// from the owner with that part only (nothing of the rest comes with it).
+func TestFilteredReplicaIsVerifiedAndRepaired(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := newBubbleCluster(t, 2, 213, SyncConfig{})
+		c.share()
+		ctx := ctxT(t)
+		a, b := 0, 1
+		owner := c.devs[a]
+		keep, err := c.libs[a].AddLocation(ctx, "/a/keep", "keep", messages.UUID{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		skip, err := c.libs[a].AddLocation(ctx, "/a/skip", "skip", messages.UUID{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.converge(true, 10*time.Second)
+		if _, err := c.libs[b].SetFilter(ctx, persistence.SyncFilter{Locations: []messages.UUID{keep}, ExcludeModels: []string{persistence.ModelTag}}); err != nil {
+			t.Fatal(err)
+		}
+		c.filterKnown(a, b, 1)
+		for _, loc := range []messages.UUID{keep, skip} {
+			var in []EntryInput
+			for k := range 12 {
+				in = append(in, EntryInput{Name: fmt.Sprintf("f%03d.jpg", k), Extension: "jpg", Size: 1, MTime: 1})
+			}
+			if _, err := c.libs[a].AddEntries(ctx, loc, in); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testutil.Eventually(t, 20*time.Second, "B verified against A's word on the part it takes", func() bool {
+			advance(time.Second)
+			v := verification(t, c, b, owner)
+			return c.entriesIn(b, keep) == 12 && v.State == WordVerified && v.Filter != nil
+		})
+		// The whole word does not prove B's part: its digest differs.
+		whole, _, _, _ := c.libs[a].Store().MaintainedDigest(owner)
+		part, _, _, _ := c.libs[b].Store().MaintainedDigest(owner)
+		if whole.Equal(&part) {
+			t.Fatal("B holds all of A's rows: the test proves nothing")
+		}
+		// A row of the part is damaged on B (same HLC, another name).
+		c.stopNode(b)
+		store, err := openStore(c, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, _, _, err := store.StatePage(owner, persistence.ModelEntry, messages.HLC{}, messages.Cursor{}, 1000)
+		if err != nil || len(recs) != 12 {
+			t.Fatalf("B's entries of A: %d, %v", len(recs), err)
+		}
+		k := slices.Index(store.Registry().Columns(persistence.ModelEntry), "name")
+		recs[3].Values = slices.Clone(recs[3].Values)
+		recs[3].Values[k] = "damaged.jpg"
+		if _, err := store.RepairOwner(owner, persistence.ModelEntry, recs); err != nil {
+			t.Fatal(err)
+		}
+		store.Close()
+		c.start(b)
+		testutil.Eventually(t, 30*time.Second, "B to find the damage and repair it from A", func() bool {
+			advance(time.Second)
+			v := verification(t, c, b, owner)
+			return v.State == WordVerified && v.Repair != "" && v.Filter != nil
+		})
+		if got := c.nodes[b].Metrics().Value("lsync_digest_repairs_total", map[string]string{"result": "ok"}); got < 1 {
+			t.Errorf("no repair counted on B (%v)", got)
+		}
+		for _, r := range c.rows(b, persistence.ModelEntry) {
+			if r["name"] == "damaged.jpg" {
+				t.Fatal("the damaged row is still on B")
+			}
+		}
+		if n := c.entriesIn(b, skip); n != 0 {
+			t.Fatalf("the repair brought %d entries of the location B does not take", n)
+		}
+		if n := c.entriesIn(b, keep); n != 12 {
+			t.Fatalf("B holds %d entries of the location it takes, want 12", n)
 		}
 	})
 }

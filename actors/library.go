@@ -74,6 +74,9 @@ type libraryActor struct {
 	repairStop map[messages.DeviceID]context.CancelFunc
 	repairNext map[messages.DeviceID]time.Time     // no repair of the owner before
 	repairWait map[messages.DeviceID]time.Duration // the last wait between its repairs
+	// scoped: per owner this device takes part of, the owner's word on
+	// that part (filter_verify.go).
+	scoped map[messages.DeviceID]*scopedState
 	// Sealed chains (chain.go): the newest verified head of each other
 	// origin, and the heads checked already (by seal).
 	heads        map[messages.DeviceID]messages.ChainHead
@@ -180,6 +183,8 @@ func (a *libraryActor) receivePeers(ctx actor.Context) bool {
 		a.onMemberSetupDone(ctx, m)
 	case *checkWords:
 		a.onCheckWords(ctx)
+	case *scopedDone:
+		a.onScopedDone(ctx, m)
 	case *repairDone:
 		a.onRepairDone(ctx, m)
 	case *auditDone:
@@ -210,6 +215,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.heads = map[messages.DeviceID]messages.ChainHead{}
 	a.headsChecked = map[string]messages.HLC{}
 	a.checks = map[messages.DeviceID]*ownerCheck{}
+	a.scoped = map[messages.DeviceID]*scopedState{}
 	a.repairing = map[messages.DeviceID]bool{}
 	a.repairStop = map[messages.DeviceID]context.CancelFunc{}
 	a.repairNext = map[messages.DeviceID]time.Time{}

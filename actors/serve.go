@@ -24,6 +24,10 @@ type serveActor struct {
 	rowsOK  bool
 	// digests answered, per owner (digest).
 	digests map[messages.DeviceID]servedDigest
+	// scoped: scoped words answered at library generation scopedGen, by
+	// filter (filter_verify.go).
+	scoped    map[string]*messages.DigestResponse
+	scopedGen uint64
 	// ahead is the page read ahead for each peer in a scan (readahead.go).
 	ahead map[messages.DeviceID]*readAhead
 }
@@ -100,6 +104,9 @@ func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messa
 	case *messages.FingerprintRequest:
 		return s.fingerprints(m)
 	case *messages.DigestRequest:
+		if len(m.Filter) > 0 {
+			return s.scopedDigest(m) // filter_verify.go
+		}
 		return s.digest(m.Owner)
 	case *messages.StateOwnersRequest:
 		owners, err := s.lib.Owners()

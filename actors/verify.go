@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"github.com/lsync/lsync/internal/lthash"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
+	"github.com/lsync/lsync/persistence"
 )
 
 // Verification (issue 12, a first part): a device compares its digest of
@@ -46,6 +48,10 @@ type OwnerVerdict struct {
 	// SignedAt is the watermark of the owner's word.
 	Signed   string `json:"signed,omitempty"`
 	SignedAt string `json:"signed_at,omitempty"`
+	// Filter: this device takes part of the owner's rows (selective
+	// sync), what this filter takes; Signed is then against the owner's
+	// word on that part ("verified (filtered: ...)").
+	Filter *persistence.SyncFilter `json:"filter,omitempty"`
 	// Damaged: the full pass differs from the digest kept as rows were
 	// written: a row changed behind lsync's back (the kept digest is
 	// rebuilt, and a repair follows).
@@ -74,8 +80,9 @@ type verifyPeer struct {
 // verifyState is what Verify needs of the library actor: the connected
 // partners and the owners' words.
 type verifyState struct {
-	peers []verifyPeer
-	words map[messages.DeviceID]messages.SignedDigest
+	peers  []verifyPeer
+	words  map[messages.DeviceID]messages.SignedDigest
+	scoped map[messages.DeviceID]*messages.SignedDigest // the owners' words on the part taken of them
 }
 
 func (a *libraryActor) onVerifyPeers(ctx actor.Context) {
@@ -88,6 +95,12 @@ func (a *libraryActor) onVerifyPeers(ctx actor.Context) {
 	out.words = make(map[messages.DeviceID]messages.SignedDigest, len(a.words))
 	for owner, w := range a.words {
 		out.words[owner] = *w
+	}
+	out.scoped = map[messages.DeviceID]*messages.SignedDigest{}
+	for owner, st := range a.scoped {
+		if st.word != nil {
+			out.scoped[owner] = st.word
+		}
 	}
 	respond(ctx, out, nil)
 }
@@ -142,9 +155,11 @@ func (l *Library) Verify(ctx context.Context) ([]OwnerVerdict, error) {
 			}
 			v.Signed, v.SignedAt = signedVerdict(owner == l.node.self, vs.words, owner, &h, n, wm, held)
 			if owner != l.node.self && l.node.takesPart(l.store, l.id, owner) {
-				// The owner's word covers all its rows, this device holds
-				// part of them (selective sync): nothing to compare yet.
-				v.Signed, v.SignedAt = WordFiltered, ""
+				// This device holds part of the owner's rows (selective
+				// sync): the owner's word on that part judges them.
+				f := l.node.takingOf(l.store, l.id, l.node.self).For(owner)
+				v.Filter = &f
+				v.Signed, v.SignedAt = l.scopedVerdict(ctx, vs, owner, f, &h, n, wm, held)
 			}
 		}
 		out = append(out, v)
@@ -173,6 +188,32 @@ func signedVerdict(own bool, words map[messages.DeviceID]messages.SignedDigest, 
 		return WordUnverified, w.Watermark.String()
 	}
 	return WordVerifying, w.Watermark.String()
+}
+
+// scopedVerdict compares the digest h of the part of owner's rows this
+// device takes (by filter f) with the owner's word on that part, asked of
+// the owner now when it is connected, else the one the library holds.
+func (l *Library) scopedVerdict(ctx context.Context, vs verifyState, owner messages.DeviceID, f persistence.SyncFilter,
+	h *lthash.Hash, n int, wm, held messages.HLC) (string, string) {
+	scope, err := persistence.FilterScope(f)
+	if err != nil {
+		return WordUnsigned, ""
+	}
+	w := vs.scoped[owner]
+	if w != nil && !bytes.Equal(w.Scope, messages.ScopeOf(scope)) {
+		w = nil
+	}
+	for _, p := range vs.peers {
+		if p.dev == owner {
+			if got, err := askScoped(ctx, p.conn, l.id, l.node.sync.RequestTimeout, owner, scope, l.node.keyOwner); err == nil {
+				w = got
+			}
+		}
+	}
+	if w == nil {
+		return WordUnsigned, ""
+	}
+	return signedVerdict(false, map[messages.DeviceID]messages.SignedDigest{owner: *w}, owner, h, n, wm, held)
 }
 
 // comparePartner asks p for its digest of owner's rows in library lib,

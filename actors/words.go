@@ -38,10 +38,6 @@ const (
 	WordUnverified = "unverified" // it is not: repairing
 	WordVerifying  = "verifying"  // not comparable yet (catch-up pending, or rows newer than the owner's word)
 	WordUnsigned   = "unsigned"   // no word of the owner here yet
-	// WordFiltered: this device takes part of the owner's rows (selective
-	// sync); the owner's word covers all of them, so they are not compared
-	// (and not repaired from the owner, which would bring the rest).
-	WordFiltered = "filtered"
 )
 
 // verifyGrace is how long a row newer than its owner's word is given
@@ -55,6 +51,9 @@ type ownerCheck struct {
 	reason string
 	since  time.Time // when an owner-connected "ahead" wait began
 	repair string    // the last repair's outcome
+	// filter: this device takes part of the owner's rows, this filter's;
+	// the state is then against the owner's word on that part.
+	filter *persistence.SyncFilter
 }
 
 // OwnerVerification is one owner's row in `lsync sync status`.
@@ -64,6 +63,10 @@ type OwnerVerification struct {
 	Watermark string            `json:"watermark,omitempty"` // of the owner's word checked against
 	Reason    string            `json:"reason,omitempty"`
 	Repair    string            `json:"last_repair,omitempty"`
+	// Filter: this device takes part of the owner's rows (selective
+	// sync), what this filter takes; State is then of that part, against
+	// the owner's word on it ("verified (filtered: ...)").
+	Filter *persistence.SyncFilter `json:"filter,omitempty"`
 }
 
 // ownWord is this device's word on its own rows now, signed once per
@@ -134,13 +137,46 @@ func (a *libraryActor) checkOwner(ctx actor.Context, owner messages.DeviceID, w 
 		a.checks[owner] = c
 	}
 	prev := c.state
+	h, rows, wm, held := a.lib.MaintainedDigest(owner)
+	cmp := wordAhead
+	if w != nil {
+		cmp = compareWord(w, &h, rows, wm, held)
+	}
+	c.filter = nil
 	if a.n.takesPart(a.lib, a.id, owner) {
-		c.state, c.reason, c.since = WordFiltered, "this device takes part of the owner's rows (selective sync): its word covers them all", time.Time{}
-		delete(a.repairWait, owner)
+		// Part of the owner's rows (selective sync): judged by the owner's
+		// word on that part (filter_verify.go), but a row newer than its
+		// whole word by that word, as below.
+		if w == nil || cmp != wordAhead {
+			st := a.scopedWord(ctx, owner, func(sw *messages.SignedDigest) bool {
+				return sw == nil || held.Compare(sw.Watermark) > 0 || w != nil && sw.Watermark.Compare(w.Watermark) < 0 && wm.Compare(w.Watermark) >= 0
+			})
+			if st == nil {
+				return
+			}
+			f := st.filter
+			c.filter = &f
+			if st.word == nil {
+				c.state, c.reason, c.since = WordVerifying, "waiting for the owner's word on the part this device takes", time.Time{}
+				if _, ok := a.peers[owner]; !ok {
+					c.reason = "the owner is away: only it signs the part this device takes"
+				} else if st.err != "" {
+					c.reason += " (" + st.err + ")"
+				}
+				return
+			}
+			w, cmp = st.word, compareWord(st.word, &h, rows, wm, held)
+			if cmp == wordAhead {
+				// Rows newer than the owner's word on the part: a newer
+				// one is asked for; its whole word judges forgeries.
+				c.state, c.reason, c.since = WordVerifying, fmt.Sprintf("holds a row at %s, newer than the owner's word on the part taken (%s)", held, w.Watermark), time.Time{}
+				return
+			}
+		}
+	} else if w == nil {
 		return
 	}
-	h, rows, wm, held := a.lib.MaintainedDigest(owner)
-	switch compareWord(w, &h, rows, wm, held) {
+	switch cmp {
 	case wordAhead:
 		// Rows newer than the owner's word: its next word covers them,
 		// unless they are not its own.
@@ -270,9 +306,12 @@ func (a *libraryActor) emitVerification(owner messages.DeviceID, c *ownerCheck) 
 func (a *libraryActor) verifications() []OwnerVerification {
 	out := make([]OwnerVerification, 0, len(a.checks))
 	for owner, c := range a.checks {
-		v := OwnerVerification{Owner: owner, State: c.state, Reason: c.reason, Repair: c.repair}
+		v := OwnerVerification{Owner: owner, State: c.state, Reason: c.reason, Repair: c.repair, Filter: c.filter}
 		if w := a.words[owner]; w != nil {
 			v.Watermark = w.Watermark.String()
+		}
+		if st := a.scoped[owner]; c.filter != nil && st != nil && st.word != nil {
+			v.Watermark = st.word.Watermark.String()
 		}
 		out = append(out, v)
 	}
@@ -309,7 +348,11 @@ func (a *libraryActor) startRepair(ctx actor.Context, owner messages.DeviceID) {
 	}
 	w := a.words[owner]
 	var cands []verifyPeer
+	part := a.n.takesPart(a.lib, a.id, owner)
 	for dev, link := range a.connectedPartners() {
+		if part && dev != owner {
+			continue // part of the owner's rows: only the owner vouches for them (filter_verify.go)
+		}
 		cands = append(cands, verifyPeer{dev: dev, name: link.name, conn: link.conn})
 	}
 	if len(cands) == 0 {

@@ -27,7 +27,26 @@ type SignedDigest struct {
 	Digest    []byte // DigestSumSize bytes
 	Key       []byte // ed25519.PublicKeySize bytes
 	Sig       []byte // ed25519.SignatureSize bytes
+	// Scope, when set, makes this a scoped word (selective sync, issue
+	// 21): the digest is of the owner's rows a device with one filter
+	// takes, not of all of them, and Scope is ScopeOf that filter's
+	// canonical form. A scoped word is signed under its own domain, so it
+	// never passes for a whole one, nor one scope for another.
+	Scope []byte // empty or ScopeSize bytes
 }
+
+// ScopeSize is the length of a scoped word's Scope.
+const ScopeSize = sha256.Size
+
+// ScopeOf is the Scope of a scoped word on the rows a filter takes, given
+// the filter's canonical form (the bytes a DigestRequest carries).
+func ScopeOf(filter []byte) []byte {
+	sum := sha256.Sum256(append([]byte(scopeDomain), filter...))
+	return sum[:]
+}
+
+// scopeDomain separates a scope's hash from any other.
+const scopeDomain = "lsync digest scope v1\x00"
 
 // DigestSumSize is the length of a SignedDigest's Digest.
 const DigestSumSize = 32
@@ -35,6 +54,9 @@ const DigestSumSize = 32
 // signedDigestDomain separates these signatures from any other use of a
 // device key (the TLS handshake signs with it too).
 const signedDigestDomain = "lsync signed digest v1\x00"
+
+// scopedDigestDomain is the domain of a scoped word's signature.
+const scopedDigestDomain = "lsync scoped digest v1\x00"
 
 // Errors of SignedDigest.Check.
 var (
@@ -58,15 +80,20 @@ func DeviceIDFromKey(pub ed25519.PublicKey) DeviceID {
 // signed is what the signature covers: the domain, the library, and every
 // field but Key and Sig.
 func (d *SignedDigest) signed(lib LibraryID) []byte {
-	b := make([]byte, 0, len(signedDigestDomain)+16+16+8+4+16+8+DigestSumSize)
-	b = append(b, signedDigestDomain...)
+	b := make([]byte, 0, len(scopedDigestDomain)+16+16+8+4+16+8+DigestSumSize+ScopeSize)
+	if len(d.Scope) > 0 {
+		b = append(b, scopedDigestDomain...)
+	} else {
+		b = append(b, signedDigestDomain...)
+	}
 	b = append(b, lib[:]...)
 	b = append(b, d.Owner[:]...)
 	b = binary.BigEndian.AppendUint64(b, d.Watermark.Timestamp)
 	b = binary.BigEndian.AppendUint32(b, d.Watermark.Counter)
 	b = append(b, d.Watermark.Device[:]...)
 	b = binary.BigEndian.AppendUint64(b, d.Rows)
-	return append(b, d.Digest...)
+	b = append(b, d.Digest...)
+	return append(b, d.Scope...)
 }
 
 // Sign fills Key and Sig for library lib with key, the owner's.
@@ -108,6 +135,8 @@ func (d *SignedDigest) Validate() error {
 		return fmt.Errorf("signed digest key of %d bytes", len(d.Key))
 	case len(d.Sig) != ed25519.SignatureSize:
 		return fmt.Errorf("signed digest signature of %d bytes", len(d.Sig))
+	case len(d.Scope) != 0 && len(d.Scope) != ScopeSize:
+		return fmt.Errorf("signed digest scope of %d bytes, want %d", len(d.Scope), ScopeSize)
 	}
 	return nil
 }

@@ -79,3 +79,54 @@ func TestSignedDigestRefusesEveryChange(t *testing.T) {
 		t.Error("a watermark naming another device is accepted")
 	}
 }
+
+// A scoped word (selective sync) is signed under its own domain: it does
+// not pass for the whole word with the same fields, nor for a word of
+// another scope, and its scope survives the wire.
+func TestScopedWordIsNotAWholeWord(t *testing.T) {
+	lib, key, whole := signedFixture(t)
+	scoped := whole
+	scoped.Scope = ScopeOf([]byte(`{"locations":["a"]}`))
+	scoped.Sign(lib, key)
+	if err := scoped.Check(lib, nil); err != nil {
+		t.Fatalf("a scoped word does not check: %v", err)
+	}
+	if string(scoped.Sig) == string(whole.Sig) {
+		t.Fatal("a scoped word has the whole word's signature")
+	}
+	// The whole word's signature under a scope, and the scoped word's
+	// without it, are refused.
+	x := whole
+	x.Scope = scoped.Scope
+	if err := x.Check(lib, nil); !errors.Is(err, ErrDigestSignature) {
+		t.Errorf("whole word given a scope: %v, want a bad signature", err)
+	}
+	y := scoped
+	y.Scope = nil
+	if err := y.Check(lib, nil); !errors.Is(err, ErrDigestSignature) {
+		t.Errorf("scoped word stripped of its scope: %v, want a bad signature", err)
+	}
+	z := scoped
+	z.Scope = ScopeOf([]byte(`{"locations":["b"]}`))
+	if err := z.Check(lib, nil); !errors.Is(err, ErrDigestSignature) {
+		t.Errorf("scoped word under another scope: %v, want a bad signature", err)
+	}
+	short := scoped
+	short.Scope = short.Scope[:7]
+	if err := short.Validate(); err == nil {
+		t.Error("a scope of 7 bytes is accepted")
+	}
+	b, err := EncodeFrame(lib, &DigestResponse{Owner: scoped.Owner, Watermark: scoped.Watermark, Rows: 42,
+		Digest: make([]byte, DigestSize), Scoped: []SignedDigest{scoped}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, m, err := DecodeFrame(b, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.(*DigestResponse).Scoped
+	if len(got) != 1 || got[0].Check(lib, nil) != nil || string(got[0].Scope) != string(scoped.Scope) {
+		t.Fatalf("decoded scoped word: %+v", got)
+	}
+}

@@ -628,9 +628,16 @@ type SyncLeaveRequest struct {
 // rows (issue 12): a homomorphic hash of every row it holds of Owner, so
 // two replicas can tell whether they hold the same rows without sending
 // them. A zero Owner asks for the digest of the shared models' rows.
+//
+// With Filter set (selective sync, issue 21), it asks the owner itself
+// for its word on the rows a device with that filter takes (the filter's
+// canonical JSON, Source zero): the answer carries the owner's scoped
+// word (Scoped), with which a device holding part of the owner's rows
+// verifies them. Only the owner answers one.
 type DigestRequest struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Owner    DeviceID
+	Filter   []byte
 }
 
 // DigestResponse answers a DigestRequest: the digest (DigestSize bytes,
@@ -643,6 +650,9 @@ type DigestResponse struct {
 	Watermark HLC
 	Rows      uint64
 	Digest    []byte
+	// Scoped answers a request with a Filter: the owner's scoped word on
+	// the rows the filter takes (one; Digest is then that subset's).
+	Scoped []SignedDigest
 }
 
 // DigestSize is the length of a DigestResponse's Digest.

@@ -252,6 +252,17 @@ func (t *Taking) filterFor(source messages.DeviceID) *SyncFilter {
 	return t.def
 }
 
+// For is the filter that applies to source's data (the zero filter, which
+// takes everything, when none does), without its Source.
+func (t *Taking) For(source messages.DeviceID) SyncFilter {
+	if f := t.filterFor(source); f != nil {
+		out := *f
+		out.Source = messages.DeviceID{}
+		return out
+	}
+	return SyncFilter{}
+}
+
 // Model says whether the device takes source's rows (or changes) of model.
 func (t *Taking) Model(source messages.DeviceID, model string) bool {
 	f := t.filterFor(source)

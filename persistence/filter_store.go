@@ -130,8 +130,7 @@ func (l *Library) EntryLocations(uuids []messages.UUID) (map[messages.UUID]Entry
 	}
 	err := l.withReader(func(c *conn) error {
 		for _, u := range uuids {
-			if _, err := c.queryRow(`SELECT loc.uuid, d.uuid FROM "entry" e JOIN "location" loc ON loc.id = e.location_id
-				JOIN "device" d ON d.id = e.owner_id WHERE e.uuid = ?`, []any{u}, func(s *sqlite3.Stmt) error {
+			if _, err := c.queryRow(entryPlaceSQL, []any{u}, func(s *sqlite3.Stmt) error {
 				out[u] = EntryPlace{Location: columnUUID(s, 0), Owner: messages.DeviceID(columnUUID(s, 1))}
 				return nil
 			}); err != nil {
@@ -142,6 +141,10 @@ func (l *Library) EntryLocations(uuids []messages.UUID) (map[messages.UUID]Entry
 	})
 	return out, err
 }
+
+// entryPlaceSQL reads an entry's location and owner by its uuid.
+const entryPlaceSQL = `SELECT loc.uuid, d.uuid FROM "entry" e JOIN "location" loc ON loc.id = e.location_id
+	JOIN "device" d ON d.id = e.owner_id WHERE e.uuid = ?`
 
 // EntryPlace is where an entry is: its location and its owner.
 type EntryPlace struct {

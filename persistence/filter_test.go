@@ -198,7 +198,7 @@ func TestPurgeNotTaken(t *testing.T) {
 	}
 	tags := commitBatch(t, a, 5, "tag")
 	r := newLib(t, devR)
-	for _, m := range []string{ModelLocation, ModelEntry, ModelEntryMetadata} {
+	for _, m := range []string{ModelDevice, ModelLocation, ModelEntry, ModelEntryMetadata} {
 		recs, _, _, err := a.StatePage(devA, m, messages.HLC{}, messages.Cursor{}, 1000)
 		if err != nil {
 			t.Fatal(err)
@@ -254,5 +254,43 @@ func TestPurgeNotTaken(t *testing.T) {
 	}
 	if again, err := r.PurgeNotTaken(NewTaking([]SyncFilter{f}), 4, nil); err != nil || again.Total() != 0 {
 		t.Fatalf("a second purge removed %v (%v)", again, err)
+	}
+	// The owner's scoped digest of what the filter takes is the digest R
+	// keeps of what it holds of A (a filtered replica verifies against it).
+	scoped, n, wm, err := a.ScopedDigest(devA, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, heldN, _, _ := r.MaintainedDigest(devA)
+	if !scoped.Equal(&held) || n != heldN || n == 0 {
+		t.Fatalf("scoped digest of %d rows, R holds %d: equal %v", n, heldN, scoped.Equal(&held))
+	}
+	if wm != a.StateWatermark(devA) {
+		t.Fatalf("scoped digest at %s, A's watermark is %s", wm, a.StateWatermark(devA))
+	}
+	whole, wn, _, _ := a.MaintainedDigest(devA)
+	if all, an, _, err := a.ScopedDigest(devA, SyncFilter{}); err != nil || !all.Equal(&whole) || an != wn {
+		t.Fatalf("the empty filter's scope is not the whole digest (%d rows, want %d): %v", an, wn, err)
+	}
+	other, _, err := r.CompileFilter(SyncFilter{Locations: []messages.UUID{locs[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _, _, err := a.ScopedDigest(devA, other); err != nil || o.Equal(&held) {
+		t.Fatalf("another location's scope has the same digest (%v)", err)
+	}
+	// A scope travels as the canonical form of the filter, and a peer's
+	// scope that is not in that form is refused.
+	b, err := FilterScope(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, err := a.Registry().ParseFilterScope(b); err != nil || back.Locations[0] != locs[0] {
+		t.Fatalf("scope %s read back as %+v (%v)", b, back, err)
+	}
+	for _, bad := range []string{`{"models":["tag"]}`, `{"exclude_models":["nope"]}`, `[`, `{"source":"` + devB.String() + `"}`} {
+		if _, err := a.Registry().ParseFilterScope([]byte(bad)); err == nil {
+			t.Errorf("scope %s accepted", bad)
+		}
 	}
 }

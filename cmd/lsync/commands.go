@@ -1219,7 +1219,10 @@ verified (the rows here are the owner's), unverified (a row here is
 damaged or forged: the library repairs it from the owner or from a member
 that holds the owner's rows; see sync status), verifying (catch-up not
 done, or rows newer than the owner's last word), unsigned (no word from
-the owner yet), own (this device's rows). DAMAGED marks rows changed behind
+the owner yet), own (this device's rows). A device that takes part of an
+owner's rows (sync filter) reads "verified (filtered: ...)" when the part
+it holds is the owner's word on that part: only the owner signs one, so
+the owner must be connected to check. DAMAGED marks rows changed behind
 lsync's back. PARTNERS compares with each connected partner: match,
 differs (same watermark, other rows), behind (sync not finished),
 no_answer. The shared models (tags, albums, metadata) have many writers
@@ -1258,7 +1261,11 @@ Exit status 0 whatever the verdicts; use --json to script on them.`,
 					if v.Damaged {
 						detail = "DAMAGED: rows changed behind lsync's back (repairing); "
 					}
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", owner, v.Rows, v.Digest, dash(v.Signed), v.Verdict, dash(detail+strings.Join(ps, "; ")))
+					signed := dash(v.Signed)
+					if v.Filter != nil {
+						signed += " (filtered: " + filterSummary(*v.Filter) + ")"
+					}
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", owner, v.Rows, v.Digest, signed, v.Verdict, dash(detail+strings.Join(ps, "; ")))
 				}
 				tw.Flush()
 			})
@@ -1400,6 +1407,9 @@ func printStatus(w io.Writer, st *actors.Status) {
 			rows := "-"
 			if v, ok := verified[d]; ok {
 				rows = v.State
+				if v.Filter != nil {
+					rows += " (filtered: " + filterSummary(*v.Filter) + ")"
+				}
 				if v.Reason != "" {
 					rows += ": " + v.Reason
 				}

@@ -204,6 +204,35 @@ func (n filterNames) docs(fs []persistence.SyncFilter) []FilterDoc {
 	return out
 }
 
+// filterSummary says briefly, without names, what filter f takes: for
+// lines that have no room for the locations' names (sync verify, sync
+// status).
+func filterSummary(f persistence.SyncFilter) string {
+	var parts []string
+	switch {
+	case len(f.Models) > 0:
+		parts = append(parts, "only "+strings.Join(f.Models, ", "))
+	case len(f.ExcludeModels) > 0:
+		parts = append(parts, "no "+strings.Join(f.ExcludeModels, ", "))
+	}
+	plural := func(n int) string {
+		if n == 1 {
+			return "1 location"
+		}
+		return fmt.Sprintf("%d locations", n)
+	}
+	switch {
+	case len(f.Locations) > 0:
+		parts = append(parts, "entries of "+plural(len(f.Locations)))
+	case len(f.ExcludeLocations) > 0:
+		parts = append(parts, "no entries of "+plural(len(f.ExcludeLocations)))
+	}
+	if len(parts) == 0 {
+		return "everything"
+	}
+	return strings.Join(parts, "; ")
+}
+
 // describe says in words what a filter takes.
 func (d FilterDoc) describe() string {
 	from := "from every device"

@@ -121,14 +121,36 @@ func TestE2ESyncFilterTakesPartOfALibrary(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "A's log to prune", func() bool {
 		return syncStatus(a, lib).LogSize == 0
 	})
-	// C holds part of A's rows: not compared with A's word (which covers
-	// them all), and not repaired from A (which would bring the rest).
+	// C holds part of A's rows: checked against A's word on that part,
+	// not against its whole word (which covers them all).
 	var vs []actors.OwnerVerdict
-	c.mustJSON(&vs, "sync", "verify", lib)
-	for _, v := range vs {
-		if v.Owner.String() == a.id && v.Signed != actors.WordFiltered {
-			t.Fatalf("sync verify on C says A's rows are %q, want filtered", v.Signed)
+	var mine actors.OwnerVerdict
+	if !testutil.Within(20*time.Second, func() bool {
+		c.mustJSON(&vs, "sync", "verify", lib)
+		for _, v := range vs {
+			if v.Owner.String() == a.id {
+				mine = v
+			}
 		}
+		return mine.Signed == actors.WordVerified
+	}) || mine.Filter == nil || len(mine.Filter.Locations) != 1 {
+		t.Fatalf("sync verify on C says A's rows are %q, want verified (filtered): %+v, filter %+v", mine.Signed, mine, mine.Filter)
+	}
+	// The library's own check says so too (sync status), from A's word on
+	// the part C takes.
+	testutil.Eventually(t, 20*time.Second, "C's status to say A's rows are verified (filtered)", func() bool {
+		for _, v := range syncStatus(c, lib).Verification {
+			if v.Owner.String() == a.id {
+				return v.State == actors.WordVerified && v.Filter != nil
+			}
+		}
+		return false
+	})
+	if out := c.mustRun("sync", "status", lib); !strings.Contains(out, "verified (filtered: no tag") {
+		t.Fatalf("sync status on C:\n%s", out)
+	}
+	if out := c.mustRun("sync", "verify", lib); !strings.Contains(out, "verified (filtered: no tag") || !strings.Contains(out, "entries of 1 location)") {
+		t.Fatalf("sync verify on C:\n%s", out)
 	}
 	out = c.mustRun("sync", "filter", lib, "--clear")
 	if !strings.Contains(out, "Filter cleared") {
