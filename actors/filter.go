@@ -105,7 +105,7 @@ func (n *nodeCore) sendChanges(lib *persistence.Library, t *persistence.Taking, 
 		if ok, err := lib.TakesChange(t, c); err != nil || ok {
 			continue
 		}
-		e, err := messages.Elide(c)
+		e, err := lib.ElideChange(c)
 		if err != nil {
 			continue // sent whole: the partner refuses it
 		}
@@ -175,7 +175,7 @@ func (n *nodeCore) takenChanges(lib *persistence.Library, id messages.LibraryID,
 			continue
 		}
 		if ok, err := lib.TakesChange(t, c); err == nil && !ok {
-			if e, err := messages.Elide(c); err == nil {
+			if e, err := lib.ElideChange(c); err == nil {
 				n.reject(messages.ReasonFiltered, "library", id, "from", from, "model", c.Model, "hlc", c.HLC)
 				cs[i] = e
 			}

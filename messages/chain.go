@@ -203,6 +203,13 @@ func ChangeDigest(c *SharedChange) ([]byte, error) {
 	return sum[:], nil
 }
 
+// MaxElidedHints is how many fields an elided change may keep as hints:
+// the fields its record derives from, which a receiver checks against the
+// sealed record, and what the eliding member says of them (selective
+// sync: an album entry's entry and that entry's location). The seal does
+// not cover them.
+const MaxElidedHints = 4
+
 // Elide returns c without its body: its place in the chain, its model,
 // its record and its digest (and its seal, if it ends a segment), for a member that
 // does not take its model.

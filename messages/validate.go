@@ -154,7 +154,7 @@ func (c *SharedChange) Validate() error {
 		return err
 	}
 	if c.Elided() {
-		if len(c.Digest) != sha256.Size || c.Op != 0 || len(c.Fields) != 0 {
+		if len(c.Digest) != sha256.Size || c.Op != 0 || len(c.Fields) > MaxElidedHints {
 			return fmt.Errorf("elided shared change %s: a %d-byte digest and a body", c.HLC, len(c.Digest))
 		}
 	} else {

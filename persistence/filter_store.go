@@ -211,8 +211,10 @@ func (l *Library) TakenRecords(t *Taking, owner messages.DeviceID, model string,
 }
 
 // TakesChange says whether t takes the shared change c: its model from
-// its origin, and for an album entry the entry's location (an entry not
-// held here is taken: this device cannot tell).
+// its origin, and for an album entry the entry's location. An entry not
+// held here is taken (this device cannot tell), unless c comes elided
+// with hints (ElideChange) whose entry derives to its sealed record and
+// whose location, as the eliding member says, t does not take.
 func (l *Library) TakesChange(t *Taking, c *messages.SharedChange) (bool, error) {
 	if t.IsAll() {
 		return true, nil
@@ -220,11 +222,11 @@ func (l *Library) TakesChange(t *Taking, c *messages.SharedChange) (bool, error)
 	if !t.Model(c.Origin(), c.Model) {
 		return false, nil
 	}
-	if c.Model != ModelAlbumEntry || c.Elided() {
+	if c.Model != ModelAlbumEntry {
 		return true, nil
 	}
 	u, ok := toUUID(c.Fields["entry_uuid"])
-	if !ok {
+	if !ok || c.Elided() && !l.hintsDerive(c) {
 		return true, nil
 	}
 	places, err := l.EntryLocations([]messages.UUID{u})
@@ -234,7 +236,71 @@ func (l *Library) TakesChange(t *Taking, c *messages.SharedChange) (bool, error)
 	if p, ok := places[u]; ok {
 		return t.Location(p.Owner, p.Location), nil
 	}
+	if loc, ok := toUUID(c.Fields[hintLocation]); ok && c.Elided() && !loc.IsZero() {
+		owner, found, err := l.locationOwner(loc)
+		if err != nil || !found {
+			return true, err
+		}
+		return t.Location(owner, loc), nil
+	}
 	return true, nil
+}
+
+// hintLocation is the hint an elided album entry carries of its entry's
+// location (ElideChange).
+const hintLocation = "entry_location"
+
+// hintsDerive says whether elided c's hints name the fields its sealed
+// record derives from.
+func (l *Library) hintsDerive(c *messages.SharedChange) bool {
+	f := map[string]any{}
+	for k, v := range c.Fields {
+		if k != hintLocation {
+			f[k] = v
+		}
+	}
+	u, ok := l.reg.DeterministicUUID(c.Model, f)
+	return ok && u == c.Record
+}
+
+// locationOwner is the owner of location loc, if held here.
+func (l *Library) locationOwner(loc messages.UUID) (owner messages.DeviceID, found bool, err error) {
+	err = l.withReader(func(c *conn) error {
+		found, err = c.queryRow(`SELECT d.uuid FROM "location" loc JOIN "device" d ON d.id = loc.owner_id WHERE loc.uuid = ?`,
+			[]any{loc}, func(s *sqlite3.Stmt) error {
+				owner = messages.DeviceID(columnUUID(s, 0))
+				return nil
+			})
+		return err
+	})
+	return owner, found, err
+}
+
+// ElideChange is c without its body (messages.Elide), for a member that
+// does not take it. An album entry keeps hints, which its seal does not
+// cover: the fields its record derives from (its album and entry: a
+// receiver checks them against the record) and its entry's location as
+// this device holds it, so that a receiver that does not hold the entry
+// can tell it does not take it, rather than wait for a body no member
+// sends it. A member that lies in the location can only keep a receiver
+// from an album entry whose entry it does not hold yet.
+func (l *Library) ElideChange(c *messages.SharedChange) (messages.SharedChange, error) {
+	e, err := messages.Elide(c)
+	if err != nil || c.Elided() || c.Model != ModelAlbumEntry || c.Op == messages.OpDelete {
+		return e, err
+	}
+	album, ok1 := toUUID(c.Fields["album_uuid"])
+	entry, ok2 := toUUID(c.Fields["entry_uuid"])
+	if !ok1 || !ok2 {
+		return e, nil
+	}
+	e.Fields = map[string]any{"album_uuid": album, "entry_uuid": entry}
+	if places, err := l.EntryLocations([]messages.UUID{entry}); err == nil {
+		if p, ok := places[entry]; ok {
+			e.Fields[hintLocation] = p.Location
+		}
+	}
+	return e, nil
 }
 
 // valueAt is the value of column col in a record's values (nil if absent).

@@ -3,6 +3,7 @@ package persistence
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -291,6 +292,75 @@ func TestPurgeNotTaken(t *testing.T) {
 	for _, bad := range []string{`{"models":["tag"]}`, `{"exclude_models":["nope"]}`, `[`, `{"source":"` + devB.String() + `"}`} {
 		if _, err := a.Registry().ParseFilterScope([]byte(bad)); err == nil {
 			t.Errorf("scope %s accepted", bad)
+		}
+	}
+}
+
+// An album entry of an entry a filtered device does not take is elided
+// for it with hints (the album, the entry, the entry's location): a
+// device that does not hold the entry tells from them that it does not
+// take the change, rather than wait for a body no member sends it.
+// Hints that do not derive to the sealed record, or name a location it
+// takes, leave the change taken (it waits).
+func TestElidedAlbumEntryHints(t *testing.T) {
+	a := newLib(t, devA)
+	var locs [2]messages.UUID
+	for i := range locs {
+		rec, _, err := a.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": fmt.Sprintf("/l%d", i), "name": fmt.Sprintf("l%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		locs[i] = rec.UUID
+	}
+	ent, _, err := a.WriteState(ModelEntry, messages.UUID{}, map[string]any{"location_uuid": locs[1], "name": "x.jpg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newLib(t, devR)
+	for _, m := range []string{ModelDevice, ModelLocation} {
+		recs, _, _, err := a.StatePage(devA, m, messages.HLC{}, messages.Cursor{}, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustApply(t, r, devA, m, recs...)
+	}
+	album := messages.UUID{0xab}
+	fields := map[string]any{"album_uuid": album, "entry_uuid": ent.UUID, "added_at": int64(1)}
+	rec, ok := a.Registry().DeterministicUUID(ModelAlbumEntry, fields)
+	if !ok {
+		t.Fatal("album entries derive their uuid")
+	}
+	c := messages.SharedChange{HLC: messages.HLC{Timestamp: 10, Device: [16]byte(devB)}, Model: ModelAlbumEntry, Record: rec,
+		Op: messages.OpInsert, Fields: fields}
+	f, _, err := r.CompileFilter(SyncFilter{Locations: []messages.UUID{locs[0]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := NewTaking([]SyncFilter{f})
+	if took, err := a.TakesChange(tk, &c); err != nil || took {
+		t.Fatalf("the source that holds the entry says it is taken (%v)", err)
+	}
+	e, err := a.ElideChange(&c)
+	if err != nil || !e.Elided() || len(e.Fields) != 3 {
+		t.Fatalf("elided %+v (%v)", e, err)
+	}
+	if err := e.Validate(); err != nil {
+		t.Fatalf("an elided change with hints: %v", err)
+	}
+	if took, err := r.TakesChange(tk, &e); err != nil || took {
+		t.Fatalf("a device without the entry takes an album entry of a location it does not take (%v)", err)
+	}
+	for name, change := range map[string]func(x *messages.SharedChange){
+		"album not the record's": func(x *messages.SharedChange) { x.Fields["album_uuid"] = messages.UUID{0xcd} },
+		"a location it takes":    func(x *messages.SharedChange) { x.Fields[hintLocation] = locs[0] },
+		"no location":            func(x *messages.SharedChange) { delete(x.Fields, hintLocation) },
+		"an unknown location":    func(x *messages.SharedChange) { x.Fields[hintLocation] = messages.UUID{9} },
+	} {
+		x := e
+		x.Fields = maps.Clone(e.Fields)
+		change(&x)
+		if took, err := r.TakesChange(tk, &x); err != nil || !took {
+			t.Errorf("%s: the change is not taken (%v): the device would never wait for it", name, err)
 		}
 	}
 }

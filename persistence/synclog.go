@@ -158,8 +158,11 @@ func scanLogChange(s *sqlite3.Stmt, c messages.SharedChange) (messages.SharedCha
 	c.Record = columnUUID(s, 3)
 	c.Op = messages.ChangeOp(s.ColumnInt64(4))
 	if d := s.ColumnRawBlob(7); len(d) > 0 {
-		c.Digest = append([]byte(nil), d...) // elided: no body here
-		return c, nil
+		c.Digest = append([]byte(nil), d...) // elided: no body here, perhaps hints (ElideChange)
+		if f := s.ColumnRawBlob(5); len(f) > 0 {
+			c.Fields, err = decodeFields(f)
+		}
+		return c, err
 	}
 	c.Fields, err = decodeFields(s.ColumnRawBlob(5))
 	return c, err
