@@ -6,9 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
-	"strconv"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -293,29 +290,44 @@ func ValidateAddrs(addrs []string) error {
 	return nil
 }
 
+// checkAddr checks a "host:port" without allocating (it runs on every
+// datagram of a flood): the host is empty, a bracketed IPv6 address, or
+// an IPv4 address or DNS name; the port is decimal, 1..65535. Text that
+// passes but is no address (a bracketed "::::") fails when dialed.
 func checkAddr(b []byte) error {
-	for _, c := range b {
-		if c <= ' ' || c > '~' {
-			return errors.New("not printable ASCII")
-		}
+	colon := bytes.LastIndexByte(b, ':')
+	if colon < 0 {
+		return errors.New("no port")
 	}
-	host, port, err := net.SplitHostPort(string(b))
-	if err != nil {
-		return err
-	}
-	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 || port[0] == '0' {
+	host, port := b[:colon], b[colon+1:]
+	if len(port) == 0 || len(port) > 5 || port[0] == '0' {
 		return fmt.Errorf("port %q", port)
 	}
-	if host == "" {
-		return nil
+	p := 0
+	for _, c := range port {
+		if c < '0' || c > '9' {
+			return fmt.Errorf("port %q", port)
+		}
+		p = p*10 + int(c-'0')
 	}
-	if ip, err := netip.ParseAddr(host); err == nil {
-		if ip.Zone() != "" {
-			return errors.New("IPv6 zone in an announced address")
+	if p > 65535 {
+		return fmt.Errorf("port %q", port)
+	}
+	if len(host) > 0 && host[0] == '[' {
+		if len(host) < 4 || host[len(host)-1] != ']' {
+			return fmt.Errorf("host %q", host)
+		}
+		for _, c := range host[1 : len(host)-1] {
+			if c == '%' {
+				return errors.New("IPv6 zone in an announced address")
+			}
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' || c == ':' || c == '.') {
+				return fmt.Errorf("host %q is not an IPv6 address", host)
+			}
 		}
 		return nil
 	}
-	for i, c := range []byte(host) {
+	for i, c := range host {
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.'
 		if !ok || (i == 0 && (c == '-' || c == '.')) {
 			return fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
