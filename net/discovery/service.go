@@ -52,7 +52,8 @@ type Config struct {
 	// 127.255.255.255:port reaches every daemon of the host listening on
 	// port; unicast addresses reach one each). By default they go to the
 	// IPv4 broadcast address of every interface that is up (the loopback's
-	// too) and to Group6 on every interface that is up and multicast.
+	// too) and to Group6 on every interface that is up and multicast. An
+	// empty, non-nil Targets announces nowhere: the service only listens.
 	Targets []netip.AddrPort
 	// NoIPv6 opens no IPv6 socket: nothing is heard from or sent to Group6.
 	NoIPv6 bool

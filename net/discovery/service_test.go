@@ -379,3 +379,23 @@ func TestStartRefusesBadConfig(t *testing.T) {
 func joinGroup6(c *net.UDPConn, ifi *net.Interface, group netip.Addr) error {
 	return ipv6.NewPacketConn(c).JoinGroup(ifi, &net.UDPAddr{IP: group.AsSlice()})
 }
+
+// TestGoneAfterSilence: a daemon that stops announcing leaves the others'
+// tables after Policy.ExpireAfter, and SetPaired reaches the table.
+func TestGoneAfterSilence(t *testing.T) {
+	port, _ := sharedPort(t)
+	quick := func(c *Config) { c.Policy.ExpireAfter = 300 * time.Millisecond }
+	a := startNode(t, 1, port, quick)
+	b := startNode(t, 2, port, quick)
+	testutil.Eventually(t, 2*time.Second, "a to hear b", func() bool { _, ok := a.Lookup(b.ID()); return ok })
+	a.SetPaired([]messages.DeviceID{b.ID()})
+	testutil.Eventually(t, 2*time.Second, "b paired at a", func() bool { e, _ := a.Lookup(b.ID()); return e.Paired })
+	b.Close()
+	testutil.Eventually(t, 3*time.Second, "b gone from a", func() bool { return len(a.changes.of(b.ID(), Gone)) == 1 })
+	if _, ok := a.Lookup(b.ID()); ok {
+		t.Fatal("b still held")
+	}
+	if a.Stats().Expired != 1 {
+		t.Fatalf("%+v", a.Stats())
+	}
+}

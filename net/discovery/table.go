@@ -34,7 +34,7 @@ type Policy struct {
 	// MaxSources caps the source buckets (1024).
 	MaxSources int
 	// VerifyRate and VerifyBurst bound the signature checks of the whole
-	// table (200 a second, bursts of 200: about 1% of a core), so a flood
+	// table (200 a second, bursts of 200: 1-2% of a core), so a flood
 	// from spoofed sources cannot buy unbounded CPU.
 	VerifyRate  float64
 	VerifyBurst int
@@ -154,6 +154,11 @@ func (k ChangeKind) String() string {
 }
 
 // Change tells the table's owner that a device appeared, changed or left.
+//
+// For a paired device the addresses are candidates, not facts: the owner
+// dials them with the device's pinned key and records one as known-good
+// only after the QUIC handshake succeeds on it. An announcement proves the
+// device said it, not that the address reaches the device now.
 type Change struct {
 	Kind  ChangeKind
 	Entry Entry
