@@ -338,7 +338,7 @@ func (s *Service) readLoop(c *net.UDPConn) {
 // handleLoop is the one goroutine that runs the table's checks and calls
 // OnResult and OnChange, so the owner sees changes in order.
 func (s *Service) handleLoop() {
-	expire := time.NewTicker(min(s.cfg.Interval, s.table.policy.ExpireAfter/3))
+	expire := time.NewTicker(max(min(s.cfg.Interval, s.table.policy.ExpireAfter/3), time.Millisecond))
 	defer expire.Stop()
 	for {
 		select {

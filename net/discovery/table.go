@@ -166,8 +166,10 @@ type Change struct {
 
 // Table checks received announcements and keeps the latest accepted one of
 // each device. It is the pure part of discovery: no I/O, no goroutines, the
-// time is an argument. Safe for concurrent use (the IPv4 and IPv6 readers
-// and the owner's queries); a signature is checked outside its lock.
+// time is an argument. Safe for concurrent use (the owner queries it while
+// the Service's handler feeds it), and a signature is checked outside its
+// lock; the Changes of concurrent Receive calls may reach their callers in
+// either order, which is why the Service feeds it from one goroutine.
 type Table struct {
 	self   messages.DeviceID
 	policy Policy
