@@ -286,7 +286,7 @@ func (b *backfillActor) run(ctx actor.Context, step joinStep) {
 			return
 		}
 	}
-	if r := step.raise; r != nil {
+	if r := step.raise; r != nil && b.n.covers(b.lib, b.libID, source, r.Origin) {
 		if err := b.n.raiseWatermark(b.lib, b.libID, source, r.Origin, r.HLC); err != nil {
 			b.failed(ctx, err)
 			return

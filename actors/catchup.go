@@ -300,7 +300,7 @@ func (j *catchUpActor) statePage(a *answered) error {
 	if !last {
 		return nil
 	}
-	if wm := j.state.ScanWM; !wm.IsZero() {
+	if wm := j.state.ScanWM; !wm.IsZero() && j.n.covers(j.lib, j.libID, j.peer, owner) {
 		if err := j.n.raiseWatermark(j.lib, j.libID, j.peer, owner, wm); err != nil {
 			return err
 		}

@@ -219,6 +219,54 @@ func (n *nodeCore) servedState(lib *persistence.Library, t *persistence.Taking, 
 	return out
 }
 
+// covers says whether peer holds, of owner's device-owned rows, all
+// this device takes of them: then its complete scan of owner's rows
+// vouches for a watermark here. A member that takes less (selective
+// sync) serves what it holds, but this device then waits for the rest
+// from the owner or a member that holds it.
+func (n *nodeCore) covers(lib *persistence.Library, id messages.LibraryID, peer, owner messages.DeviceID) bool {
+	if peer == owner {
+		return true
+	}
+	theirs := n.takingOf(lib, id, peer)
+	if theirs.IsAll() {
+		return true
+	}
+	return persistence.Covers(theirs.Filter(owner), n.takingOf(lib, id, n.self).Filter(owner), lib.Registry().DeviceOwned())
+}
+
+// stateWaits are the owners whose rows this device is behind on (its
+// watermark below the owner's newest word) while neither the owner nor a
+// connected partner that holds all this device takes of them (covers) is
+// reachable: the partners reached hold part of them only.
+func (a *libraryActor) stateWaits(connected map[messages.DeviceID]bool) []ChainWait {
+	var out []ChainWait
+	for owner, w := range a.words {
+		if owner == a.n.self || connected[owner] || a.lib.StateWatermark(owner).Compare(w.Watermark) >= 0 {
+			continue
+		}
+		var passed []messages.DeviceID
+		for dev := range connected {
+			if a.n.covers(a.lib, a.id, dev, owner) {
+				passed = nil
+				break
+			}
+			passed = append(passed, dev)
+		}
+		if len(passed) == 0 {
+			continue
+		}
+		slices.SortFunc(passed, compareIDs)
+		out = append(out, ChainWait{Origin: owner, Model: StateWaitModel, PassedBy: passed, NoneReachable: true})
+	}
+	slices.SortFunc(out, func(x, y ChainWait) int { return compareIDs(x.Origin, y.Origin) })
+	return out
+}
+
+// StateWaitModel is a ChainWait's model for an owner's device-owned rows
+// (stateWaits).
+const StateWaitModel = "device-owned rows"
+
 // takesPart says whether this device takes only part of owner's
 // device-owned rows (a model, or the entries of some locations).
 func (n *nodeCore) takesPart(lib *persistence.Library, id messages.LibraryID, owner messages.DeviceID) bool {

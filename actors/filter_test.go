@@ -405,3 +405,68 @@ func TestFilteredReplicaIsVerifiedAndRepaired(t *testing.T) {
 		}
 	})
 }
+
+// Issue 21, device-owned rows: in A–B–C where B takes the entries of one
+// of A's two locations, a catch-up of C from B gets B's part of A's rows
+// but does not take B's watermark for A as its own (B does not hold the
+// rest): once C reaches A, it gets the entries of the other location too,
+// including those written before (a raised watermark would skip them).
+func TestFilterStateRelayAroundAFilteringMember(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		c := buildCluster(t, 3, 214, testSync(), settle, [2]int{1, 0}, [2]int{2, 1}, [2]int{2, 0})
+		a, b, cc := 0, 1, 2
+		c.net.Partition(c.devs[a], c.devs[cc]) // C cannot reach A
+		c.shareAlong([2]int{1, 0}, [2]int{2, 1})
+		ctx := ctxT(t)
+		keep, err := c.libs[a].AddLocation(ctx, "/a/keep", "keep", messages.UUID{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		skip, err := c.libs[a].AddLocation(ctx, "/a/skip", "skip", messages.UUID{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 10*time.Second, "B to hold A's locations", func() bool {
+			return len(c.rows(b, persistence.ModelLocation)) == 2
+		})
+		if _, err := c.libs[b].SetFilter(ctx, persistence.SyncFilter{Locations: []messages.UUID{keep}}); err != nil {
+			t.Fatal(err)
+		}
+		c.filterKnown(a, b, 1)
+		for _, loc := range []messages.UUID{keep, skip} {
+			var in []EntryInput
+			for k := range 8 {
+				in = append(in, EntryInput{Name: fmt.Sprintf("f%03d.jpg", k), Extension: "jpg", Size: 1, MTime: 1})
+			}
+			if _, err := c.libs[a].AddEntries(ctx, loc, in); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testutil.Eventually(t, 20*time.Second, "C to get the entries B holds", func() bool {
+			advance(time.Second)
+			return c.entriesIn(cc, keep) == 8
+		})
+		advance(10 * time.Second)
+		if n := c.entriesIn(cc, skip); n != 0 {
+			t.Fatalf("C got %d entries of the location B does not take, through B", n)
+		}
+		if wm, owner := c.libs[cc].Store().StateWatermark(c.devs[a]), c.libs[a].Store().StateWatermark(c.devs[a]); wm.Compare(owner) >= 0 {
+			t.Fatalf("C took B's watermark for A (%s, A's own %s) though B holds part of A's rows", wm, owner)
+		}
+		testutil.Eventually(t, 5*time.Second, "C's status to say no reachable member holds A's rows it takes", func() bool {
+			st, err := c.libs[cc].Status(ctx)
+			return err == nil && len(st.Waiting) == 1 && st.Waiting[0].Origin == c.devs[a] &&
+				st.Waiting[0].Model == StateWaitModel && st.Waiting[0].NoneReachable
+		})
+		c.net.Heal(c.devs[a], c.devs[cc])
+		testutil.Eventually(t, 30*time.Second, "C to get every entry of A once it reaches A", func() bool {
+			advance(time.Second)
+			return c.entriesIn(cc, keep) == 8 && c.entriesIn(cc, skip) == 8
+		})
+		testutil.Eventually(t, 10*time.Second, "C's status to stop waiting", func() bool {
+			advance(time.Second)
+			st, err := c.libs[cc].Status(ctx)
+			return err == nil && len(st.Waiting) == 0
+		})
+	})
+}

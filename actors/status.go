@@ -170,7 +170,7 @@ func (a *libraryActor) status() (*Status, error) {
 	for dev := range a.connectedPartners() {
 		connected[dev] = true
 	}
-	st.Waiting = a.n.waits.waits(a.id, a.lib.SharedWatermark, connected)
+	st.Waiting = append(a.n.waits.waits(a.id, a.lib.SharedWatermark, connected), a.stateWaits(connected)...)
 	for i := range st.Waiting {
 		if row, err := a.lib.Get(persistence.ModelDevice, messages.UUID(st.Waiting[i].Origin)); err == nil && row["name"] != nil {
 			st.Waiting[i].OriginName = fmt.Sprint(row["name"])

@@ -252,6 +252,9 @@ func (t *Taking) filterFor(source messages.DeviceID) *SyncFilter {
 	return t.def
 }
 
+// Filter is the filter that applies to source's data (nil: none).
+func (t *Taking) Filter(source messages.DeviceID) *SyncFilter { return t.filterFor(source) }
+
 // For is the filter that applies to source's data (the zero filter, which
 // takes everything, when none does), without its Source.
 func (t *Taking) For(source messages.DeviceID) SyncFilter {
@@ -318,4 +321,54 @@ func (t *Taking) Whole(source messages.DeviceID, model string) bool {
 		}
 	}
 	return true
+}
+
+// Covers says whether a device with filter p (completed) holds, of a
+// source's device-owned rows of models, everything a device with filter m
+// takes of them: every model m takes, and of the location-scoped ones the
+// locations. A member's complete scan of a source's rows vouches for a
+// watermark only to a device it covers; nil filters take everything.
+func Covers(p, m *SyncFilter, models []string) bool {
+	if p == nil || p.IsZero() {
+		return true
+	}
+	if m == nil {
+		m = &SyncFilter{}
+	}
+	for _, model := range models {
+		if !m.takesModel(model) {
+			continue
+		}
+		if !p.takesModel(model) || locationScoped[model] && !locationsCover(p, m) {
+			return false
+		}
+	}
+	return true
+}
+
+// locationsCover says whether p takes every location m takes.
+func locationsCover(p, m *SyncFilter) bool {
+	in := func(us []messages.UUID, u messages.UUID) bool {
+		_, ok := slices.BinarySearchFunc(us, u, compareUUID)
+		return ok
+	}
+	switch {
+	case len(p.Locations)+len(p.ExcludeLocations) == 0:
+		return true
+	case len(m.Locations) > 0:
+		for _, u := range m.Locations {
+			if !p.takesLocation(u) {
+				return false
+			}
+		}
+		return true
+	case len(m.ExcludeLocations) > 0 && len(p.ExcludeLocations) > 0:
+		for _, u := range p.ExcludeLocations {
+			if !in(m.ExcludeLocations, u) {
+				return false
+			}
+		}
+		return true
+	}
+	return false // p takes some locations, m every one (but a few)
 }

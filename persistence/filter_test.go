@@ -364,3 +364,43 @@ func TestElidedAlbumEntryHints(t *testing.T) {
 		}
 	}
 }
+
+// Covers: whether a member's filter holds all another's takes of a
+// source's device-owned rows (its scan then vouches for a watermark).
+func TestFilterCovers(t *testing.T) {
+	reg := DefaultRegistry()
+	l1, l2, l3 := messages.UUID{1}, messages.UUID{2}, messages.UUID{3}
+	compile := func(f SyncFilter) *SyncFilter {
+		t.Helper()
+		c, _, err := reg.CompileFilter(f, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &c
+	}
+	owned := reg.DeviceOwned()
+	all := compile(SyncFilter{})
+	for _, tc := range []struct {
+		name string
+		p, m *SyncFilter
+		want bool
+	}{
+		{"a member taking everything", nil, compile(SyncFilter{Locations: []messages.UUID{l1}}), true},
+		{"a member taking nothing of a model the device takes", compile(SyncFilter{ExcludeModels: []string{ModelEntry}}), all, false},
+		{"fewer locations", compile(SyncFilter{Locations: []messages.UUID{l1}}), compile(SyncFilter{Locations: []messages.UUID{l1, l2}}), false},
+		{"more locations", compile(SyncFilter{Locations: []messages.UUID{l1, l2}}), compile(SyncFilter{Locations: []messages.UUID{l2}}), true},
+		{"some locations against all but one", compile(SyncFilter{Locations: []messages.UUID{l1, l2}}), compile(SyncFilter{ExcludeLocations: []messages.UUID{l3}}), false},
+		{"all but one against some others", compile(SyncFilter{ExcludeLocations: []messages.UUID{l3}}), compile(SyncFilter{Locations: []messages.UUID{l1}}), true},
+		{"all but one against the same", compile(SyncFilter{ExcludeLocations: []messages.UUID{l3}}), compile(SyncFilter{Locations: []messages.UUID{l3}}), false},
+		{"excluding less", compile(SyncFilter{ExcludeLocations: []messages.UUID{l3}}), compile(SyncFilter{ExcludeLocations: []messages.UUID{l2, l3}}), true},
+		{"excluding more", compile(SyncFilter{ExcludeLocations: []messages.UUID{l2, l3}}), compile(SyncFilter{ExcludeLocations: []messages.UUID{l3}}), false},
+		{"locations that do not matter to a device taking no entries", compile(SyncFilter{Locations: []messages.UUID{l1}}),
+			compile(SyncFilter{ExcludeModels: []string{ModelEntry}}), true},
+		{"a model the device does not take", compile(SyncFilter{ExcludeModels: []string{ModelAuditLog}}),
+			compile(SyncFilter{ExcludeModels: []string{ModelAuditLog, ModelTag}}), true},
+	} {
+		if got := Covers(tc.p, tc.m, owned); got != tc.want {
+			t.Errorf("%s: covers %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

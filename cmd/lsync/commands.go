@@ -1284,6 +1284,10 @@ func printStatus(w io.Writer, st *actors.Status) {
 	}
 	for _, w := range st.Waiting {
 		who := cmp.Or(w.OriginName, w.Origin.String())
+		if w.Model == actors.StateWaitModel {
+			fmt.Fprintf(tw, "waiting\t%s of %s: no reachable member holds all this device takes of them (the members reached take less)\n", w.Model, who)
+			continue
+		}
 		if w.NoneReachable {
 			fmt.Fprintf(tw, "waiting\t%s from %s: no reachable member holds them (the members reached do not take them), since %s\n", w.Model, who, w.Since)
 		} else {
