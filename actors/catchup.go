@@ -57,6 +57,14 @@ type catchUpActor struct {
 	// fetched whole at the end (the log holds them elided here), once.
 	widen   []string
 	widened bool
+	// widenOwned are parts of owners' device-owned rows a wider filter
+	// takes in (filter_change.go): each is fetched, from the start, from a
+	// peer that holds it (covers), after the owners' scans; widening is
+	// the one under way, widenRows its rows so far, ownedDone those done.
+	widenOwned []persistence.WidenTask
+	widening   *persistence.WidenTask
+	widenRows  int
+	ownedDone  []persistence.WidenTask
 }
 
 type catchUpStage int
@@ -70,10 +78,11 @@ const (
 )
 
 func newCatchUpActor(n *nodeCore, lib *persistence.Library, id messages.LibraryID, parent *actor.PID,
-	peer messages.DeviceID, conn net.Conn, sharedOnly bool, report *messages.WatermarkReport, widen []string) actor.Producer {
+	peer messages.DeviceID, conn net.Conn, sharedOnly bool, report *messages.WatermarkReport, widen []string,
+	widenOwned []persistence.WidenTask) actor.Producer {
 	return func() actor.Actor {
 		return &catchUpActor{n: n, lib: lib, libID: id, parent: parent, peer: peer, conn: conn, sharedOnly: sharedOnly,
-			report: report, pulled: map[messages.DeviceID]bool{}, widen: widen}
+			report: report, pulled: map[messages.DeviceID]bool{}, widen: widen, widenOwned: widenOwned}
 	}
 }
 
@@ -171,6 +180,19 @@ func (j *catchUpActor) ownersToScan(theirs []messages.OriginWatermark) []message
 	return out
 }
 
+// nextWiden takes the next part a wider filter takes in that the peer
+// holds (covers its owner's rows for this device), or nil.
+func (j *catchUpActor) nextWiden() *persistence.WidenTask {
+	for len(j.widenOwned) > 0 {
+		t := j.widenOwned[0]
+		j.widenOwned = j.widenOwned[1:]
+		if j.n.covers(j.lib, j.libID, j.peer, t.Owner) {
+			return &t
+		}
+	}
+	return nil
+}
+
 // originsToPull: the peer's own log first, then the relay: the origins
 // the peer reported holding more of than we do, or, when it has not
 // reported, every origin known here or among the owners it named (an
@@ -221,6 +243,13 @@ func (j *catchUpActor) nextLog() {
 func (j *catchUpActor) next(ctx actor.Context) {
 	if j.stage == cuState && j.state == nil {
 		if len(j.owners) == 0 {
+			if t := j.nextWiden(); t != nil {
+				// A part a wider filter takes in: from the start, that part only.
+				j.widening, j.widenRows = t, 0
+				j.state = &statePager{Owner: t.Owner, Models: t.Models, Locations: t.Locations, Limit: uint32(j.n.sync.PageSize)}
+				j.fetch.ask(j.conn, j.state.request(), nil)
+				return
+			}
 			j.stage = cuLog
 			j.origins = j.originsToPull()
 			j.nextLog()
@@ -296,8 +325,21 @@ func (j *catchUpActor) statePage(a *answered) error {
 		}
 		j.results = append(j.results, res)
 		j.n.metrics.backfillRecs.WithLabelValues(j.libID.String()).Add(float64(len(recs)))
+		if j.widening != nil {
+			j.widenRows += len(recs)
+			j.n.sys.Root.Send(j.parent, &widenProgress{task: *j.widening, rows: j.widenRows})
+		}
 	}
 	if !last {
+		return nil
+	}
+	if t := j.widening; t != nil {
+		// A wider filter's part: fetched whole from the start; it raises
+		// no watermark (the owners' scans from theirs do).
+		j.n.log.Info("fetched what a wider filter takes in", "library", j.libID, "owner", t.Owner, "models", t.Models,
+			"locations", len(t.Locations), "rows", j.widenRows, "from", j.peer)
+		j.ownedDone = append(j.ownedDone, *t)
+		j.widening, j.state = nil, nil
 		return nil
 	}
 	if wm := j.state.ScanWM; !wm.IsZero() && j.n.covers(j.lib, j.libID, j.peer, owner) {
@@ -418,7 +460,7 @@ func (j *catchUpActor) finish(ctx actor.Context, err error) {
 	if persistence.IsStorageFailure(err) {
 		panic(err) // the supervisor stops the library with this reason
 	}
-	done := &catchupDone{peer: j.peer, err: err, results: j.results, pulled: j.pulled}
+	done := &catchupDone{peer: j.peer, err: err, results: j.results, pulled: j.pulled, ownedDone: j.ownedDone}
 	if err == nil && j.widened {
 		done.widened = j.widen
 	}

@@ -242,10 +242,24 @@ func TestFilterNarrowAndWiden(t *testing.T) {
 		c.stopNode(b)
 		c.start(b)
 		c.net.Heal(c.devs[a], c.devs[b])
+		st, err := c.libs[b].Status(ctx)
+		if err != nil || len(st.Widening) != 1 || st.Widening[0].Owner != c.devs[a] || len(st.Widening[0].Locations) != 1 {
+			t.Fatalf("B's status does not say what it is to fetch: %+v (%v)", st.Widening, err)
+		}
+		c.net.Heal(c.devs[a], c.devs[b])
 		testutil.Eventually(t, 30*time.Second, "B to fetch what the wider filter takes in", func() bool {
 			return c.entriesIn(b, locs[1]) == 15 && len(c.rows(b, persistence.ModelTag)) == 4
 		})
 		c.converge(true, 20*time.Second)
+		// Exactly the part taken in came: the entries of the other location,
+		// not again those B held.
+		lib := map[string]string{"library": c.libs[b].ID().String()}
+		if got := c.nodes[b].Metrics().Value("lsync_backfill_records_total", lib); got != 15 {
+			t.Errorf("B fetched %v device-owned rows for the wider filter, want the 15 entries it took in", got)
+		}
+		if st, err := c.libs[b].Status(ctx); err != nil || len(st.Widening) != 0 {
+			t.Fatalf("B still says it is to fetch %+v (%v)", st.Widening, err)
+		}
 	})
 }
 

@@ -86,6 +86,10 @@ type libraryActor struct {
 	// a narrower one's removal running.
 	widen   []string
 	purging bool
+	// widenOwned: parts of owners' device-owned rows a wider filter took
+	// in, still to fetch; widenRows the rows fetched of each so far.
+	widenOwned []persistence.WidenTask
+	widenRows  map[string]int
 
 	// A join in progress: join is its actor (nil when none), joinSt its
 	// last report. While it runs, live updates are buffered, never applied
@@ -183,6 +187,8 @@ func (a *libraryActor) receivePeers(ctx actor.Context) bool {
 		a.onMemberSetupDone(ctx, m)
 	case *checkWords:
 		a.onCheckWords(ctx)
+	case *widenProgress:
+		a.onWidenProgress(m)
 	case *scopedDone:
 		a.onScopedDone(ctx, m)
 	case *repairDone:

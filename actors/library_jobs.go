@@ -99,7 +99,7 @@ func (a *libraryActor) startCatchUp(ctx actor.Context, dev messages.DeviceID, sh
 		report = nil // a gap in its own changes: its log first, whatever it last reported
 	}
 	a.jobs[dev] = ctx.SpawnPrefix(actor.PropsFromProducer(newCatchUpActor(a.n, a.lib, a.id, ctx.Self(), dev, link.conn, sharedOnly,
-		report, a.widen)), "catchup-")
+		report, a.widen, a.widenTasks(sharedOnly))), "catchup-")
 }
 
 func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
@@ -115,6 +115,9 @@ func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
 	}
 	if m.err == nil && len(m.widened) > 0 {
 		a.widenDone(m.widened)
+	}
+	if len(m.ownedDone) > 0 {
+		a.widenOwnedDone(m.ownedDone)
 	}
 	if removedBy(m.err) {
 		// The peer removed this device (sync-remove) while it was away:

@@ -28,13 +28,17 @@ type statePager struct {
 	Cursor messages.Cursor
 	// ScanWM is the watermark the serving peer sent with the first page.
 	ScanWM messages.HLC
+	// Locations: only the entries of these locations (a wider filter's
+	// backfill, filter_change.go).
+	Locations []messages.UUID
 }
 
 func (p *statePager) started() bool { return p.Model != "" || !p.Cursor.IsZero() }
 
 // request is the next page's request.
 func (p *statePager) request() *messages.StateRequest {
-	return &messages.StateRequest{Owner: p.Owner, Models: p.Models, Since: p.Since, Model: p.Model, Cursor: p.Cursor, Limit: p.Limit}
+	return &messages.StateRequest{Owner: p.Owner, Models: p.Models, Since: p.Since, Model: p.Model, Cursor: p.Cursor, Limit: p.Limit,
+		Locations: p.Locations}
 }
 
 // page checks resp (the answer to request) and moves past it. last is

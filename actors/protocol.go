@@ -318,6 +318,14 @@ type catchupDone struct {
 	results []persistence.ApplyResult
 	pulled  map[messages.DeviceID]bool // origins whose shared changes it applied
 	widened []string                   // shared models a wider filter took in, fetched whole (filter_change.go)
+	// ownedDone: parts of owners' rows a wider filter took in, fetched.
+	ownedDone []persistence.WidenTask
+}
+
+// widenProgress: rows fetched so far of a part a wider filter took in.
+type widenProgress struct {
+	task persistence.WidenTask
+	rows int
 }
 
 // ackFlush sends coalesced ACKs.

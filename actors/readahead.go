@@ -4,6 +4,7 @@ import (
 	"reflect"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/persistence"
 )
 
 // Read-ahead: a peer walking a scan (a join's pages of state or of shared
@@ -81,6 +82,13 @@ func (s *serveActor) scanPage(from messages.DeviceID, req messages.Message) (mes
 		r, err := s.statePage(m, t)
 		if err == nil && !t.IsAll() {
 			r.Records = s.n.sendRecords(s.lib, id, t, r.Owner, r.Model, r.Records)
+		}
+		if err == nil && len(m.Locations) > 0 && len(r.Records) > 0 {
+			// Of some locations only: a wider filter's backfill.
+			scope := persistence.LocationsTaking(m.Locations)
+			if r.Records, _, err = s.lib.TakenRecords(scope, r.Owner, r.Model, r.Records); err != nil {
+				return nil, err
+			}
 		}
 		return r, err
 	case *messages.SharedStateRequest:

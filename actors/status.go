@@ -22,7 +22,10 @@ type Status struct {
 	Removed []RemovedPartner `json:"removed_partners,omitempty"`
 	// Waiting are origins whose changes this device takes but got only
 	// elided from members that do not take them (selective sync).
-	Waiting          []ChainWait    `json:"waiting,omitempty"`
+	Waiting []ChainWait `json:"waiting,omitempty"`
+	// Widening: parts of owners' rows a wider filter took in, still to
+	// fetch, with the rows fetched so far (selective sync).
+	Widening         []WideningPart `json:"widening,omitempty"`
 	StateWatermarks  []Watermark    `json:"state_watermarks"`
 	SharedWatermarks []Watermark    `json:"shared_watermarks"`
 	LogSize          int            `json:"log_size"`
@@ -171,6 +174,7 @@ func (a *libraryActor) status() (*Status, error) {
 		connected[dev] = true
 	}
 	st.Waiting = append(a.n.waits.waits(a.id, a.lib.SharedWatermark, connected), a.stateWaits(connected)...)
+	st.Widening = a.widening()
 	for i := range st.Waiting {
 		if row, err := a.lib.Get(persistence.ModelDevice, messages.UUID(st.Waiting[i].Origin)); err == nil && row["name"] != nil {
 			st.Waiting[i].OriginName = fmt.Sprint(row["name"])

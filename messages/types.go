@@ -306,15 +306,20 @@ type StateDelete struct {
 // those rows (or their tombstones) of Model (anti-entropy repairs); an
 // answer that does not fit one page has HasMore set and its Cursor.UUID
 // names the last uuid answered for: ask again for the ones after it.
+//
+// With Locations set, a scan serves of the entries (and what hangs off
+// them) only those of these locations: a wider filter's backfill of the
+// locations it took in (selective sync).
 type StateRequest struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	Owner    DeviceID
-	Models   []string
-	Since    HLC
-	Model    string // the model Cursor belongs to ("" = start of Models)
-	Cursor   Cursor
-	Limit    uint32
-	UUIDs    []UUID
+	_msgpack  struct{} `msgpack:",as_array"`
+	Owner     DeviceID
+	Models    []string
+	Since     HLC
+	Model     string // the model Cursor belongs to ("" = start of Models)
+	Cursor    Cursor
+	Limit     uint32
+	UUIDs     []UUID
+	Locations []UUID
 }
 
 // StateResponse is one page. Cursor resumes the scan; HasMore is false on

@@ -499,32 +499,6 @@ func (t *Taking) takenFromAnySource(model string) bool {
 	return false
 }
 
-// ResetStateWatermarks forgets how far this device holds the rows of
-// every other owner (a wider filter takes rows below those watermarks that
-// were never sent here): the next catch-up with a partner scans each
-// owner's rows from the start again, and the rows held already are
-// duplicates it skips.
-func (l *Library) ResetStateWatermarks() error {
-	if err := l.lockWriter(); err != nil {
-		return err
-	}
-	defer l.mu.Unlock()
-	err := l.writeTx(nil, func(tx *txn) error {
-		return tx.c.exec(`UPDATE peer_sync_state SET state_watermark = NULL WHERE device != ?`, l.self)
-	})
-	if err != nil {
-		return fmt.Errorf("reset state watermarks: %w", err)
-	}
-	l.pub.Lock()
-	for d := range l.pub.stateWM {
-		if d != l.self {
-			delete(l.pub.stateWM, d)
-		}
-	}
-	l.pub.Unlock()
-	return nil
-}
-
 // Widened is what a filter g takes that f (the one before it) did not:
 // whether device-owned rows of some source (models or locations), and the
 // shared models now taken from some source.
@@ -554,6 +528,77 @@ func Widened(reg *Registry, f, g *Taking, sources []messages.DeviceID) (owned bo
 		}
 	}
 	return owned, shared
+}
+
+// WidenTask is part of an owner's device-owned rows that a wider filter
+// takes in and this device does not hold yet: every row of Models, or,
+// with Locations, the rows of Models (location-scoped) of those
+// locations. A backfill of it fetches exactly that.
+type WidenTask struct {
+	Owner     messages.DeviceID `json:"owner"`
+	Models    []string          `json:"models"`
+	Locations []messages.UUID   `json:"locations,omitempty"`
+}
+
+// WidenedOwned lists what filter g takes of each owner's device-owned
+// rows that f (the one before it) did not, as tasks: the models newly
+// taken, and of the location-scoped models taken before too, the
+// locations newly taken (of the owner's locations held here).
+func (l *Library) WidenedOwned(f, g *Taking, owners []messages.DeviceID) ([]WidenTask, error) {
+	var out []WidenTask
+	for _, o := range owners {
+		if o == l.self {
+			continue
+		}
+		var grown, both []string
+		for _, m := range l.reg.deviceOwned {
+			switch {
+			case g.Model(o, m) && !f.Model(o, m):
+				grown = append(grown, m)
+			case g.Model(o, m) && locationScoped[m]:
+				both = append(both, m)
+			}
+		}
+		if len(grown) > 0 {
+			out = append(out, WidenTask{Owner: o, Models: grown})
+		}
+		if len(both) == 0 {
+			continue
+		}
+		locs, err := l.locationsOf(o)
+		if err != nil {
+			return nil, err
+		}
+		var added []messages.UUID
+		for _, loc := range locs {
+			if g.Location(o, loc) && !f.Location(o, loc) {
+				added = append(added, loc)
+			}
+		}
+		if len(added) > 0 {
+			out = append(out, WidenTask{Owner: o, Models: both, Locations: added})
+		}
+	}
+	return out, nil
+}
+
+// locationsOf lists owner's locations held here.
+func (l *Library) locationsOf(owner messages.DeviceID) ([]messages.UUID, error) {
+	var out []messages.UUID
+	err := l.withReader(func(c *conn) error {
+		return c.query(`SELECT loc.uuid FROM "location" loc JOIN "device" d ON d.id = loc.owner_id WHERE d.uuid = ? ORDER BY loc.uuid`,
+			[]any{owner}, func(s *sqlite3.Stmt) error {
+				out = append(out, columnUUID(s, 0))
+				return nil
+			})
+	})
+	return out, err
+}
+
+// LocationsTaking is a taking of every model, and of the entries (and
+// what hangs off them) those of locs only.
+func LocationsTaking(locs []messages.UUID) *Taking {
+	return NewTaking([]SyncFilter{{Locations: sortedUUIDs(locs)}})
 }
 
 // sameLocations says whether two filters bound locations alike.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -402,5 +403,51 @@ func TestFilterCovers(t *testing.T) {
 		if got := Covers(tc.p, tc.m, owned); got != tc.want {
 			t.Errorf("%s: covers %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// WidenedOwned: what a wider filter takes in of each owner's rows, as
+// parts to fetch: the models newly taken, and the locations newly taken
+// of the models taken before.
+func TestWidenedOwned(t *testing.T) {
+	a := newLib(t, devA)
+	var locs [3]messages.UUID
+	for i := range locs {
+		rec, _, err := a.WriteState(ModelLocation, messages.UUID{}, map[string]any{"path": fmt.Sprintf("/l%d", i), "name": fmt.Sprintf("l%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		locs[i] = rec.UUID
+	}
+	r := newLib(t, devR)
+	for _, m := range []string{ModelDevice, ModelLocation} {
+		recs, _, _, err := a.StatePage(devA, m, messages.HLC{}, messages.Cursor{}, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustApply(t, r, devA, m, recs...)
+	}
+	compile := func(f SyncFilter) *Taking {
+		t.Helper()
+		c, _, err := r.CompileFilter(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return NewTaking([]SyncFilter{c})
+	}
+	one := compile(SyncFilter{Locations: []messages.UUID{locs[0]}, ExcludeModels: []string{ModelAuditLog}})
+	tasks, err := r.WidenedOwned(one, compile(SyncFilter{ExcludeLocations: []messages.UUID{locs[2]}}), []messages.DeviceID{devA, devR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks) != 2 || tasks[0].Owner != devA || !slices.Equal(tasks[0].Models, []string{ModelAuditLog}) ||
+		!slices.Equal(tasks[1].Models, []string{ModelEntry, ModelEntryMetadata}) || !slices.Equal(tasks[1].Locations, []messages.UUID{locs[1]}) {
+		t.Fatalf("widened parts %+v, want audit_log whole and the entries of l1", tasks)
+	}
+	if tasks, err := r.WidenedOwned(one, one, []messages.DeviceID{devA}); err != nil || len(tasks) != 0 {
+		t.Fatalf("the same filter widens %+v (%v)", tasks, err)
+	}
+	if tasks, err := r.WidenedOwned(compile(SyncFilter{}), one, []messages.DeviceID{devA}); err != nil || len(tasks) != 0 {
+		t.Fatalf("a narrower filter widens %+v (%v)", tasks, err)
 	}
 }

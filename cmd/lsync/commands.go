@@ -1282,6 +1282,15 @@ func printStatus(w io.Writer, st *actors.Status) {
 	if st.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", st.Error)
 	}
+	for _, p := range st.Widening {
+		part := strings.Join(p.Models, ", ")
+		if len(p.Locations) == 1 {
+			part += " of 1 location"
+		} else if len(p.Locations) > 1 {
+			part += fmt.Sprintf(" of %d locations", len(p.Locations))
+		}
+		fmt.Fprintf(tw, "widening\t%s of %s (a wider filter took them in): %d rows fetched so far\n", part, cmp.Or(p.OwnerName, p.Owner.String()), p.Rows)
+	}
 	for _, w := range st.Waiting {
 		who := cmp.Or(w.OriginName, w.Origin.String())
 		if w.Model == actors.StateWaitModel {

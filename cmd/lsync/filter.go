@@ -343,6 +343,7 @@ what it takes in from the partners, with the next catch-up.`,
 				default:
 					fmt.Fprintf(w, "Filter set: %s.\n", r.Filter.describe())
 				}
+				fmt.Fprintln(w, "What it takes in is fetched from the partners ('lsync sync status' shows the progress); what it leaves out is removed from this device only.")
 				for _, n := range r.Notes {
 					fmt.Fprintf(w, "Note: %s.\n", n)
 				}
