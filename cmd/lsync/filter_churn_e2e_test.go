@@ -24,7 +24,8 @@ import (
 // album entries) and nothing of the other, no tag, and every other model
 // as A and B hold it; A and B agree on everything; A's log prunes (under
 // 1,000 changes: to nothing); and `sync verify` on C says A's rows are
-// verified (filtered).
+// verified (filtered). Then C widens to everything, is killed at once,
+// and once back holds what A and B hold.
 func TestE2EFilteredMemberThroughChurn(t *testing.T) {
 	needBinary(t)
 	a, b, c := startDaemon(t, "A"), startDaemon(t, "B"), startDaemon(t, "C")
@@ -140,6 +141,16 @@ func TestE2EFilteredMemberThroughChurn(t *testing.T) {
 	}
 	if out := c.mustRun("sync", "verify", lib); !strings.Contains(out, "verified (filtered:") {
 		t.Fatalf("sync verify on C:\n%s", out)
+	}
+	// C widens to the whole library and is killed at once: back up, it
+	// fetches what it took in (the checkpointed parts) and holds what A and
+	// B hold.
+	c.mustRun("sync", "filter", lib, "--clear")
+	c.kill9()
+	c.start("127.0.0.1:0")
+	converge(t, lib, 90*time.Second, a, b, c)
+	if st := syncStatus(c, lib); len(st.Widening) != 0 {
+		t.Fatalf("C still says it is to fetch %+v", st.Widening)
 	}
 }
 
