@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -65,6 +66,7 @@ type catchUpActor struct {
 	widening   *persistence.WidenTask
 	widenRows  int
 	ownedDone  []persistence.WidenTask
+	wholeScan  []messages.DeviceID // owners scanned whole, from the start, from a peer that covers them
 }
 
 type catchUpStage int
@@ -186,6 +188,12 @@ func (j *catchUpActor) nextWiden() *persistence.WidenTask {
 	for len(j.widenOwned) > 0 {
 		t := j.widenOwned[0]
 		j.widenOwned = j.widenOwned[1:]
+		if slices.Contains(j.wholeScan, t.Owner) {
+			// This job scanned all the owner's rows this device takes
+			// from the start (no watermark here): the part came with them.
+			j.ownedDone = append(j.ownedDone, t)
+			continue
+		}
 		if j.n.covers(j.lib, j.libID, j.peer, t.Owner) {
 			return &t
 		}
@@ -341,6 +349,9 @@ func (j *catchUpActor) statePage(a *answered) error {
 		j.ownedDone = append(j.ownedDone, *t)
 		j.widening, j.state = nil, nil
 		return nil
+	}
+	if j.state.Since.IsZero() && j.n.covers(j.lib, j.libID, j.peer, owner) {
+		j.wholeScan = append(j.wholeScan, owner) // a wider filter's parts of owner came with it
 	}
 	if wm := j.state.ScanWM; !wm.IsZero() && j.n.covers(j.lib, j.libID, j.peer, owner) {
 		if err := j.n.raiseWatermark(j.lib, j.libID, j.peer, owner, wm); err != nil {

@@ -138,6 +138,21 @@ func widenKey(t persistence.WidenTask) string {
 	return string(b)
 }
 
+// filterChanging says why owner's rows here are not yet what this
+// device's filter takes ("" when they are): a part a wider filter took
+// in still to fetch, or a narrower one's removal running.
+func (a *libraryActor) filterChanging(owner messages.DeviceID) string {
+	if a.purging {
+		return "removing what a narrower filter leaves out"
+	}
+	for _, k := range a.widenOwned {
+		if k.Owner == owner {
+			return "fetching what a wider filter took in"
+		}
+	}
+	return ""
+}
+
 // WideningPart is a part of an owner's rows a wider filter took in, still
 // to fetch (sync status).
 type WideningPart struct {

@@ -324,7 +324,8 @@ func TestFilterJoinCopiesOnlyWhatIsTaken(t *testing.T) {
 		if n := c.nodes[b].Metrics().RejectedCount(messages.ReasonFiltered); n != 0 {
 			t.Fatalf("the joiner refused %v rows: the source served what it does not take", n)
 		}
-		// Now one location: its entries, and only them, arrive.
+		// Now one location: its entries, and only them, arrive, once.
+		joined := c.nodes[b].Metrics().Value("lsync_backfill_records_total", map[string]string{"library": lib.ID().String()})
 		if _, err := jl.SetFilter(ctx, persistence.SyncFilter{Locations: []messages.UUID{locs[1]}, ExcludeModels: []string{persistence.ModelTag}}); err != nil {
 			t.Fatal(err)
 		}
@@ -332,6 +333,23 @@ func TestFilterJoinCopiesOnlyWhatIsTaken(t *testing.T) {
 		advance(5 * time.Second)
 		if n := len(c.rows(b, persistence.ModelEntry)); n != 40 {
 			t.Fatalf("B holds %d entries, want the 40 of the location it takes", n)
+		}
+		if got := c.nodes[b].Metrics().Value("lsync_backfill_records_total", map[string]string{"library": lib.ID().String()}) - joined; got != 40 {
+			t.Errorf("taking the location fetched %v device-owned rows, want its 40 entries", got)
+		}
+		// While it fetched them, its rows were not compared with A's word on
+		// the part it now takes (they were not that part yet): no mismatch,
+		// no repair fetching them a second time.
+		if got := c.nodes[b].Metrics().Value("lsync_digest_mismatches_total", nil); got != 0 {
+			t.Errorf("the widening counted %v digest mismatches", got)
+		}
+		testutil.Eventually(t, 20*time.Second, "B verified (filtered) against A's word", func() bool {
+			advance(time.Second)
+			v := verification(t, c, b, c.devs[a])
+			return v.State == WordVerified && v.Filter != nil
+		})
+		if got := c.nodes[b].Metrics().Value("lsync_digest_repairs_total", map[string]string{"result": "ok"}); got != 0 {
+			t.Errorf("the widening was followed by %v repairs", got)
 		}
 	})
 }

@@ -143,6 +143,12 @@ func (a *libraryActor) checkOwner(ctx actor.Context, owner messages.DeviceID, w 
 		cmp = compareWord(w, &h, rows, wm, held)
 	}
 	c.filter = nil
+	if reason := a.filterChanging(owner); reason != "" {
+		// The rows here are not yet what this device's filter takes: no
+		// comparison means anything until they are.
+		c.state, c.reason, c.since = WordVerifying, reason, time.Time{}
+		return
+	}
 	if a.n.takesPart(a.lib, a.id, owner) {
 		// Part of the owner's rows (selective sync): judged by the owner's
 		// word on that part (filter_verify.go), but a row newer than its

@@ -75,7 +75,11 @@ func startProfile(path string) (func(), error) {
 }
 
 func childLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	lvl := slog.LevelWarn
+	if os.Getenv("LSYNC_BENCH_LOG") == "info" {
+		lvl = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 }
 
 // startNode starts a child's node: listening on 127.0.0.1, logging
@@ -407,8 +411,8 @@ func awaitLine(ctx context.Context, lines <-chan [2]string, tag string, v any) e
 }
 
 // joinFiltered joins taking no entries, then takes the entries of one
-// location, and returns once they are in (every owner scanned again, no
-// job running).
+// location, and returns once they are in (the part the wider filter took
+// in fetched, no job running).
 func joinFiltered(ctx context.Context, n *actors.Node, server messages.DeviceID, libID messages.LibraryID) (*actors.Library, error) {
 	h, err := n.SyncSetupFiltered(ctx, server, libID, actors.ActionJoin, &persistence.SyncFilter{ExcludeModels: []string{persistence.ModelEntry}})
 	if err != nil {
@@ -425,24 +429,14 @@ func joinFiltered(ctx context.Context, n *actors.Node, server messages.DeviceID,
 	if _, err := h.SetFilter(ctx, persistence.SyncFilter{Locations: []messages.UUID{locs[0].UUID}}); err != nil {
 		return nil, err
 	}
-	// In once every owner's rows are scanned again (watermarks back) and
-	// nothing runs.
-	owners, err := h.Store().Owners()
-	if err != nil {
-		return nil, err
-	}
+	// In once the part the wider filter took in is fetched (no part left
+	// to fetch) and nothing runs.
 	for {
 		st, err := h.Status(ctx)
 		if err != nil {
 			return nil, err
 		}
-		done := st.Phase == actors.PhaseReady && len(st.Jobs) == 0
-		for _, o := range owners {
-			if o != n.ID() && h.Store().StateWatermark(o).IsZero() {
-				done = false
-			}
-		}
-		if done {
+		if st.Phase == actors.PhaseReady && len(st.Jobs) == 0 && len(st.Widening) == 0 {
 			return h, nil
 		}
 		select {
