@@ -39,6 +39,11 @@ type cluster struct {
 	unsigned bool
 	// maxParked is the nodes' persistence.Options.MaxParked (0: default).
 	maxParked int
+	// neighbors, when set, is each node's directory: the devices it is
+	// paired with, so that it dials no one else (nil: every device).
+	neighbors map[int][]int
+	// traffic, when set, counts every frame the nodes send.
+	traffic *traffic
 
 	// Hooks tests may set while nodes run.
 	servedHook  atomic.Pointer[func(messages.DeviceID, messages.Message)]
@@ -46,6 +51,7 @@ type cluster struct {
 	applyHook   atomic.Pointer[func(node int, model string, u messages.UUID)]
 	pageHook    atomic.Pointer[func(node int, p *joinPage)]
 	receiveHook atomic.Pointer[func(node int, actor string, msg any)]
+	traceHook   atomic.Pointer[func(node int, stage string, ch *messages.SharedChange)]
 
 	joinedMu  sync.Mutex
 	pagesMu   sync.Mutex
@@ -114,14 +120,25 @@ func (c *cluster) start(i int) {
 			others[d] = a
 		}
 	}
+	if nb, ok := c.neighbors[i]; ok {
+		others = StaticDirectory{}
+		for _, j := range nb {
+			others[c.devs[j]] = c.dir[c.devs[j]]
+		}
+	}
 	var log *slog.Logger
 	if os.Getenv("LSYNC_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("dev", i)
 	}
 	node, err := Start(context.Background(), Config{
 		Home: c.homes[i], Name: fmt.Sprintf("dev%d", i), Directory: others, Sync: c.sync, Logger: log, Retention: c.retention,
-		NewTransport: func(obs net.Observer) (net.Transport, error) { return c.net.Listen(dev, fmt.Sprintf("dev%d", i), obs) },
-		hooks:        c.hooks(i),
+		NewTransport: func(obs net.Observer) (net.Transport, error) {
+			if c.traffic != nil {
+				obs = c.traffic.observe(obs)
+			}
+			return c.net.Listen(dev, fmt.Sprintf("dev%d", i), obs)
+		},
+		hooks: c.hooks(i),
 	})
 	if err != nil {
 		c.t.Fatalf("start node %d: %v", i, err)
@@ -238,6 +255,9 @@ func pageKey(from messages.DeviceID, r *messages.StateRequest) string {
 // trace keeps the history of each shared record on every node, printed
 // when convergence fails.
 func (c *cluster) trace(i int, stage string, ch *messages.SharedChange) {
+	if h := c.traceHook.Load(); h != nil {
+		(*h)(i, stage, ch)
+	}
 	c.traceMu.Lock()
 	defer c.traceMu.Unlock()
 	if c.traces == nil {
