@@ -21,7 +21,12 @@ import (
 //     tombstones newer than our state watermark for that owner, in model
 //     dependency order (a statePager, as the join uses); after a complete
 //     scan the watermark rises to the one the peer reported at the start
-//     of the scan;
+//     of the scan. A pull (after a report, or a gap in an origin's
+//     chain) scans only the owners the peer's last report holds rows of
+//     newer than any here, each from the newest row held here: what the
+//     peer has that this device lacks, not what reached it live since
+//     its last complete scan (relaySince says when it starts lower);
+//     a scan from above the watermark raises none;
 //  2. shared logs, applied in HLC order through the chain check: the
 //     peer's own after our watermark for it, then the relay: every other
 //     origin's the peer holds changes of that we do not (its last
@@ -35,13 +40,13 @@ import (
 // Its requests run off its Receive on their own streams, so live traffic
 // keeps flowing; each page is applied in its Receive when it arrives.
 type catchUpActor struct {
-	n          *nodeCore
-	lib        *persistence.Library
-	libID      messages.LibraryID
-	parent     *actor.PID
-	peer       messages.DeviceID
-	conn       net.Conn
-	sharedOnly bool
+	n      *nodeCore
+	lib    *persistence.Library
+	libID  messages.LibraryID
+	parent *actor.PID
+	peer   messages.DeviceID
+	conn   net.Conn
+	pull   bool // a pull (relay.go): only what the report names, no owner list asked
 
 	report  *messages.WatermarkReport  // what the peer last said it holds (nil: not known)
 	named   []messages.OriginWatermark // the owners the peer holds rows of
@@ -67,6 +72,10 @@ type catchUpActor struct {
 	widenRows  int
 	ownedDone  []persistence.WidenTask
 	wholeScan  []messages.DeviceID // owners scanned whole, from the start, from a peer that covers them
+	// partial: the owner being scanned is scanned from the newest row
+	// held here, above its watermark (a relay pull): the scan vouches for
+	// nothing below, so it raises no watermark.
+	partial bool
 }
 
 type catchUpStage int
@@ -80,10 +89,10 @@ const (
 )
 
 func newCatchUpActor(n *nodeCore, lib *persistence.Library, id messages.LibraryID, parent *actor.PID,
-	peer messages.DeviceID, conn net.Conn, sharedOnly bool, report *messages.WatermarkReport, widen []string,
+	peer messages.DeviceID, conn net.Conn, pull bool, report *messages.WatermarkReport, widen []string,
 	widenOwned []persistence.WidenTask) actor.Producer {
 	return func() actor.Actor {
-		return &catchUpActor{n: n, lib: lib, libID: id, parent: parent, peer: peer, conn: conn, sharedOnly: sharedOnly,
+		return &catchUpActor{n: n, lib: lib, libID: id, parent: parent, peer: peer, conn: conn, pull: pull,
 			report: report, pulled: map[messages.DeviceID]bool{}, widen: widen, widenOwned: widenOwned}
 	}
 }
@@ -92,7 +101,10 @@ func (j *catchUpActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		j.fetch = j.n.newFetcher(ctx, j.libID, nil)
-		if !j.sharedOnly && len(j.n.ownFilterRecords(j.lib)) > 0 {
+		if j.pull {
+			j.owners = j.ownersBehind()
+		}
+		if (!j.pull || len(j.owners) > 0) && len(j.n.ownFilterRecords(j.lib)) > 0 {
 			// The peer must serve by this device's filter as it is now.
 			j.askFilter(0)
 			return
@@ -120,8 +132,8 @@ func (j *catchUpActor) Receive(ctx actor.Context) {
 
 // begin starts the catch-up proper.
 func (j *catchUpActor) begin(ctx actor.Context) {
-	if j.sharedOnly {
-		j.stage = cuState // no owners: straight to the log
+	if j.pull {
+		j.stage = cuState // the owners the report names, if any, then the logs
 		j.next(ctx)
 		return
 	}
@@ -182,6 +194,48 @@ func (j *catchUpActor) ownersToScan(theirs []messages.OriginWatermark) []message
 	return out
 }
 
+// ownersBehind are the owners a pull scans: those the peer's report holds
+// rows of newer than any here, the peer first.
+func (j *catchUpActor) ownersBehind() []messages.DeviceID {
+	if j.report == nil {
+		return nil
+	}
+	var out []messages.DeviceID
+	for _, w := range j.report.Rows {
+		if w.Origin == j.n.self || w.HLC.Compare(j.lib.StateWatermark(w.Origin)) <= 0 || w.HLC.Compare(j.lib.Holds(w.Origin)) <= 0 {
+			continue
+		}
+		if w.Origin == j.peer {
+			out = append([]messages.DeviceID{w.Origin}, out...)
+		} else {
+			out = append(out, w.Origin)
+		}
+	}
+	return out
+}
+
+// relaySince is where the scan of owner starts: in a full catch-up, at
+// this device's watermark; in a relay pull, there too if the peer's last
+// complete scan of owner is newer (rows of owner older than the newest
+// held here may have reached the peer since, out of order: from a
+// catch-up of its own after a lost or refused live change), else at the
+// newest row held here (partial: a scan that vouches for nothing below).
+func (j *catchUpActor) relaySince(owner messages.DeviceID) (since messages.HLC, partial bool) {
+	wm := j.lib.StateWatermark(owner)
+	if !j.pull || j.report == nil {
+		return wm, false
+	}
+	for _, w := range j.report.State {
+		if w.Origin == owner && w.HLC.Compare(wm) > 0 {
+			return wm, false
+		}
+	}
+	if held := j.lib.Holds(owner); held.Compare(wm) > 0 {
+		return held, true
+	}
+	return wm, false
+}
+
 // nextWiden takes the next part a wider filter takes in that the peer
 // holds (covers its owner's rows for this device), or nil.
 func (j *catchUpActor) nextWiden() *persistence.WidenTask {
@@ -205,7 +259,7 @@ func (j *catchUpActor) nextWiden() *persistence.WidenTask {
 // the peer reported holding more of than we do, or, when it has not
 // reported, every origin known here or among the owners it named (an
 // origin the peer has nothing of costs one empty answer). Never our own.
-// A shared-only pull after a report asks for what the report names only.
+// A pull after a report asks for what the report names only.
 func (j *catchUpActor) originsToPull() []messages.DeviceID {
 	var out []messages.DeviceID
 	seen := map[messages.DeviceID]bool{j.n.self: true}
@@ -218,7 +272,7 @@ func (j *catchUpActor) originsToPull() []messages.DeviceID {
 	// A pull a report called for asks only for what the report names
 	// (the peer's own changes come pushed, and a gap in them is caught by
 	// the chain); any other catch-up starts with the peer's own log.
-	if j.report == nil || !j.sharedOnly {
+	if j.report == nil || !j.pull {
 		add(j.peer)
 	}
 	if j.report != nil {
@@ -264,8 +318,10 @@ func (j *catchUpActor) next(ctx actor.Context) {
 		} else {
 			owner := j.owners[0]
 			j.owners = j.owners[1:]
+			since, partial := j.relaySince(owner)
+			j.partial = partial
 			j.state = &statePager{Owner: owner, Models: j.lib.Registry().DeviceOwned(),
-				Since: j.lib.StateWatermark(owner), Limit: uint32(j.n.sync.PageSize)}
+				Since: since, Limit: uint32(j.n.sync.PageSize)}
 		}
 	}
 	switch j.stage {
@@ -353,7 +409,7 @@ func (j *catchUpActor) statePage(a *answered) error {
 	if j.state.Since.IsZero() && j.n.covers(j.lib, j.libID, j.peer, owner) {
 		j.wholeScan = append(j.wholeScan, owner) // a wider filter's parts of owner came with it
 	}
-	if wm := j.state.ScanWM; !wm.IsZero() && j.n.covers(j.lib, j.libID, j.peer, owner) {
+	if wm := j.state.ScanWM; !wm.IsZero() && !j.partial && j.n.covers(j.lib, j.libID, j.peer, owner) {
 		if err := j.n.raiseWatermark(j.lib, j.libID, j.peer, owner, wm); err != nil {
 			return err
 		}

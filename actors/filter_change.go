@@ -99,10 +99,9 @@ func pruneWidenTasks(tasks []persistence.WidenTask, t *persistence.Taking) []per
 	return out
 }
 
-// widenTasks are the parts a full catch-up fetches (none for a pull of
-// shared changes only).
-func (a *libraryActor) widenTasks(sharedOnly bool) []persistence.WidenTask {
-	if sharedOnly {
+// widenTasks are the parts a full catch-up fetches (none for a pull).
+func (a *libraryActor) widenTasks(pull bool) []persistence.WidenTask {
+	if pull {
 		return nil
 	}
 	return slices.Clone(a.widenOwned)

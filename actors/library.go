@@ -38,8 +38,7 @@ type libraryActor struct {
 	ae       *actor.PID                       // running anti-entropy job, if any
 	aeNext   int                              // round-robin over connected partners
 	jobs     map[messages.DeviceID]*actor.PID // running catch-up job per peer
-	jobAgain map[messages.DeviceID]bool       // a catch-up was asked for while one ran: true a full one, false shared logs only
-	lastFull map[messages.DeviceID]time.Time  // when the last full catch-up with each partner started
+	jobAgain map[messages.DeviceID]bool       // a catch-up was asked for while one ran: true a full one, false a pull
 	retry    map[messages.DeviceID]*backoff   // failed catch-ups are retried with back-off
 	retryAt  map[messages.DeviceID]*time.Timer
 
@@ -54,7 +53,6 @@ type libraryActor struct {
 	// called for, and the coalesced reports of this device.
 	lastReport  map[messages.DeviceID]*messages.WatermarkReport
 	pullAt      map[messages.DeviceID]*time.Timer
-	fullAt      map[messages.DeviceID]*time.Timer
 	reportTimer *time.Timer
 	// Automatic setups with members (members.go): running, and when the
 	// last one with each member failed.
@@ -212,10 +210,8 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.aeErr = map[messages.DeviceID]string{}
 	a.jobs = map[messages.DeviceID]*actor.PID{}
 	a.jobAgain = map[messages.DeviceID]bool{}
-	a.lastFull = map[messages.DeviceID]time.Time{}
 	a.lastReport = map[messages.DeviceID]*messages.WatermarkReport{}
 	a.pullAt = map[messages.DeviceID]*time.Timer{}
-	a.fullAt = map[messages.DeviceID]*time.Timer{}
 	a.memberSetup = map[messages.DeviceID]bool{}
 	a.words = map[messages.DeviceID]*messages.SignedDigest{}
 	a.heads = map[messages.DeviceID]messages.ChainHead{}
@@ -286,9 +282,6 @@ func (a *libraryActor) stopTimers() {
 		t.Stop()
 	}
 	for _, t := range a.pullAt {
-		t.Stop()
-	}
-	for _, t := range a.fullAt {
 		t.Stop()
 	}
 	if a.checkTimer != nil {

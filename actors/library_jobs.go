@@ -72,7 +72,7 @@ func (a *libraryActor) catchUpAll(ctx actor.Context) {
 	}
 }
 
-func (a *libraryActor) startCatchUp(ctx actor.Context, dev messages.DeviceID, sharedOnly bool) {
+func (a *libraryActor) startCatchUp(ctx actor.Context, dev messages.DeviceID, pull bool) {
 	link, ok := a.peers[dev]
 	if !ok || !a.partners[dev] || a.failure != nil {
 		return
@@ -81,7 +81,7 @@ func (a *libraryActor) startCatchUp(ctx actor.Context, dev messages.DeviceID, sh
 		return // the join's own final pass catches up with everyone
 	}
 	if _, running := a.jobs[dev]; running {
-		a.jobAgain[dev] = a.jobAgain[dev] || !sharedOnly
+		a.jobAgain[dev] = a.jobAgain[dev] || !pull
 		return
 	}
 	if a.retryAt[dev] != nil {
@@ -91,15 +91,12 @@ func (a *libraryActor) startCatchUp(ctx actor.Context, dev messages.DeviceID, sh
 		// at once, forever.
 		return
 	}
-	if !sharedOnly {
-		a.lastFull[dev] = time.Now()
-	}
 	report := a.lastReport[dev]
 	if len(a.pending[dev]) > 0 {
 		report = nil // a gap in its own changes: its log first, whatever it last reported
 	}
-	a.jobs[dev] = ctx.SpawnPrefix(actor.PropsFromProducer(newCatchUpActor(a.n, a.lib, a.id, ctx.Self(), dev, link.conn, sharedOnly,
-		report, a.widen, a.widenTasks(sharedOnly))), "catchup-")
+	a.jobs[dev] = ctx.SpawnPrefix(actor.PropsFromProducer(newCatchUpActor(a.n, a.lib, a.id, ctx.Self(), dev, link.conn, pull,
+		report, a.widen, a.widenTasks(pull))), "catchup-")
 }
 
 func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {

@@ -45,7 +45,7 @@ type Metrics struct {
 	aeRuns         *prometheus.CounterVec // result: ok, failed
 	relayed        prometheus.Counter     // other origins' shared changes served
 	filtered       *prometheus.CounterVec // model: rows and changes not sent, a partner does not take them
-	relayPulls     *prometheus.CounterVec // kind: shared, full
+	relayPulls     *prometheus.CounterVec // kind: shared, state
 	digestMismatch prometheus.Counter     // an owner's rows found to differ from its signed digest
 	digestRepairs  *prometheus.CounterVec // result: ok, failed
 	pagesAhead     *prometheus.CounterVec // result: used, dropped
@@ -157,7 +157,7 @@ func newMetrics() *Metrics {
 		Name: "lsync_relayed_changes_total", Help: "Shared changes of other origins served from this device's log (the relay).",
 	})
 	m.relayPulls = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "lsync_relay_pulls_total", Help: "Catch-ups started because a partner reported holding more than this device, by kind (shared: its logs only; full: device-owned state too).",
+		Name: "lsync_relay_pulls_total", Help: "Catch-ups started because a partner reported holding more than this device, by kind (shared: logs only; state: rows of owners too).",
 	}, []string{"kind"})
 	m.digestMismatch = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lsync_digest_mismatches_total", Help: "Times an owner's rows here were found to differ from the owner's signed digest (damaged or forged rows).",
@@ -201,7 +201,7 @@ func newMetrics() *Metrics {
 	for _, r := range []string{"ok", "failed"} {
 		m.aeRuns.WithLabelValues(r)
 	}
-	for _, k := range []string{"shared", "full"} {
+	for _, k := range []string{"shared", "state"} {
 		m.relayPulls.WithLabelValues(k)
 	}
 	for _, d := range []actor.Directive{actor.ResumeDirective, actor.RestartDirective, actor.StopDirective, actor.EscalateDirective} {

@@ -150,7 +150,7 @@ func TestMetricsCountersPreRegistered(t *testing.T) {
 		"lsync_failed_record_retries_total": {"outcome=recovered", "outcome=failed", "outcome=unreadable"},
 		"lsync_antientropy_repairs_total":   {"kind=fetched", "kind=deleted"},
 		"lsync_antientropy_runs_total":      {"result=ok", "result=failed"},
-		"lsync_relay_pulls_total":           {"kind=shared", "kind=full"},
+		"lsync_relay_pulls_total":           {"kind=shared", "kind=state"},
 		"lsync_digest_repairs_total":        {"result=ok", "result=failed"},
 		"lsync_actor_supervision_total":     {"directive=RestartDirective", "directive=StopDirective"},
 		"lsync_applier_restarts_total":      {"model=entry", "model=" + sharedApplier},

@@ -334,12 +334,8 @@ type ackFlush struct{}
 // reportFlush sends coalesced watermark reports (relay.go).
 type reportFlush struct{}
 
-// relayPull: a partner reported holding more than this device (relay.go);
-// full when it is the held-back scan of device-owned state.
-type relayPull struct {
-	dev  messages.DeviceID
-	full bool
-}
+// relayPull: a partner reported holding more than this device (relay.go).
+type relayPull struct{ dev messages.DeviceID }
 
 // catchupTick starts a periodic catch-up with every connected partner.
 type catchupTick struct{}

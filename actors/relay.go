@@ -20,10 +20,13 @@ import (
 //     what it holds now (WatermarkReport, coalesced for reportDelay; the
 //     same report that lets partners prune tombstones);
 //   - a partner that learns from a report that the device holds more of
-//     some origin than it does starts a catch-up with it: shared logs
-//     only when that is all it lacks (at once), device-owned state too
-//     when it lacks rows (at most every fullPullEvery per partner: a
-//     state scan re-reads what arrived live since the last one).
+//     some origin than it does pulls just that from it (a relay pull):
+//     the logs of the origins it lacks changes of, and the rows of the
+//     owners it lacks rows of, newer than the newest it holds of each.
+//     A pull reads what the partner lacks, never what reached it live
+//     since its last complete scan of an owner (that is the periodic
+//     catch-up's work), so it costs the same whatever the group's size
+//     or the time since that scan.
 //
 // A relayed change is applied exactly as if it came from its origin:
 // through the per-origin chain check, so no change applies twice and no
@@ -37,10 +40,6 @@ import (
 
 // reportDelay coalesces reports: one per burst of applied changes.
 func (a *libraryActor) reportDelay() time.Duration { return a.n.sync.AckDelay }
-
-// fullPullEvery bounds report-driven catch-ups that scan device-owned
-// state, per partner.
-const fullPullEvery = 2 * time.Second
 
 // scheduleReport sends the watermark reports soon (reportFlush).
 func (a *libraryActor) scheduleReport(ctx actor.Context) {
@@ -63,7 +62,8 @@ func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *me
 	// A shared watermark the report claims counts only with the origin's
 	// sealed head at it (chain.go): a claim by itself moves nothing.
 	r = a.takeHeads(ctx, from, r)
-	if a.lastReport[from] == nil {
+	first := a.lastReport[from] == nil
+	if first {
 		// Its first report since it connected: its library is open now.
 		// A report of ours that reached it before (the connection comes
 		// up before the library opens after a restart) was refused
@@ -77,18 +77,30 @@ func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *me
 	a.lastReport[from] = r
 	a.takeWords(from, r.Digests)
 	a.checkOwners(ctx)
+	if first && a.vouchesMore(r) {
+		// Its first report since it connected vouches for rows of some
+		// owner this device's watermark does not: a complete scan of
+		// them, once (a partner set up by the other side is caught up
+		// with this way, and rows this device refused live before it was
+		// a partner here come with it). Later reports pull only rows
+		// newer than any here: a watermark that rose anywhere must not
+		// set off scans everywhere.
+		a.startCatchUp(ctx, from, false)
+	}
 	if shared, state := a.behind(r); shared || state {
 		// Changes of an origin connected here may still be on their way
 		// to the appliers (its own push): look again shortly. Those of
 		// others can only come by a pull: at once.
 		wait := time.Duration(0)
 		for _, w := range r.Shared {
-			if _, up := a.peers[w.Origin]; up && a.partners[w.Origin] && w.HLC.Compare(a.lib.SharedWatermark(w.Origin)) > 0 {
+			if a.pushesHere(w.Origin) && w.HLC.Compare(a.lib.SharedWatermark(w.Origin)) > 0 {
 				wait = a.reportDelay()
 			}
 		}
-		if state {
-			wait = a.reportDelay()
+		for _, w := range r.Rows {
+			if a.pushesHere(w.Origin) && a.lacksRows(w) {
+				wait = a.reportDelay()
+			}
 		}
 		a.schedulePull(ctx, from, wait)
 	}
@@ -111,45 +123,56 @@ func (a *libraryActor) behind(r *messages.WatermarkReport) (shared, state bool) 
 			shared = true
 		}
 	}
-	for _, w := range r.State {
-		if w.Origin != a.n.self && w.HLC.Compare(a.lib.StateWatermark(w.Origin)) > 0 {
-			state = true // a scan from it raises our watermark
-		}
-	}
 	for _, w := range r.Rows {
-		if w.Origin != a.n.self && w.HLC.Compare(a.lib.StateWatermark(w.Origin)) > 0 && w.HLC.Compare(a.lib.Holds(w.Origin)) > 0 {
-			state = true // it holds a row newer than any here
+		if w.Origin != a.n.self && a.lacksRows(w) {
+			state = true
 		}
 	}
 	return shared, state
 }
 
-func (a *libraryActor) schedulePull(ctx actor.Context, dev messages.DeviceID, wait time.Duration) {
-	a.scheduleRelayPull(ctx, a.pullAt, dev, wait, false)
+// vouchesMore says whether r's state watermark for some owner but this
+// device is above this device's.
+func (a *libraryActor) vouchesMore(r *messages.WatermarkReport) bool {
+	for _, w := range r.State {
+		if w.Origin != a.n.self && w.HLC.Compare(a.lib.StateWatermark(w.Origin)) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
-// scheduleRelayPull sends a relayPull for dev after wait unless timers
-// holds one pending for it: quick ones (a report just came) and full ones
-// (device-owned state, held back by fullPullEvery) each have theirs, so a
-// held-back state scan never holds back shared changes.
-func (a *libraryActor) scheduleRelayPull(ctx actor.Context, timers map[messages.DeviceID]*time.Timer, dev messages.DeviceID,
-	wait time.Duration, full bool) {
-	if timers[dev] != nil {
+// lacksRows says whether a partner that holds rows of w.Origin up to
+// w.HLC holds one newer than any here. (A partner whose watermark for an
+// owner is above ours, from a more recent complete scan, but that holds
+// no newer row, is no reason to pull: the periodic catch-up raises ours.
+// Pulling for it made every scan anywhere set off scans everywhere.)
+func (a *libraryActor) lacksRows(w messages.OriginWatermark) bool {
+	return w.HLC.Compare(a.lib.StateWatermark(w.Origin)) > 0 && w.HLC.Compare(a.lib.Holds(w.Origin)) > 0
+}
+
+// pushesHere says whether origin is a connected partner, whose own
+// changes and rows come pushed: one a report says it holds may be on its
+// way here still.
+func (a *libraryActor) pushesHere(origin messages.DeviceID) bool {
+	_, up := a.peers[origin]
+	return up && a.partners[origin]
+}
+
+func (a *libraryActor) schedulePull(ctx actor.Context, dev messages.DeviceID, wait time.Duration) {
+	if a.pullAt[dev] != nil {
 		return
 	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	timers[dev] = time.AfterFunc(wait, func() { root.Send(self, &relayPull{dev: dev, full: full}) })
+	a.pullAt[dev] = time.AfterFunc(wait, func() { root.Send(self, &relayPull{dev: dev}) })
 }
 
-// onRelayPull starts the catch-up a report called for, if it still is:
-// shared logs at once, device-owned state when fullPullEvery allows.
+// onRelayPull starts the pull a report called for, if it still is: a
+// catch-up that asks only for what the partner's last report holds
+// beyond this device (catchup.go).
 func (a *libraryActor) onRelayPull(ctx actor.Context, m *relayPull) {
 	dev := m.dev
-	if m.full {
-		delete(a.fullAt, dev)
-	} else {
-		delete(a.pullAt, dev)
-	}
+	delete(a.pullAt, dev)
 	r := a.lastReport[dev]
 	if r == nil || a.peers[dev] == nil || !a.partners[dev] {
 		return
@@ -158,16 +181,11 @@ func (a *libraryActor) onRelayPull(ctx actor.Context, m *relayPull) {
 	a.n.log.Debug("relay: a partner holds more", "library", a.id, "peer", dev, "shared", shared, "state", state,
 		"running", a.jobs[dev] != nil, "backing_off", a.retryAt[dev] != nil)
 	if state {
-		wait := time.Until(a.lastFull[dev].Add(fullPullEvery))
-		if wait <= 0 {
-			a.n.metrics.relayPulls.WithLabelValues("full").Inc()
-			a.startCatchUp(ctx, dev, false)
-			return
-		}
-		a.scheduleRelayPull(ctx, a.fullAt, dev, wait, true)
-	}
-	if shared {
+		a.n.metrics.relayPulls.WithLabelValues("state").Inc()
+	} else if shared {
 		a.n.metrics.relayPulls.WithLabelValues("shared").Inc()
+	}
+	if shared || state {
 		a.startCatchUp(ctx, dev, true)
 	}
 }
