@@ -273,15 +273,20 @@ const (
 // compareWord compares the digest h of rows rows of an owner, held here
 // completely up to wm and with nothing newer than held, with the owner's
 // word w. The digests are comparable only when this device holds exactly
-// what w covers.
+// what w covers. Rows that came live, past the last complete scan (wm),
+// up to the word's newest row match it when none is missing: that needs
+// no scan to tell (a relay pull or a live change does not raise wm); one
+// that differs then may only lack a row a scan would bring.
 func compareWord(w *messages.SignedDigest, h *lthash.Hash, rows int, wm, held messages.HLC) wordComparison {
+	same := func() bool { sum := h.Checksum(); return string(sum[:]) == string(w.Digest) && uint64(rows) == w.Rows }
 	switch {
 	case held.Compare(w.Watermark) > 0:
 		return wordAhead
+	case wm.Compare(w.Watermark) < 0 && held == w.Watermark && same():
+		return wordMatch
 	case wm.Compare(w.Watermark) < 0:
 		return wordBehind
-	}
-	if sum := h.Checksum(); string(sum[:]) == string(w.Digest) && uint64(rows) == w.Rows {
+	case same():
 		return wordMatch
 	}
 	return wordDiffers
