@@ -49,6 +49,7 @@ type catchUpActor struct {
 	pull   bool // a pull (relay.go): only what the report names, no owner list asked
 
 	report  *messages.WatermarkReport  // what the peer last said it holds (nil: not known)
+	whole   []messages.DeviceID        // owners a pull scans from the watermark, first (relay.go: ownerVouchesMore)
 	named   []messages.OriginWatermark // the owners the peer holds rows of
 	fetch   *fetcher
 	stage   catchUpStage
@@ -89,11 +90,11 @@ const (
 )
 
 func newCatchUpActor(n *nodeCore, lib *persistence.Library, id messages.LibraryID, parent *actor.PID,
-	peer messages.DeviceID, conn net.Conn, pull bool, report *messages.WatermarkReport, widen []string,
+	peer messages.DeviceID, conn net.Conn, pull bool, report *messages.WatermarkReport, whole []messages.DeviceID, widen []string,
 	widenOwned []persistence.WidenTask) actor.Producer {
 	return func() actor.Actor {
 		return &catchUpActor{n: n, lib: lib, libID: id, parent: parent, peer: peer, conn: conn, pull: pull,
-			report: report, pulled: map[messages.DeviceID]bool{}, widen: widen, widenOwned: widenOwned}
+			report: report, whole: whole, pulled: map[messages.DeviceID]bool{}, widen: widen, widenOwned: widenOwned}
 	}
 }
 
@@ -200,9 +201,10 @@ func (j *catchUpActor) ownersBehind() []messages.DeviceID {
 	if j.report == nil {
 		return nil
 	}
-	var out []messages.DeviceID
+	out := slices.Clone(j.whole)
 	for _, w := range j.report.Rows {
-		if w.Origin == j.n.self || w.HLC.Compare(j.lib.StateWatermark(w.Origin)) <= 0 || w.HLC.Compare(j.lib.Holds(w.Origin)) <= 0 {
+		if w.Origin == j.n.self || slices.Contains(j.whole, w.Origin) ||
+			w.HLC.Compare(j.lib.StateWatermark(w.Origin)) <= 0 || w.HLC.Compare(j.lib.Holds(w.Origin)) <= 0 {
 			continue
 		}
 		if w.Origin == j.peer {
@@ -214,23 +216,14 @@ func (j *catchUpActor) ownersBehind() []messages.DeviceID {
 	return out
 }
 
-// relaySince is where the scan of owner starts: in a full catch-up, at
-// this device's watermark; in a relay pull, there too if the peer's last
-// complete scan of owner is newer (rows of owner older than the newest
-// held here may have reached the peer since, out of order: from a
-// catch-up of its own after a lost or refused live change), else at the
-// newest row held here (partial: a scan that vouches for nothing below).
+// relaySince is where the scan of owner starts: in a full catch-up, or
+// of an owner the pull scans whole, at this device's watermark; in a
+// pull, at the newest row held here when that is above the watermark (partial: a scan that vouches for nothing
+// below). Rows older than it that reached the peer out of order (after a
+// live change lost or refused there) come with the next full catch-up.
 func (j *catchUpActor) relaySince(owner messages.DeviceID) (since messages.HLC, partial bool) {
 	wm := j.lib.StateWatermark(owner)
-	if !j.pull || j.report == nil {
-		return wm, false
-	}
-	for _, w := range j.report.State {
-		if w.Origin == owner && w.HLC.Compare(wm) > 0 {
-			return wm, false
-		}
-	}
-	if held := j.lib.Holds(owner); held.Compare(wm) > 0 {
+	if held := j.lib.Holds(owner); j.pull && !slices.Contains(j.whole, owner) && held.Compare(wm) > 0 {
 		return held, true
 	}
 	return wm, false

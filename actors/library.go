@@ -47,7 +47,7 @@ type libraryActor struct {
 	// the catch-up re-requests everything after the watermark.
 	pending  map[messages.DeviceID][]messages.SharedChange
 	ackDirty map[messages.DeviceID]bool
-	reported map[messages.DeviceID]string // the watermarks last reported to each connected partner
+	views    map[messages.DeviceID]*partnerView // what each partner was reported and needs reported (reports.go)
 	ackTimer *time.Timer
 	// The relay (relay.go): each partner's last report, the pulls it
 	// called for, and the coalesced reports of this device.
@@ -227,7 +227,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.retryAt = map[messages.DeviceID]*time.Timer{}
 	a.pending = map[messages.DeviceID][]messages.SharedChange{}
 	a.ackDirty = map[messages.DeviceID]bool{}
-	a.reported = map[messages.DeviceID]string{}
+	a.views = map[messages.DeviceID]*partnerView{}
 	a.appliers = map[string]*actor.PID{}
 	// A library opens READY; only a change from there is an event.
 	a.shown = PhaseReady
@@ -411,7 +411,10 @@ func (a *libraryActor) onPeerDown(ctx actor.Context, m *peerDown) {
 		return
 	}
 	delete(a.peers, m.dev)
-	delete(a.reported, m.dev)
+	if v := a.views[m.dev]; v != nil {
+		clear(v.sent) // the next connection starts with a whole report
+		v.heldBack = time.Time{}
+	}
 	delete(a.lastReport, m.dev) // it reports again when it is back
 	if a.partners[m.dev] {
 		a.n.events.emit(Event{Type: EventPeerDisconnected, Library: a.id, Peer: m.dev})
@@ -452,40 +455,4 @@ func (a *libraryActor) sendTo(ctx actor.Context, dev messages.DeviceID, msg mess
 	}
 	ctx.Send(link.pid, &outboundMsg{lib: a.id, msg: msg})
 	return true
-}
-
-// reportWatermarks tells each connected partner what this device holds,
-// per origin, when that changed since the last report to it: partners
-// prune a tombstone only once every partner holds it. It runs on the
-// prune timer; a partner that reconnects is told again.
-func (a *libraryActor) reportWatermarks(ctx actor.Context) {
-	if a.join != nil {
-		return // joining: nothing worth reporting yet
-	}
-	st, err := a.lib.StateWatermarks()
-	if err != nil {
-		return
-	}
-	sh, err := a.lib.SharedWatermarks()
-	if err != nil {
-		return
-	}
-	rows := a.lib.HeldWatermarks()
-	words := a.reportedWords()
-	heads := a.lib.SharedHeads()
-	digest := fmt.Sprint(st, sh, rows)
-	for _, w := range words {
-		digest += w.Owner.String() + w.Watermark.String()
-	}
-	for _, h := range heads {
-		digest += h.Head.String()
-	}
-	for dev := range a.connectedPartners() {
-		if a.reported[dev] == digest {
-			continue
-		}
-		if a.sendTo(ctx, dev, &messages.WatermarkReport{State: st, Shared: sh, Rows: rows, Digests: words, Heads: heads}) {
-			a.reported[dev] = digest
-		}
-	}
 }

@@ -257,7 +257,7 @@ func (a *libraryActor) endPartnership(ctx actor.Context, dev messages.DeviceID, 
 	a.removed[dev] = bySelf
 	a.n.auth.setPartners(a.id, a.partners)
 	a.n.auth.setRemoved(a.id, a.removed)
-	delete(a.reported, dev)
+	delete(a.views, dev)
 	delete(a.syncErr, dev)
 	if t := a.retryAt[dev]; t != nil {
 		t.Stop()

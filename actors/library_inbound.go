@@ -30,6 +30,7 @@ func (a *libraryActor) onInbound(ctx actor.Context, m *inboundMsg) {
 		return
 	}
 	if m.reply != nil {
+		a.notePull(m.from, m.msg) // what it relies on this device for (reports.go)
 		// Bulk requests are answered by the serve actor so that reading a
 		// page never delays live changes.
 		ctx.Send(a.serve, &serveReq{from: m.from, msg: m.msg, reply: m.reply, credit: m.credit})

@@ -54,7 +54,7 @@ func (a *libraryActor) receiveJobs(ctx actor.Context) bool {
 	case *pruned:
 		a.n.metrics.sharedLog.WithLabelValues(a.id.String()).Set(float64(m.logCount))
 		if m.tick {
-			a.reportWatermarks(ctx)
+			a.reportWatermarks(ctx, true)
 			a.reconcileMembers(ctx)
 		}
 	default:
@@ -95,8 +95,12 @@ func (a *libraryActor) startCatchUp(ctx actor.Context, dev messages.DeviceID, pu
 	if len(a.pending[dev]) > 0 {
 		report = nil // a gap in its own changes: its log first, whatever it last reported
 	}
+	var whole []messages.DeviceID
+	if pull && report != nil && a.ownerVouchesMore(dev, report) {
+		whole = []messages.DeviceID{dev}
+	}
 	a.jobs[dev] = ctx.SpawnPrefix(actor.PropsFromProducer(newCatchUpActor(a.n, a.lib, a.id, ctx.Self(), dev, link.conn, pull,
-		report, a.widen, a.widenTasks(pull))), "catchup-")
+		report, whole, a.widen, a.widenTasks(pull))), "catchup-")
 }
 
 func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {

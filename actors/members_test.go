@@ -309,6 +309,22 @@ func measureChanges(t testing.TB, c *cluster, top memberTopology, seed uint64, c
 	return f
 }
 
+// warmUp has every member make one change, then waits (fake time) until
+// every member holds them all: what members learn of each other from the
+// first change of each origin (whether a partner gets that origin's
+// changes without them, reports.go) is learnt before what is measured.
+func warmUp(t testing.TB, c *cluster) {
+	t.Helper()
+	ctx := ctxT(t)
+	for i := range c.nodes {
+		if _, err := c.libs[i].CreateTag(ctx, TagInput{Name: fmt.Sprintf("warm-up %d", i)}); err != nil {
+			t.Fatal(err)
+		}
+		advance(100 * time.Millisecond)
+	}
+	c.converge(true, 5*time.Minute)
+}
+
 // measureSync is the measured clusters' configuration: the production
 // defaults, but the periodic catch-up and anti-entropy, which cost the
 // same with or without changes, out of the measured window.
@@ -326,15 +342,20 @@ func measureMembers(t *testing.T, kind string, n int, seed uint64, changes int) 
 		if err := c.net.SetFaults(memnet.Faults{DelayMin: time.Millisecond, DelayMax: 3 * time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
+		if os.Getenv("LSYNC_MEMBERS_COLD") == "" {
+			warmUp(t, c)
+		}
 		f = measureChanges(t, c, top, seed, changes, time.Second)
-		c.converge(true, time.Minute)
+		c.converge(true, 5*time.Minute)
 	})
 	return f
 }
 
 // TestMembersFigures prints what a change costs for 5, 10, 25 and 50
 // members in each topology. It takes minutes: LSYNC_MEMBERS_FIGURES=1
-// runs it (LSYNC_MEMBERS_SIZES and LSYNC_MEMBERS_TOPOLOGIES narrow it).
+// runs it (LSYNC_MEMBERS_SIZES and LSYNC_MEMBERS_TOPOLOGIES narrow it,
+// LSYNC_MEMBERS_CHANGES sets the changes measured, LSYNC_MEMBERS_COLD=1
+// measures without the warm-up).
 func TestMembersFigures(t *testing.T) {
 	if os.Getenv("LSYNC_MEMBERS_FIGURES") == "" {
 		t.Skip("LSYNC_MEMBERS_FIGURES=1 runs it")

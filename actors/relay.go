@@ -17,8 +17,10 @@ import (
 // it serves already (StateRequest). What moves them on is pull, not push:
 //
 //   - after it applies anything, a device tells its connected partners
-//     what it holds now (WatermarkReport, coalesced for reportDelay; the
-//     same report that lets partners prune tombstones);
+//     what changed in what it holds (WatermarkReport, coalesced for
+//     reportDelay; the same report that lets partners prune tombstones
+//     and relay copies): at once those that need it to pull, at the next
+//     prune tick the others (reports.go);
 //   - a partner that learns from a report that the device holds more of
 //     some origin than it does pulls just that from it (a relay pull):
 //     the logs of the origins it lacks changes of, and the rows of the
@@ -53,7 +55,7 @@ func (a *libraryActor) scheduleReport(ctx actor.Context) {
 func (a *libraryActor) onReportFlush(ctx actor.Context) {
 	a.reportTimer = nil
 	a.checkOwners(ctx)
-	a.reportWatermarks(ctx)
+	a.reportWatermarks(ctx, false)
 }
 
 // onReport records what a partner holds (tombstone pruning) and pulls
@@ -62,20 +64,26 @@ func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *me
 	// A shared watermark the report claims counts only with the origin's
 	// sealed head at it (chain.go): a claim by itself moves nothing.
 	r = a.takeHeads(ctx, from, r)
-	first := a.lastReport[from] == nil
+	prev := a.lastReport[from]
+	first := prev == nil
 	if first {
 		// Its first report since it connected: its library is open now.
 		// A report of ours that reached it before (the connection comes
 		// up before the library opens after a restart) was refused
-		// there, and ours is sent only when it changes: send it again.
-		delete(a.reported, from)
+		// there, and ours is sent only when it changes: send it again,
+		// whole.
+		clear(a.view(from).sent)
 		a.scheduleReport(ctx)
 	}
 	if err := a.lib.RecordPartnerWatermarks(from, r.State, r.Shared); err != nil {
 		a.n.log.Warn("record a partner's watermarks", "library", a.id, "from", from, "err", err)
 	}
-	a.lastReport[from] = r
+	a.learnFrom(from, prev, r)
+	// A report names what changed since the last one (reports.go): what
+	// the partner holds is the two merged.
 	a.takeWords(from, r.Digests)
+	r = mergeReport(prev, r)
+	a.lastReport[from] = r
 	a.checkOwners(ctx)
 	if first && a.vouchesMore(r) {
 		// Its first report since it connected vouches for rows of some
@@ -87,7 +95,7 @@ func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *me
 		// set off scans everywhere.
 		a.startCatchUp(ctx, from, false)
 	}
-	if shared, state := a.behind(r); shared || state {
+	if shared, state := a.behind(r); shared || state || a.ownerVouchesMore(from, r) {
 		// Changes of an origin connected here may still be on their way
 		// to the appliers (its own push): look again shortly. Those of
 		// others can only come by a pull: at once.
@@ -101,6 +109,9 @@ func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *me
 			if a.pushesHere(w.Origin) && a.lacksRows(w) {
 				wait = a.reportDelay()
 			}
+		}
+		if a.ownerVouchesMore(from, r) {
+			wait = a.reportDelay() // its rows may be on their way, and verify by its word
 		}
 		a.schedulePull(ctx, from, wait)
 	}
@@ -142,6 +153,22 @@ func (a *libraryActor) vouchesMore(r *messages.WatermarkReport) bool {
 	return false
 }
 
+// ownerVouchesMore says whether partner dev's report r says its own
+// rows are complete past this device's watermark for it while its word
+// does not verify the rows here: a scan of its rows from the watermark,
+// which raises it (a replica that takes part of its rows, or one that
+// lacks a row, verifies no other way; one that holds them all verifies
+// by its word at once, compareWord, and is not scanned). Only the
+// owner's own watermark counts: another member's, raised by its own
+// scans, would set off scans everywhere.
+func (a *libraryActor) ownerVouchesMore(dev messages.DeviceID, r *messages.WatermarkReport) bool {
+	if watermarkOf(r.State, dev).Compare(a.lib.StateWatermark(dev)) <= 0 {
+		return false
+	}
+	c := a.checks[dev]
+	return c == nil || c.state != WordVerified
+}
+
 // lacksRows says whether a partner that holds rows of w.Origin up to
 // w.HLC holds one newer than any here. (A partner whose watermark for an
 // owner is above ours, from a more recent complete scan, but that holds
@@ -178,14 +205,15 @@ func (a *libraryActor) onRelayPull(ctx actor.Context, m *relayPull) {
 		return
 	}
 	shared, state := a.behind(r)
-	a.n.log.Debug("relay: a partner holds more", "library", a.id, "peer", dev, "shared", shared, "state", state,
+	own := a.ownerVouchesMore(dev, r)
+	a.n.log.Debug("relay: a partner holds more", "library", a.id, "peer", dev, "shared", shared, "state", state, "own", own,
 		"running", a.jobs[dev] != nil, "backing_off", a.retryAt[dev] != nil)
-	if state {
+	if state || own {
 		a.n.metrics.relayPulls.WithLabelValues("state").Inc()
 	} else if shared {
 		a.n.metrics.relayPulls.WithLabelValues("shared").Inc()
 	}
-	if shared || state {
+	if shared || state || own {
 		a.startCatchUp(ctx, dev, true)
 	}
 }

@@ -412,6 +412,11 @@ type AckSharedChanges struct {
 // holds, however it got it (live ones too, which no watermark counts): a
 // partner that holds less pulls the owner's rows from it (the relay).
 // It vouches for nothing older.
+//
+// A report names only the origins whose part changed since the last
+// report the sender sent on the connection (the first names all): the
+// receiver merges it into what it knew, origin by origin. A zero HLC
+// says the sender holds nothing of that origin any more.
 type WatermarkReport struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	State    []OriginWatermark
