@@ -17,7 +17,9 @@ import (
 // then reports to the library and stops:
 //
 //  1. device-owned state: for every owner either side knows of (the peer
-//     names the ones it holds first, StateOwnersRequest), pages of rows and
+//     names the ones it holds: its last report, or StateOwnersRequest),
+//     but those whose rows here verify against their word and of which
+//     the peer reported no newer row (catchUpPlan.skip), pages of rows and
 //     tombstones newer than our state watermark for that owner, in model
 //     dependency order (a statePager, as the join uses); after a complete
 //     scan the watermark rises to the one the peer reported at the start
@@ -46,10 +48,8 @@ type catchUpActor struct {
 	parent *actor.PID
 	peer   messages.DeviceID
 	conn   net.Conn
-	pull   bool // a pull (relay.go): only what the report names, no owner list asked
+	catchUpPlan
 
-	report  *messages.WatermarkReport  // what the peer last said it holds (nil: not known)
-	whole   []messages.DeviceID        // owners a pull scans from the watermark, first (relay.go: ownerVouchesMore)
 	named   []messages.OriginWatermark // the owners the peer holds rows of
 	fetch   *fetcher
 	stage   catchUpStage
@@ -60,23 +60,35 @@ type catchUpActor struct {
 	snap    *sharedPager
 	results []persistence.ApplyResult
 	pulled  map[messages.DeviceID]bool // origins whose changes were applied
-	// widen are shared models a wider filter takes in: their rows are
-	// fetched whole at the end (the log holds them elided here), once.
-	widen   []string
 	widened bool
-	// widenOwned are parts of owners' device-owned rows a wider filter
-	// takes in (filter_change.go): each is fetched, from the start, from a
-	// peer that holds it (covers), after the owners' scans; widening is
-	// the one under way, widenRows its rows so far, ownedDone those done.
-	widenOwned []persistence.WidenTask
-	widening   *persistence.WidenTask
-	widenRows  int
-	ownedDone  []persistence.WidenTask
-	wholeScan  []messages.DeviceID // owners scanned whole, from the start, from a peer that covers them
+	// widening is the part a wider filter takes in (widenOwned) under
+	// way, widenRows its rows so far, ownedDone those done.
+	widening  *persistence.WidenTask
+	widenRows int
+	ownedDone []persistence.WidenTask
+	wholeScan []messages.DeviceID // owners scanned whole, from the start, from a peer that covers them
 	// partial: the owner being scanned is scanned from the newest row
 	// held here, above its watermark (a relay pull): the scan vouches for
 	// nothing below, so it raises no watermark.
 	partial bool
+}
+
+// catchUpPlan is what the library decided a catch-up does.
+type catchUpPlan struct {
+	pull   bool                      // a pull (relay.go): only what the report names, no owner list asked
+	report *messages.WatermarkReport // what the peer last said it holds (nil: not known)
+	whole  []messages.DeviceID       // owners a pull scans from the watermark, first (relay.go: ownerVouchesMore)
+	// skip: owners a full catch-up does not scan: their rows here are
+	// exactly what their word signs and the peer's report holds none
+	// newer (library_jobs.go: verifiedOwners).
+	skip map[messages.DeviceID]bool
+	// widen are shared models a wider filter takes in: their rows are
+	// fetched whole at the end (the log holds them elided here), once.
+	widen []string
+	// widenOwned are parts of owners' device-owned rows a wider filter
+	// takes in (filter_change.go): each is fetched, from the start, from a
+	// peer that holds it (covers), after the owners' scans.
+	widenOwned []persistence.WidenTask
 }
 
 type catchUpStage int
@@ -90,11 +102,10 @@ const (
 )
 
 func newCatchUpActor(n *nodeCore, lib *persistence.Library, id messages.LibraryID, parent *actor.PID,
-	peer messages.DeviceID, conn net.Conn, pull bool, report *messages.WatermarkReport, whole []messages.DeviceID, widen []string,
-	widenOwned []persistence.WidenTask) actor.Producer {
+	peer messages.DeviceID, conn net.Conn, plan catchUpPlan) actor.Producer {
 	return func() actor.Actor {
-		return &catchUpActor{n: n, lib: lib, libID: id, parent: parent, peer: peer, conn: conn, pull: pull,
-			report: report, whole: whole, pulled: map[messages.DeviceID]bool{}, widen: widen, widenOwned: widenOwned}
+		return &catchUpActor{n: n, lib: lib, libID: id, parent: parent, peer: peer, conn: conn, catchUpPlan: plan,
+			pulled: map[messages.DeviceID]bool{}}
 	}
 }
 
@@ -135,6 +146,13 @@ func (j *catchUpActor) Receive(ctx actor.Context) {
 func (j *catchUpActor) begin(ctx actor.Context) {
 	if j.pull {
 		j.stage = cuState // the owners the report names, if any, then the logs
+		j.next(ctx)
+		return
+	}
+	if j.report != nil {
+		// The owners the peer holds rows of are those its report names:
+		// no need to ask.
+		j.owners, j.named, j.stage = j.ownersToScan(j.report.Rows), j.report.Rows, cuState
 		j.next(ctx)
 		return
 	}
@@ -187,7 +205,7 @@ func (j *catchUpActor) ownersToScan(theirs []messages.OriginWatermark) []message
 	seen := map[messages.DeviceID]bool{j.n.self: true}
 	var out []messages.DeviceID
 	for _, o := range append([]messages.DeviceID{j.peer}, owners...) {
-		if !seen[o] {
+		if !seen[o] && !j.skip[o] {
 			seen[o] = true
 			out = append(out, o)
 		}

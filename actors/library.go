@@ -412,8 +412,7 @@ func (a *libraryActor) onPeerDown(ctx actor.Context, m *peerDown) {
 	}
 	delete(a.peers, m.dev)
 	if v := a.views[m.dev]; v != nil {
-		clear(v.sent) // the next connection starts with a whole report
-		v.heldBack = time.Time{}
+		v.reconnected()
 	}
 	delete(a.lastReport, m.dev) // it reports again when it is back
 	if a.partners[m.dev] {

@@ -366,10 +366,26 @@ func (a *libraryActor) holdPending(origin messages.DeviceID, cs []messages.Share
 	p := append(a.pending[origin], cs...)
 	slices.SortFunc(p, func(x, y messages.SharedChange) int { return x.HLC.Compare(y.HLC) })
 	p = slices.CompactFunc(p, func(x, y messages.SharedChange) bool { return x.HLC == y.HLC })
-	if max := a.n.sync.PendingPerOrigin; len(p) > max {
+	if max := a.pendingLimit(origin); len(p) > max {
 		p = p[:max] // keep the oldest: they are next in the chain
 	}
 	a.pending[origin] = p
+}
+
+// pendingLimit is how many changes held behind a gap origin may have:
+// PendingPerOrigin, and no more than a fair share of four times that for
+// the whole library, so that what is held stays bounded however many
+// partners there are (dropping is safe: the catch-up that fills the gap
+// fetches them again).
+func (a *libraryActor) pendingLimit(origin messages.DeviceID) int {
+	per := a.n.sync.PendingPerOrigin
+	others := 0
+	for o, p := range a.pending {
+		if o != origin {
+			others += len(p)
+		}
+	}
+	return max(1, min(per, 4*per-others))
 }
 
 func (a *libraryActor) releasePending(ctx actor.Context, origin messages.DeviceID) {

@@ -95,12 +95,39 @@ func (a *libraryActor) startCatchUp(ctx actor.Context, dev messages.DeviceID, pu
 	if len(a.pending[dev]) > 0 {
 		report = nil // a gap in its own changes: its log first, whatever it last reported
 	}
-	var whole []messages.DeviceID
+	plan := catchUpPlan{pull: pull, report: report, widen: a.widen, widenOwned: a.widenTasks(pull)}
 	if pull && report != nil && a.ownerVouchesMore(dev, report) {
-		whole = []messages.DeviceID{dev}
+		plan.whole = []messages.DeviceID{dev}
 	}
-	a.jobs[dev] = ctx.SpawnPrefix(actor.PropsFromProducer(newCatchUpActor(a.n, a.lib, a.id, ctx.Self(), dev, link.conn, pull,
-		report, whole, a.widen, a.widenTasks(pull))), "catchup-")
+	if !pull {
+		plan.skip = a.verifiedOwners(report)
+	}
+	a.jobs[dev] = ctx.SpawnPrefix(actor.PropsFromProducer(newCatchUpActor(a.n, a.lib, a.id, ctx.Self(), dev, link.conn, plan)), "catchup-")
+}
+
+// verifiedOwners are the owners a full catch-up with a partner that last
+// reported r need not scan: this device holds exactly the rows of each
+// that its word signs, and r holds none newer. Scanning every owner with
+// every partner every CatchUpInterval made a quiet group's traffic grow
+// with the cube of its members in a mesh (every member, every partner,
+// every owner): 63,600 frames a minute for 25. Without a report, or a
+// word, or with part of the owner's rows (a filter), an owner is scanned.
+func (a *libraryActor) verifiedOwners(r *messages.WatermarkReport) map[messages.DeviceID]bool {
+	if r == nil {
+		return nil
+	}
+	out := map[messages.DeviceID]bool{}
+	for owner, c := range a.checks {
+		w := a.words[owner]
+		if owner == a.n.self || w == nil || c.state != WordVerified || c.filter != nil {
+			continue
+		}
+		held := a.lib.Holds(owner)
+		if held == w.Watermark && a.lib.StateWatermark(owner).Compare(w.Watermark) >= 0 && watermarkOf(r.Rows, owner).Compare(held) <= 0 {
+			out[owner] = true
+		}
+	}
+	return out
 }
 
 func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {

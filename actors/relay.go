@@ -72,7 +72,7 @@ func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *me
 		// up before the library opens after a restart) was refused
 		// there, and ours is sent only when it changes: send it again,
 		// whole.
-		clear(a.view(from).sent)
+		a.view(from).reconnected()
 		a.scheduleReport(ctx)
 	}
 	if err := a.lib.RecordPartnerWatermarks(from, r.State, r.Shared); err != nil {

@@ -24,7 +24,9 @@ import (
 //
 //   - A partner is sent what changed for it: the origins whose part
 //     differs from the last report it was sent on this connection (the
-//     first, whole). Receivers merge reports per origin (mergeReport).
+//     first, whole; and one every wholeReportEvery prune ticks, so that
+//     what a lost report said is said again). Receivers merge reports
+//     per origin (mergeReport).
 //   - A report goes at once (reportDelay after a burst) only when the
 //     partner needs it now: it is the first on the connection, it
 //     carries this device's new word on its own rows (which the partner
@@ -48,8 +50,11 @@ import (
 // to at once from then on.
 
 // lazyReportsPerTick bounds the held-back reports one device sends at a
-// prune tick.
-const lazyReportsPerTick = 8
+// prune tick; every wholeReportEvery ticks a partner's report is whole.
+const (
+	lazyReportsPerTick = 8
+	wholeReportEvery   = 30
+)
 
 // partnerView is what this device keeps of one partner to report to it.
 // It outlives the connection (what was learnt still holds); its maps
@@ -66,6 +71,11 @@ type partnerView struct {
 	// word: the watermark of this device's own word in the last report
 	// sent to it on this connection.
 	word messages.HLC
+	// whole: when the last whole report went to it on this connection
+	// (zero: none yet). A report lost on the way (a live message may be)
+	// would leave what it said unsaid until the origin's part changes
+	// again; a whole one now and then says it again.
+	whole time.Time
 	// heldBack: when a report to it was first held back for the tick
 	// (zero: none is).
 	heldBack time.Time
@@ -80,8 +90,37 @@ func (a *libraryActor) view(dev messages.DeviceID) *partnerView {
 	return v
 }
 
+// reconnected starts the view over for a new connection: its first
+// report is whole, and goes at once.
+func (v *partnerView) reconnected() {
+	clear(v.sent)
+	v.whole, v.heldBack = time.Time{}, time.Time{}
+}
+
+// base is what the next report to v is a delta from: what it was sent,
+// or nothing (a whole report) once wholeReportEvery has passed.
+func (a *libraryActor) base(v *partnerView) map[messages.DeviceID]uint64 {
+	if v.whole.IsZero() || time.Since(v.whole) >= wholeReportEvery*a.n.sync.PruneInterval {
+		return nil
+	}
+	return v.sent
+}
+
 // entries is how many per-origin entries the view holds.
 func (v *partnerView) entries() int { return len(v.sent) + len(v.indep) + len(v.pulled) }
+
+// keptFor is how many entries this device keeps in memory for partner
+// dev (PeerStatus.KeptEntries).
+func (a *libraryActor) keptFor(dev messages.DeviceID) int {
+	n := len(a.pending[dev])
+	if v := a.views[dev]; v != nil {
+		n += v.entries()
+	}
+	if r := a.lastReport[dev]; r != nil {
+		n += len(r.State) + len(r.Shared) + len(r.Rows)
+	}
+	return n
+}
 
 // originPart is one origin's part of a report.
 type originPart struct {
@@ -226,7 +265,7 @@ func (a *libraryActor) reportWatermarks(ctx actor.Context, tick bool) {
 	var waiting []held
 	for dev := range a.connectedPartners() {
 		v := a.view(dev)
-		r, changed := h.delta(v.sent)
+		r, changed := h.delta(a.base(v))
 		if len(changed) == 0 {
 			v.heldBack = time.Time{}
 			continue
@@ -251,7 +290,7 @@ func (a *libraryActor) reportWatermarks(ctx actor.Context, tick bool) {
 	})
 	for _, w := range waiting[:min(len(waiting), lazyReportsPerTick)] {
 		v := a.views[w.dev]
-		r, changed := h.delta(v.sent)
+		r, changed := h.delta(a.base(v))
 		a.sendReport(ctx, w.dev, v, h, r, changed)
 	}
 }
@@ -260,6 +299,9 @@ func (a *libraryActor) sendReport(ctx actor.Context, dev messages.DeviceID, v *p
 	r *messages.WatermarkReport, changed []messages.DeviceID) {
 	if !a.sendTo(ctx, dev, r) {
 		return
+	}
+	if a.base(v) == nil {
+		v.whole = time.Now()
 	}
 	for _, o := range changed {
 		if hash, ok := h.hashes[o]; ok {
@@ -279,7 +321,7 @@ func (a *libraryActor) sendReport(ctx actor.Context, dev messages.DeviceID, v *p
 // holds less of than this device and gets from no one else, as far as
 // this device knows. Its own changes and this device's come pushed.
 func (a *libraryActor) reportNow(dev messages.DeviceID, v *partnerView, h *holdings, changed []messages.DeviceID) bool {
-	if len(v.sent) == 0 || h.word != v.word {
+	if v.whole.IsZero() || h.word != v.word {
 		return true
 	}
 	last := a.lastReport[dev]
@@ -309,8 +351,8 @@ func (a *libraryActor) learnFrom(dev messages.DeviceID, prev, r *messages.Waterm
 	seen := func(l []messages.OriginWatermark) {
 		for _, w := range l {
 			o := w.Origin
-			if o == dev || o == a.n.self {
-				continue
+			if o == dev || o == a.n.self || a.lib.SharedWatermark(o).IsZero() && a.lib.Holds(o).IsZero() {
+				continue // only origins held here: what it learns of is bounded by them
 			}
 			before := maxHLC(watermarkOf(prev.Shared, o), watermarkOf(prev.Rows, o))
 			if w.HLC.Compare(before) > 0 && w.HLC.Compare(v.pulled[o]) > 0 {
@@ -359,9 +401,11 @@ func (a *libraryActor) notePull(from messages.DeviceID, msg messages.Message) {
 }
 
 // mergeReport is a partner's report r merged into its last one, prev:
-// per origin, r's watermarks replace prev's (a zero one removes it).
-// Signed words and heads are taken as they come (takeWords, takeHeads)
-// and not kept.
+// per origin, r's watermarks replace prev's (a zero one removes it), at
+// most messages.MaxReportDigests origins a list (one per member: beyond,
+// r's alone), so that a partner naming ever more origins holds no more
+// memory here. Signed words and heads are taken as they come (takeWords,
+// takeHeads) and not kept.
 func mergeReport(prev, r *messages.WatermarkReport) *messages.WatermarkReport {
 	out := &messages.WatermarkReport{Digests: r.Digests, Heads: r.Heads}
 	var old messages.WatermarkReport
@@ -381,6 +425,12 @@ func mergeWatermarks(prev, next []messages.OriginWatermark) []messages.OriginWat
 	}
 	for _, w := range next {
 		by[w.Origin] = w.HLC
+	}
+	if len(by) > messages.MaxReportDigests {
+		clear(by)
+		for _, w := range next[:min(len(next), messages.MaxReportDigests)] {
+			by[w.Origin] = w.HLC
+		}
 	}
 	out := make([]messages.OriginWatermark, 0, len(by))
 	for o, h := range by {

@@ -76,6 +76,12 @@ type PeerStatus struct {
 	// AntiEntropyError: why the last anti-entropy run with it failed
 	// (until one succeeds).
 	AntiEntropyError string `json:"antientropy_error,omitempty"`
+	// KeptEntries is what this device keeps in memory for the partner,
+	// in entries: its last report (merged, per origin), what was last
+	// reported to it and learnt of it (reports.go), and its changes held
+	// behind a gap. Each part is bounded by the library's members (at
+	// most messages.MaxReportDigests) or by PendingPerOrigin.
+	KeptEntries int `json:"kept_entries"`
 }
 
 // RemovedPartner is a partnership of the library that ended.
@@ -190,7 +196,7 @@ func (a *libraryActor) status() (*Status, error) {
 	}
 	for _, p := range partners {
 		ps := PeerStatus{ID: p.Device, Name: p.Name, LastError: a.peerErr[p.Device], SyncError: a.syncErr[p.Device],
-			AntiEntropyError: a.aeErr[p.Device]}
+			AntiEntropyError: a.aeErr[p.Device], KeptEntries: a.keptFor(p.Device)}
 		if h, ok := acks[p.Device]; ok {
 			ps.AckedUpTo = h.String()
 		}

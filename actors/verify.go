@@ -181,7 +181,7 @@ func signedVerdict(own bool, words map[messages.DeviceID]messages.SignedDigest, 
 	if !ok {
 		return WordUnsigned, ""
 	}
-	switch compareWord(&w, h, n, wm, held) {
+	switch compareWord(&w, h.Checksum, n, wm, held) {
 	case wordMatch:
 		return WordVerified, w.Watermark.String()
 	case wordDiffers:

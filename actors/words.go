@@ -54,6 +54,19 @@ type ownerCheck struct {
 	// filter: this device takes part of the owner's rows, this filter's;
 	// the state is then against the owner's word on that part.
 	filter *persistence.SyncFilter
+	// sum is the checksum of digest, kept: every report checks every
+	// owner, and the rows of most have not changed since the last.
+	digest lthash.Hash
+	sum    [32]byte
+}
+
+// checksum is h's checksum, from the last one if h has not changed.
+func (c *ownerCheck) checksum(h *lthash.Hash) [32]byte {
+	if c.digest.Equal(h) && c.sum != [32]byte{} {
+		return c.sum
+	}
+	c.digest, c.sum = *h, h.Checksum()
+	return c.sum
 }
 
 // OwnerVerification is one owner's row in `lsync sync status`.
@@ -139,8 +152,9 @@ func (a *libraryActor) checkOwner(ctx actor.Context, owner messages.DeviceID, w 
 	prev := c.state
 	h, rows, wm, held := a.lib.MaintainedDigest(owner)
 	cmp := wordAhead
+	sum := func() [32]byte { return c.checksum(&h) }
 	if w != nil {
-		cmp = compareWord(w, &h, rows, wm, held)
+		cmp = compareWord(w, sum, rows, wm, held)
 	}
 	c.filter = nil
 	if reason := a.filterChanging(owner); reason != "" {
@@ -171,7 +185,7 @@ func (a *libraryActor) checkOwner(ctx actor.Context, owner messages.DeviceID, w 
 				}
 				return
 			}
-			w, cmp = st.word, compareWord(st.word, &h, rows, wm, held)
+			w, cmp = st.word, compareWord(st.word, sum, rows, wm, held)
 			if cmp == wordAhead {
 				// Rows newer than the owner's word on the part: a newer
 				// one is asked for; its whole word judges forgeries.
@@ -204,6 +218,15 @@ func (a *libraryActor) checkOwner(ctx actor.Context, owner messages.DeviceID, w 
 	case wordMatch:
 		c.state, c.reason, c.since = WordVerified, "", time.Time{}
 		delete(a.repairWait, owner)
+		if c.filter == nil && wm.Compare(w.Watermark) < 0 {
+			// Exactly the owner's rows at its word, which came live or by
+			// pulls: as complete as a scan to there would make them. The
+			// watermark says so (partners prune the owner's tombstones by
+			// it; a full catch-up need not scan the owner, verifiedOwners).
+			if err := a.n.raiseWatermark(a.lib, a.id, owner, owner, w.Watermark); err != nil {
+				a.n.log.Warn("raise a verified owner's watermark", "library", a.id, "owner", owner, "err", err)
+			}
+		}
 	case wordDiffers:
 		c.state, c.reason, c.since = WordUnverified, fmt.Sprintf("%d rows here differ from the owner's %d at %s", rows, w.Rows, w.Watermark), time.Time{}
 	}
@@ -270,15 +293,15 @@ const (
 	wordDiffers                       // the rows the word covers, but other ones
 )
 
-// compareWord compares the digest h of rows rows of an owner, held here
-// completely up to wm and with nothing newer than held, with the owner's
-// word w. The digests are comparable only when this device holds exactly
+// compareWord compares the digest (its checksum: sum) of rows rows of an
+// owner, held here completely up to wm and with nothing newer than held,
+// with the owner's word w. The digests are comparable only when this device holds exactly
 // what w covers. Rows that came live, past the last complete scan (wm),
 // up to the word's newest row match it when none is missing: that needs
 // no scan to tell (a relay pull or a live change does not raise wm); one
 // that differs then may only lack a row a scan would bring.
-func compareWord(w *messages.SignedDigest, h *lthash.Hash, rows int, wm, held messages.HLC) wordComparison {
-	same := func() bool { sum := h.Checksum(); return string(sum[:]) == string(w.Digest) && uint64(rows) == w.Rows }
+func compareWord(w *messages.SignedDigest, sum func() [32]byte, rows int, wm, held messages.HLC) wordComparison {
+	same := func() bool { s := sum(); return uint64(rows) == w.Rows && string(s[:]) == string(w.Digest) }
 	switch {
 	case held.Compare(w.Watermark) > 0:
 		return wordAhead
