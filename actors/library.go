@@ -90,6 +90,8 @@ type libraryActor struct {
 	// in, still to fetch; widenRows the rows fetched of each so far.
 	widenOwned []persistence.WidenTask
 	widenRows  map[string]int
+	// joinChoice: the path this library's join took, and why (NoteJoin).
+	joinChoice *JoinChoice
 
 	// A join in progress: join is its actor (nil when none), joinSt its
 	// last report. While it runs, live updates are buffered, never applied
@@ -187,6 +189,9 @@ func (a *libraryActor) receivePeers(ctx actor.Context) bool {
 		a.onMemberSetupDone(ctx, m)
 	case *checkWords:
 		a.onCheckWords(ctx)
+	case *noteJoin:
+		c := m.c
+		a.joinChoice = &c
 	case *widenProgress:
 		a.onWidenProgress(m)
 	case *scopedDone:

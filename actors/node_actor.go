@@ -387,13 +387,28 @@ func (na *nodeActor) onRequest(ctx actor.Context, m *inboundMsg) {
 		answerPeer(na.n, m.from, m.reply, na.addressBook(m.from, req.Devices), m.credit)
 	case *messages.LibraryListRequest:
 		resp := &messages.LibraryListResponse{}
+		var stores []*persistence.Library
 		for id, h := range na.handles {
 			resp.Libraries = append(resp.Libraries, messages.LibraryInfo{ID: id, Name: h.Name()})
+			stores = append(stores, h.store)
 		}
-		slices.SortFunc(resp.Libraries, func(a, b messages.LibraryInfo) int {
-			return compareIDs(messages.DeviceID(a.ID), messages.DeviceID(b.ID))
-		})
-		answerPeer(na.n, m.from, m.reply, resp, m.credit)
+		if !req.WithRows {
+			sortLibraryInfos(resp.Libraries)
+			answerPeer(na.n, m.from, m.reply, resp, m.credit)
+			break
+		}
+		// Counting reads every table: off the node actor.
+		go func() {
+			for i, st := range stores {
+				if counts, err := st.Counts(); err == nil {
+					for _, n := range counts {
+						resp.Libraries[i].Rows += uint64(n)
+					}
+				}
+			}
+			sortLibraryInfos(resp.Libraries)
+			answerPeer(na.n, m.from, m.reply, resp, m.credit)
+		}()
 	case *messages.SyncSetupRequest:
 		if req.Device != m.from {
 			na.n.reject(messages.ReasonForgedSetup, "from", m.from, "claimed", req.Device)
@@ -510,4 +525,10 @@ func (na *nodeActor) onAddrFound(ctx actor.Context, m *addrFound) {
 	if pid, ok := na.peers[m.dev]; ok {
 		ctx.Send(pid, &redial{})
 	}
+}
+
+func sortLibraryInfos(ls []messages.LibraryInfo) {
+	slices.SortFunc(ls, func(a, b messages.LibraryInfo) int {
+		return compareIDs(messages.DeviceID(a.ID), messages.DeviceID(b.ID))
+	})
 }

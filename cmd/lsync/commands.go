@@ -405,7 +405,8 @@ device id (or its exact name).`,
 	discover.Flags().DurationVar(&discoverWait, "connect-timeout", defaultConnectWait, "how long to wait for the device to connect")
 	var remoteDev, remoteLib, action string
 	var setupWait time.Duration
-	var snapshot bool
+	var snapshot, backfill bool
+	var snapshotOver uint64
 	var takeModels, leaveModels []string
 	setup := &cobra.Command{
 		Use:   "sync-setup --remote-device ID --remote-library UUID --action register-only|join",
@@ -419,9 +420,13 @@ lacks it, and syncing starts at once.
   --action join           also backfill the library from the partners; the
                           command shows progress until the library is ready
                           (interrupting it only stops the display)
-  --snapshot              with join, for a first sync of a large library:
-                          copy the partner's database file (checksummed,
-                          resumable chunks), then catch up incrementally
+  A join picks its path: over --snapshot-over rows (default 100000) it
+  copies the partner's database file (checksummed, resumable chunks) and
+  then catches up incrementally, the fastest way in; at or under it, or
+  when the join is filtered, it copies row by row. The output and
+  'lsync sync status' say which path was taken and why.
+  --snapshot              with join: the database file, whatever the size
+  --backfill              with join: row by row, whatever the size
   --models M,...          take only these models of the library (and those
   --exclude-models M,...  they depend on), or all but these: the join copies
                           only that (see 'lsync sync filter'; the locations
@@ -441,12 +446,18 @@ lacks it, and syncing starts at once.
 			if snapshot && action != actors.ActionJoin {
 				return usageErrorf("--snapshot needs --action join")
 			}
+			if snapshot && backfill {
+				return usageErrorf("--snapshot and --backfill: give one or the other")
+			}
+			if (backfill || cmd.Flags().Changed("snapshot-over")) && action != actors.ActionJoin {
+				return usageErrorf("--backfill and --snapshot-over go with --action join")
+			}
 			if snapshot && len(takeModels)+len(leaveModels) > 0 {
 				return usageErrorf("--snapshot copies the whole database: a filtered join (--models, --exclude-models) backfills instead; leave --snapshot out")
 			}
 			pr := newJoinProgress(g)
 			res, err := g.call(cmd.Context(), opSyncSetup, syncSetupArgs{Device: remoteDev, Library: remoteLib, Action: action, ConnectTimeout: setupWait,
-				Snapshot: snapshot, Models: takeModels, ExcludeModels: leaveModels}, pr.update)
+				Snapshot: snapshot, Backfill: backfill, SnapshotOver: snapshotOver, Models: takeModels, ExcludeModels: leaveModels}, pr.update)
 			pr.finish(err == nil)
 			if err != nil {
 				return err
@@ -457,6 +468,9 @@ lacks it, and syncing starts at once.
 			}
 			return g.output(r, func(w io.Writer) {
 				fmt.Fprintf(w, "Library %q (%s) now syncs with %s (%s); phase %s\n", r.Name, r.Library, r.RemoteDevice, r.Action, r.Phase)
+				if r.Join != nil {
+					fmt.Fprintf(w, "Joined by %s: %s.\n", r.Join.Path, r.Join.Why)
+				}
 			})
 		}),
 	}
@@ -464,7 +478,9 @@ lacks it, and syncing starts at once.
 	setup.Flags().StringVar(&remoteLib, "remote-library", "", "the library's uuid (or its exact name on that device)")
 	setup.Flags().StringVar(&action, "action", "", "register-only or join")
 	setup.Flags().DurationVar(&setupWait, "connect-timeout", defaultConnectWait, "how long to wait for the device to connect")
-	setup.Flags().BoolVar(&snapshot, "snapshot", false, "with --action join: copy the partner's database file, then catch up")
+	setup.Flags().BoolVar(&snapshot, "snapshot", false, "with --action join: copy the partner's database file, then catch up (the default over --snapshot-over rows)")
+	setup.Flags().BoolVar(&backfill, "backfill", false, "with --action join: copy row by row, whatever the library's size")
+	setup.Flags().Uint64Var(&snapshotOver, "snapshot-over", actors.DefaultSnapshotOver, "with --action join: take a snapshot when the library holds more rows than this")
 	setup.Flags().StringSliceVar(&takeModels, "models", nil, "take only these models of the library (sync filter)")
 	setup.Flags().StringSliceVar(&leaveModels, "exclude-models", nil, "take every model of the library but these (sync filter)")
 	remove := &cobra.Command{
@@ -1281,6 +1297,9 @@ func printStatus(w io.Writer, st *actors.Status) {
 	fmt.Fprintf(tw, "phase\t%s\n", st.Phase)
 	if st.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", st.Error)
+	}
+	if st.Join != nil {
+		fmt.Fprintf(tw, "joined by\t%s: %s\n", st.Join.Path, st.Join.Why)
 	}
 	for _, p := range st.Widening {
 		part := strings.Join(p.Models, ", ")

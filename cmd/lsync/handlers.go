@@ -453,7 +453,25 @@ func hSyncSetup(ctx context.Context, s *server, raw json.RawMessage, progress fu
 		}
 		filter = &f
 	}
-	if a.Snapshot {
+	var choice *actors.JoinChoice
+	if a.Action == actors.ActionJoin {
+		force := ""
+		switch {
+		case a.Snapshot && a.Backfill:
+			return nil, usageErrorf("--snapshot and --backfill: give one or the other")
+		case a.Snapshot:
+			force = actors.JoinSnapshot
+		case a.Backfill:
+			force = actors.JoinBackfill
+		}
+		c, err := s.node.ChooseJoin(ctx, dev, libID, filter, force, a.SnapshotOver)
+		if err != nil {
+			return nil, err
+		}
+		choice = &c
+		s.log.Info("join path", "library", libID, "path", c.Path, "why", c.Why)
+	}
+	if choice != nil && choice.Path == actors.JoinSnapshot {
 		lib, err = s.joinBySnapshot(ctx, dev, libID, progress)
 	} else {
 		lib, err = s.node.SyncSetupFiltered(ctx, dev, libID, a.Action, filter)
@@ -461,8 +479,11 @@ func hSyncSetup(ctx context.Context, s *server, raw json.RawMessage, progress fu
 	if err != nil {
 		return nil, err
 	}
+	if choice != nil {
+		lib.NoteJoin(*choice)
+	}
 	s.log.Info("sync set up", "library", libID, "name", lib.Name(), "peer", dev, "action", a.Action)
-	res := syncSetupResult{Library: libID.String(), Name: lib.Name(), RemoteDevice: dev.String(), Action: a.Action}
+	res := syncSetupResult{Library: libID.String(), Name: lib.Name(), RemoteDevice: dev.String(), Action: a.Action, Join: choice}
 	if a.Action == actors.ActionJoin {
 		if err := s.reportJoin(ctx, lib, events, progress); err != nil {
 			return nil, err

@@ -154,7 +154,9 @@ type syncSetupArgs struct {
 	Device         string        `json:"device"`
 	Library        string        `json:"library"`
 	Action         string        `json:"action"`
-	Snapshot       bool          `json:"snapshot,omitempty"` // join by copying the database file
+	Snapshot       bool          `json:"snapshot,omitempty"`      // join by copying the database file
+	Backfill       bool          `json:"backfill,omitempty"`      // join row by row, whatever the size
+	SnapshotOver   uint64        `json:"snapshot_over,omitempty"` // rows over which a join takes a snapshot (0: the default)
 	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
 	// Models, ExcludeModels: what this device takes of the library (a
 	// filter set before the join; selective sync).
@@ -168,6 +170,8 @@ type syncSetupResult struct {
 	RemoteDevice string `json:"remote_device"`
 	Action       string `json:"action"`
 	Phase        string `json:"phase"`
+	// Join: the path a join took, and why.
+	Join *actors.JoinChoice `json:"join,omitempty"`
 }
 
 // joinProgress is streamed while a join backfills.
