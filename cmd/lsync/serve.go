@@ -23,6 +23,7 @@ import (
 	"github.com/lsync/lsync/actors"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
+	"github.com/lsync/lsync/persistence"
 )
 
 // defaultListen is the QUIC port a daemon listens on unless told otherwise.
@@ -34,7 +35,8 @@ const schemaEnv = "LSYNC_TEST_SCHEMA_VERSION"
 
 func newServeCmd(g *globals) *cobra.Command {
 	var listen, metrics, level, format, ui, bandwidthFlag string
-	var pageSize int
+	var pageSize, logKeep int
+	var logMaxAge time.Duration
 	cmd := &cobra.Command{
 		Use:   "serve [--listen ADDR] [--metrics ADDR]",
 		Short: "Run the node in the foreground",
@@ -75,8 +77,15 @@ daemon speak another wire schema version.`,
 			if err != nil {
 				return usageErrorf("--bandwidth-limit %s", err)
 			}
+			if logKeep < 1 {
+				return usageErrorf("--log-keep %d: want at least 1", logKeep)
+			}
+			if logMaxAge < time.Second {
+				return usageErrorf("--log-max-age %s: want at least 1s", logMaxAge)
+			}
 			return serve(cmd.Context(), g, serveOptions{listen: listen, metrics: metrics, level: lvl, logJSON: format == "json", pageSize: pageSize, bandwidth: bandwidth,
-				ui: ui, uiDefault: !cmd.Flags().Changed("ui")})
+				ui: ui, uiDefault: !cmd.Flags().Changed("ui"),
+				retention: persistence.RetentionPolicy{MaxEntries: logKeep, MaxAge: logMaxAge}})
 		}),
 	}
 	cmd.Flags().StringVar(&listen, "listen", defaultListen, "QUIC (UDP) address to listen on for peers")
@@ -86,6 +95,8 @@ daemon speak another wire schema version.`,
 	cmd.Flags().StringVar(&format, "log-format", "text", "log format: text or json")
 	cmd.Flags().IntVar(&pageSize, "page-size", 10_000, "rows per page when catching up or joining (smaller pages suit slow links)")
 	cmd.Flags().StringVar(&bandwidthFlag, "bandwidth-limit", "0", "cap outgoing sync traffic at this RATE, as lsync sync limit --up takes it (0: no cap), unless sync limit set one")
+	cmd.Flags().IntVar(&logKeep, "log-keep", 10_000, "shared changes kept for partners that have not acknowledged them (a partner away longer takes the shared state instead)")
+	cmd.Flags().DurationVar(&logMaxAge, "log-max-age", 7*24*time.Hour, "shared changes older than this are pruned whoever has not acknowledged them")
 	return cmd
 }
 
@@ -112,6 +123,7 @@ type serveOptions struct {
 	bandwidth int64
 	ui        string
 	uiDefault bool // ui is the default: a busy port only warns
+	retention persistence.RetentionPolicy
 }
 
 // serve runs the daemon until ctx is done.
@@ -161,8 +173,9 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	// Start the node: identity, transport, libraries, peers.
 	node, err := actors.Start(ctx, actors.Config{
 		Home: g.home, Listen: opt.listen, Logger: log,
-		QUIC: actors.QUICOptions{SchemaVersion: schema, BandwidthLimit: opt.bandwidth},
-		Sync: actors.SyncConfig{PageSize: opt.pageSize},
+		QUIC:      actors.QUICOptions{SchemaVersion: schema, BandwidthLimit: opt.bandwidth},
+		Sync:      actors.SyncConfig{PageSize: opt.pageSize},
+		Retention: opt.retention,
 	})
 	if err != nil {
 		return err
