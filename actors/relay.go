@@ -71,9 +71,8 @@ func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *me
 		delete(a.reported, from)
 		a.scheduleReport(ctx)
 	}
-	if err := a.lib.RecordPartnerWatermarks(from, r.State, r.Shared); err != nil {
-		a.n.log.Warn("record a partner's watermarks", "library", a.id, "from", from, "err", err)
-	}
+	// Recorded by the maintenance actor: a write waits for the writer.
+	ctx.Send(a.maint, &recordWatermarks{from: from, wms: partnerWatermarks{state: r.State, shared: r.Shared}})
 	a.lastReport[from] = r
 	a.takeWords(from, r.Digests)
 	a.checkOwners(ctx)
