@@ -37,7 +37,7 @@ type PeerInfo struct {
 type peerRecord struct {
 	ID          messages.DeviceID `json:"device_id"`
 	Name        string            `json:"name"`
-	Fingerprint string            `json:"fingerprint"` // lowercase hex
+	Fingerprint string            `json:"fingerprint"`     // lowercase hex
 	Addr        string            `json:"addr,omitempty"`  // the best of Addrs (what lsync before issue 22 reads)
 	Addrs       []KnownAddr       `json:"addrs,omitempty"` // the address book, best first
 	PairedAt    time.Time         `json:"paired_at"`
