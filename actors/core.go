@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -33,6 +34,8 @@ type nodeCore struct {
 	keyOwner func(ed25519.PublicKey) messages.DeviceID
 	// waits: chains this node waits at an elided change of (filter.go).
 	waits waitBook
+	// disc is local discovery (discovery.go); nil while off.
+	disc atomic.Pointer[localDiscovery]
 
 	testHooks
 }

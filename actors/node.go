@@ -105,6 +105,17 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	acceptCtx, cancel := context.WithCancel(context.Background())
 	n.acceptCancel, n.acceptDone = cancel, make(chan struct{})
 	go n.acceptLoop(acceptCtx)
+	if cfg.Discovery.Enabled {
+		q, qok := tr.(*net.QUICTransport)
+		if !qok {
+			_ = n.Stop(context.Background())
+			return nil, errors.New("start: local discovery needs the QUIC transport")
+		}
+		if err := n.startDiscovery(cfg.Discovery, q.Peers(), q); err != nil {
+			_ = n.Stop(context.Background())
+			return nil, fmt.Errorf("start: %w", err)
+		}
+	}
 	return n, nil
 }
 
@@ -419,6 +430,7 @@ func (n *Node) syncSetup(ctx context.Context, dev messages.DeviceID, lib message
 // It leaves no goroutine of its own behind.
 func (n *Node) Stop(ctx context.Context) error {
 	n.stopOnce.Do(func() {
+		n.stopDiscovery()
 		n.acceptCancel()
 		err := n.tr.Close()
 		<-n.acceptDone

@@ -1,0 +1,272 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
+	"github.com/lsync/lsync/net/discovery"
+)
+
+// DiscoveryConfig turns on local discovery (issue 22; net/discovery): the
+// node announces itself on the local network, dials paired devices where
+// they announce themselves, lists the unpaired ones (Nearby) and can pair
+// with one that has a code pending (JoinNearby). QUIC transport only.
+type DiscoveryConfig struct {
+	Enabled bool
+	// Port is the UDP port (discovery.DefaultPort).
+	Port int
+	// Targets replace the default destinations (every interface's IPv4
+	// broadcast address and the IPv6 link-local group): tests send to
+	// 127.255.255.255:Port.
+	Targets []netip.AddrPort
+	// NoIPv6 opens no IPv6 socket.
+	NoIPv6 bool
+	// Interval between announcements (discovery.DefaultInterval).
+	Interval time.Duration
+	// Policy bounds what the table takes and keeps.
+	Policy discovery.Policy
+}
+
+// localDiscovery is the node's discovery service and what it announces.
+type localDiscovery struct {
+	svc *discovery.Service
+
+	mu      sync.Mutex
+	pending int // pairing codes pending (guarded by mu): PairingOpen while > 0
+}
+
+// startDiscovery starts local discovery for the node, whose actor must be
+// running: the changes of paired devices go to it.
+func (n *Node) startDiscovery(cfg DiscoveryConfig, peers *net.PeerStore, signer net.Signer) error {
+	m := n.core.metrics
+	svc, err := discovery.Start(discovery.Config{
+		Key:      signer.SigningKey(),
+		Name:     n.core.name,
+		Addrs:    announcedAddrs(n.tr.Addr()),
+		Port:     cfg.Port,
+		Interval: cfg.Interval,
+		Targets:  cfg.Targets,
+		NoIPv6:   cfg.NoIPv6,
+		Policy:   cfg.Policy,
+		Logger:   n.core.log,
+		OnResult: func(r discovery.Result) { m.discovery.WithLabelValues(r.String()).Inc() },
+		OnChange: func(c discovery.Change) {
+			// Only a paired device's news is the node actor's (a flood of
+			// throwaway keys stays in the table); the pin is checked here,
+			// not c.Entry.Paired: a change may come before SetPaired applied.
+			if c.Kind == discovery.Gone {
+				return
+			}
+			if _, paired := peers.Get(c.Entry.ID); paired {
+				n.sys.Root.Send(n.pid, &discovered{dev: c.Entry.ID, addrs: c.Entry.DialAddrs()})
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	ld := &localDiscovery{svc: svc}
+	setPaired := func() {
+		list := peers.List()
+		ids := make([]messages.DeviceID, len(list))
+		for i, p := range list {
+			ids[i] = p.ID
+		}
+		svc.SetPaired(ids)
+	}
+	peers.OnPinsChanged(setPaired)
+	setPaired()
+	m.Registry.MustRegister(discoveryCollector{svc})
+	n.core.disc.Store(ld)
+	n.core.log.Info("local discovery on", "port", svc.LocalAddrs(), "announcing", announcedAddrs(n.tr.Addr()))
+	return nil
+}
+
+// stopDiscovery closes the service (at Stop).
+func (n *Node) stopDiscovery() {
+	if ld := n.core.disc.Load(); ld != nil {
+		_ = ld.svc.Close()
+	}
+}
+
+// announcedAddrs are the addresses to announce for the listen address: a
+// concrete host as it is, an unspecified one as an empty host (listeners
+// dial the address the announcement came from, with the port).
+func announcedAddrs(listen string) []string {
+	ap, err := netip.ParseAddrPort(listen)
+	if err != nil {
+		return nil
+	}
+	if ap.Addr().IsUnspecified() {
+		return []string{":" + strconv.Itoa(int(ap.Port()))}
+	}
+	return []string{ap.String()}
+}
+
+// lookupLocal returns where paired device dev last announced itself on
+// the local network (false: not heard, or discovery is off).
+func (c *nodeCore) lookupLocal(dev messages.DeviceID) ([]string, bool) {
+	ld := c.disc.Load()
+	if ld == nil {
+		return nil, false
+	}
+	e, ok := ld.svc.Lookup(dev)
+	if !ok {
+		return nil, false
+	}
+	addrs := e.DialAddrs()
+	return addrs, len(addrs) > 0
+}
+
+// pairingOpen counts a pairing code pending until done yields, announcing
+// PairingOpen meanwhile; it returns what to hand out instead of done.
+func (c *nodeCore) pairingOpen(done <-chan net.PairResult) <-chan net.PairResult {
+	ld := c.disc.Load()
+	if ld == nil {
+		return done
+	}
+	ld.mu.Lock()
+	ld.pending++
+	ld.svc.SetPairingOpen(true)
+	ld.mu.Unlock()
+	out := make(chan net.PairResult, 1)
+	go func() {
+		r, ok := <-done // the transport sends one result (used, expired or closed), then closes
+		ld.mu.Lock()
+		ld.pending--
+		ld.svc.SetPairingOpen(ld.pending > 0)
+		ld.mu.Unlock()
+		if ok {
+			out <- r
+		}
+		close(out)
+	}()
+	return out
+}
+
+// NearbyDevice is an unpaired device announcing itself on the local
+// network.
+type NearbyDevice struct {
+	ID          messages.DeviceID `json:"id"`
+	Name        string            `json:"name"`
+	Addrs       []string          `json:"addrs"` // to dial: announced, an unspecified host replaced by where it was heard from
+	PairingOpen bool              `json:"pairing_open"`
+	Seen        time.Time         `json:"seen"`
+}
+
+// ErrDiscoveryOff is returned by Nearby and JoinNearby when local
+// discovery is off.
+var ErrDiscoveryOff = errors.New("local discovery is off on this daemon (serve --discovery=false)")
+
+// Nearby lists the unpaired devices heard on the local network, the most
+// recently seen first (at most discovery's Policy.MaxUnpaired).
+func (n *Node) Nearby() ([]NearbyDevice, error) {
+	ld := n.core.disc.Load()
+	if ld == nil {
+		return nil, ErrDiscoveryOff
+	}
+	out := []NearbyDevice{}
+	for _, e := range ld.svc.Devices() {
+		if _, paired := n.pinned(e.ID); paired {
+			continue
+		}
+		out = append(out, NearbyDevice{ID: e.ID, Name: e.Name, Addrs: e.DialAddrs(), PairingOpen: e.PairingOpen, Seen: e.Seen})
+	}
+	return out, nil
+}
+
+func (n *Node) pinned(id messages.DeviceID) (net.PeerInfo, bool) {
+	q, err := n.quic()
+	if err != nil {
+		return net.PeerInfo{}, false
+	}
+	return q.Peers().Get(id)
+}
+
+// MaxNearbyPairTries bounds the nearby devices JoinNearby runs the PAKE
+// with: each run with a device that did not generate the code is an
+// online guess of that device's own code, and costs it an attempt.
+const MaxNearbyPairTries = 4
+
+// ErrNoNearbyCode is returned by JoinNearby when no nearby device has a
+// pairing code pending.
+var ErrNoNearbyCode = errors.New("no nearby device has a pairing code pending")
+
+// JoinNearby pairs with the nearby device that generated code: it runs the
+// PAKE with the unpaired devices announcing a pending code, the most
+// recently seen first, at most MaxNearbyPairTries of them, and stops at the
+// first that accepts. The PAKE's result, not the announcement, says which
+// device generated the code; nothing derived from the code is broadcast.
+func (n *Node) JoinNearby(ctx context.Context, code string) (net.PeerInfo, error) {
+	nearby, err := n.Nearby()
+	if err != nil {
+		return net.PeerInfo{}, err
+	}
+	var errs []error
+	tried := 0
+	for _, d := range nearby {
+		if !d.PairingOpen || len(d.Addrs) == 0 {
+			continue
+		}
+		if tried == MaxNearbyPairTries {
+			break
+		}
+		tried++
+		// The first address that answers settles the device: a PAKE that
+		// fails there fails on its other addresses too.
+		for _, addr := range d.Addrs {
+			p, err := n.JoinPairing(net.WithAddrSource(ctx, net.AddrLocal), code, addr)
+			if err == nil {
+				return p, nil
+			}
+			errs = append(errs, fmt.Errorf("%s (%s) at %s: %w", d.Name, d.ID, addr, err))
+			if ctx.Err() != nil {
+				return net.PeerInfo{}, errors.Join(errs...)
+			}
+			if pairingAnswered(err) {
+				break
+			}
+		}
+	}
+	if tried == 0 {
+		return net.PeerInfo{}, ErrNoNearbyCode
+	}
+	return net.PeerInfo{}, fmt.Errorf("none of the %d nearby devices with a pairing code pending took the code: %w", tried, errors.Join(errs...))
+}
+
+// pairingAnswered reports whether a pairing error came from the device's answer
+// (a wrong or dead code), not from failing to reach it.
+func pairingAnswered(err error) bool {
+	return errors.Is(err, net.ErrPairingFailed) || errors.Is(err, net.ErrPairingExpired) || errors.Is(err, net.ErrPairingLocked)
+}
+
+// discoveryCollector exports the devices the discovery table holds at
+// each scrape: lsync_discovery_devices{kind="paired"|"unpaired"}.
+type discoveryCollector struct{ svc *discovery.Service }
+
+var discoveryDevicesDesc = prometheus.NewDesc("lsync_discovery_devices",
+	"Devices heard announcing themselves on the local network and not expired, by kind (paired, unpaired: capped).", []string{"kind"}, nil)
+
+func (discoveryCollector) Describe(ch chan<- *prometheus.Desc) { ch <- discoveryDevicesDesc }
+
+func (c discoveryCollector) Collect(ch chan<- prometheus.Metric) {
+	var paired, unpaired int
+	for _, e := range c.svc.Devices() {
+		if e.Paired {
+			paired++
+		} else {
+			unpaired++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(discoveryDevicesDesc, prometheus.GaugeValue, float64(paired), "paired")
+	ch <- prometheus.MustNewConstMetric(discoveryDevicesDesc, prometheus.GaugeValue, float64(unpaired), "unpaired")
+}
