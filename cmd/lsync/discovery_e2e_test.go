@@ -319,3 +319,33 @@ func forgeAddr(t *testing.T, genuine []byte) []byte {
 	copy(d[i:], "127.6.6.6:")
 	return d
 }
+
+// Without an address and without a device to pair with nearby, pair join
+// says what to do; with discovery off, so do nearby and pair join.
+func TestE2ENearbyErrors(t *testing.T) {
+	needBinary(t)
+	port, _ := discoveryRig(t)
+	on, off := startDiscovering(t, "on", port), startDaemon(t, "off")
+	for _, c := range []struct {
+		d    *daemon
+		args []string
+		want []string
+	}{
+		{on, []string{"network", "pair", "join", "ABCD-1234"}, []string{"no nearby device has a pairing code pending", "--addr", "same network"}},
+		{off, []string{"network", "pair", "join", "ABCD-1234"}, []string{"local discovery is off", "--discovery=false", "--addr"}},
+		{off, []string{"network", "nearby"}, []string{"local discovery is off", "--discovery=false"}},
+	} {
+		_, stderr, code := c.d.run(c.args...)
+		if code == 0 || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%s: %v: exit %d, stderr %q", c.d.name, c.args, code, stderr)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%s: %v: stderr %q lacks %q", c.d.name, c.args, stderr, w)
+			}
+		}
+	}
+	if ns := nearbyOf(on); len(ns) != 0 {
+		t.Errorf("nearby lists %+v, and no other device announces", ns)
+	}
+}
