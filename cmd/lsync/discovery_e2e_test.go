@@ -52,33 +52,44 @@ func shareBroadcast(_, _ string, c syscall.RawConn) error {
 // does not (the mirror of net/discovery's sharedPort).
 func discoveryRig(t *testing.T) (int, *net.UDPConn) {
 	t.Helper()
+	port, hold, why := tryDiscoveryRig(t)
+	if why != "" {
+		t.Skip(why)
+	}
+	return port, hold
+}
+
+// tryDiscoveryRig is discoveryRig that says why the rig cannot work here
+// instead of skipping.
+func tryDiscoveryRig(t *testing.T) (port int, hold *net.UDPConn, why string) {
+	t.Helper()
 	lc := net.ListenConfig{Control: shareBroadcast}
 	c, err := lc.ListenPacket(context.Background(), "udp4", "0.0.0.0:0")
 	if err != nil {
-		t.Skipf("local discovery needs an IPv4 UDP socket: %v", err)
+		return 0, nil, fmt.Sprintf("local discovery needs an IPv4 UDP socket: %v", err)
 	}
-	hold := c.(*net.UDPConn)
+	hold = c.(*net.UDPConn)
 	t.Cleanup(func() { hold.Close() })
-	port := hold.LocalAddr().(*net.UDPAddr).Port
+	port = hold.LocalAddr().(*net.UDPAddr).Port
 	c2, err := lc.ListenPacket(context.Background(), "udp4", fmt.Sprintf("0.0.0.0:%d", port))
 	if err != nil {
-		t.Skipf("local discovery needs sockets sharing a UDP port (SO_REUSEPORT): %v", err)
+		return 0, nil, fmt.Sprintf("local discovery needs sockets sharing a UDP port (SO_REUSEPORT): %v", err)
 	}
 	defer c2.Close()
 	probe := []byte("lsync discovery probe")
 	if _, err := hold.WriteToUDP(probe, &net.UDPAddr{IP: net.ParseIP(loopbackBroadcast), Port: port}); err != nil {
-		t.Skipf("local discovery on loopback needs broadcast to %s: %v", loopbackBroadcast, err)
+		return 0, nil, fmt.Sprintf("local discovery on loopback needs broadcast to %s: %v", loopbackBroadcast, err)
 	}
 	for _, c := range []*net.UDPConn{hold, c2.(*net.UDPConn)} {
 		buf := make([]byte, 64)
 		c.SetReadDeadline(time.Now().Add(time.Second))
 		n, _, err := c.ReadFromUDP(buf)
 		if err != nil || !bytes.Equal(buf[:n], probe) {
-			t.Skipf("a broadcast to %s does not reach every socket of its port here: %v", loopbackBroadcast, err)
+			return 0, nil, fmt.Sprintf("a broadcast to %s does not reach every socket of its port here: %v", loopbackBroadcast, err)
 		}
 	}
 	hold.SetReadDeadline(time.Time{})
-	return port, hold
+	return port, hold, ""
 }
 
 // startDiscovering is startDaemon with local discovery on port.
