@@ -165,14 +165,22 @@ type NearbyDevice struct {
 
 // ErrDiscoveryOff is returned by Nearby and JoinNearby when local
 // discovery is off.
-var ErrDiscoveryOff = errors.New("local discovery is off on this daemon (serve --discovery=false)")
+var ErrDiscoveryOff = errors.New("local discovery is off on this daemon")
+
+// discoveryOff is ErrDiscoveryOff with the reason.
+func (c *nodeCore) discoveryOff() error {
+	if c.discOff == "off" {
+		return fmt.Errorf("%w (serve --discovery=false)", ErrDiscoveryOff)
+	}
+	return fmt.Errorf("%w (it could not start: %s)", ErrDiscoveryOff, c.discOff)
+}
 
 // Nearby lists the unpaired devices heard on the local network, the most
 // recently seen first (at most discovery's Policy.MaxUnpaired).
 func (n *Node) Nearby() ([]NearbyDevice, error) {
 	ld := n.core.disc.Load()
 	if ld == nil {
-		return nil, ErrDiscoveryOff
+		return nil, n.core.discoveryOff()
 	}
 	out := []NearbyDevice{}
 	for _, e := range ld.svc.Devices() {

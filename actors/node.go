@@ -106,15 +106,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.acceptCancel, n.acceptDone = cancel, make(chan struct{})
 	go n.acceptLoop(acceptCtx)
 	if cfg.Discovery.Enabled {
-		q, qok := tr.(*net.QUICTransport)
-		if !qok {
-			_ = n.Stop(context.Background())
-			return nil, errors.New("start: local discovery needs the QUIC transport")
+		// Discovery is a convenience on top of typed and learnt addresses:
+		// a node whose discovery cannot start (its port taken by a program
+		// that does not share it) runs without, and says why.
+		err := errors.New("it needs the QUIC transport")
+		if q, ok := tr.(*net.QUICTransport); ok {
+			err = n.startDiscovery(cfg.Discovery, q.Peers(), q)
 		}
-		if err := n.startDiscovery(cfg.Discovery, q.Peers(), q); err != nil {
-			_ = n.Stop(context.Background())
-			return nil, fmt.Errorf("start: %w", err)
+		if err != nil {
+			core.discOff = err.Error()
+			log.Warn("local discovery off: it could not start", "err", err)
 		}
+	} else {
+		core.discOff = "off"
 	}
 	return n, nil
 }
