@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,7 +40,11 @@ type DiscoveryConfig struct {
 
 // localDiscovery is the node's discovery service and what it announces.
 type localDiscovery struct {
-	svc *discovery.Service
+	svc    *discovery.Service
+	listen string // the transport's listen address: what it can dial (dialable)
+
+	started   atomic.Pointer[discovery.Service] // svc, for OnChange, which may run before Start returned
+	lastGreet time.Time                         // owned by the service's handler goroutine (OnChange)
 
 	mu      sync.Mutex
 	pending int // pairing codes pending (guarded by mu): PairingOpen while > 0
@@ -48,6 +54,7 @@ type localDiscovery struct {
 // running: the changes of paired devices go to it.
 func (n *Node) startDiscovery(cfg DiscoveryConfig, peers *net.PeerStore, signer net.Signer) error {
 	m := n.core.metrics
+	ld := &localDiscovery{listen: n.tr.Addr()}
 	svc, err := discovery.Start(discovery.Config{
 		Key:      signer.SigningKey(),
 		Name:     n.core.name,
@@ -60,6 +67,13 @@ func (n *Node) startDiscovery(cfg DiscoveryConfig, peers *net.PeerStore, signer 
 		Logger:   n.core.log,
 		OnResult: func(r discovery.Result) { m.discovery.WithLabelValues(r.String()).Inc() },
 		OnChange: func(c discovery.Change) {
+			// A device that appeared may have just started: it hears this
+			// one at once, not an interval later (at most every greetEvery,
+			// whatever a flood of new ids does).
+			if svc := ld.started.Load(); svc != nil && c.Kind == discovery.Appeared && time.Since(ld.lastGreet) >= greetEvery {
+				ld.lastGreet = time.Now()
+				svc.Announce()
+			}
 			// Only a paired device's news is the node actor's (a flood of
 			// throwaway keys stays in the table); the pin is checked here,
 			// not c.Entry.Paired: a change may come before SetPaired applied.
@@ -67,14 +81,17 @@ func (n *Node) startDiscovery(cfg DiscoveryConfig, peers *net.PeerStore, signer 
 				return
 			}
 			if _, paired := peers.Get(c.Entry.ID); paired {
-				n.sys.Root.Send(n.pid, &discovered{dev: c.Entry.ID, addrs: c.Entry.DialAddrs()})
+				if addrs := dialable(ld.listen, c.Entry.DialAddrs()); len(addrs) > 0 {
+					n.sys.Root.Send(n.pid, &discovered{dev: c.Entry.ID, addrs: addrs})
+				}
 			}
 		},
 	})
 	if err != nil {
 		return err
 	}
-	ld := &localDiscovery{svc: svc}
+	ld.svc = svc
+	ld.started.Store(svc)
 	setPaired := func() {
 		list := peers.List()
 		ids := make([]messages.DeviceID, len(list))
@@ -90,6 +107,10 @@ func (n *Node) startDiscovery(cfg DiscoveryConfig, peers *net.PeerStore, signer 
 	n.core.log.Info("local discovery on", "port", svc.LocalAddrs(), "announcing", announcedAddrs(n.tr.Addr()))
 	return nil
 }
+
+// greetEvery bounds how often the node announces itself again for a
+// device that appeared.
+const greetEvery = 2 * time.Second
 
 // stopDiscovery closes the service (at Stop).
 func (n *Node) stopDiscovery() {
@@ -123,8 +144,36 @@ func (c *nodeCore) lookupLocal(dev messages.DeviceID) ([]string, bool) {
 	if !ok {
 		return nil, false
 	}
-	addrs := e.DialAddrs()
+	addrs := dialable(ld.listen, e.DialAddrs())
 	return addrs, len(addrs) > 0
+}
+
+// dialable keeps the addresses a transport listening on listen can dial
+// (it dials from its listening socket): an IPv4 socket no IPv6 address, a
+// concrete IPv6 one no IPv4 address, a loopback one loopback addresses
+// only; a dual-stack one ("[::]:port") all.
+func dialable(listen string, addrs []string) []string {
+	local, err := netip.ParseAddrPort(listen)
+	if err != nil {
+		return addrs
+	}
+	from := local.Addr().Unmap()
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		ap, err := netip.ParseAddrPort(a)
+		if err != nil {
+			continue
+		}
+		to := ap.Addr().Unmap()
+		switch {
+		case from.Is4() && !to.Is4(), from.Is6() && !from.IsUnspecified() && !to.Is6():
+			continue
+		case from.IsLoopback() && !to.IsLoopback():
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // pairingOpen counts a pairing code pending until done yields, announcing
@@ -219,10 +268,16 @@ func (n *Node) JoinNearby(ctx context.Context, code string) (net.PeerInfo, error
 	if err != nil {
 		return net.PeerInfo{}, err
 	}
+	listen := n.core.disc.Load().listen
 	var errs []error
 	tried := 0
 	for _, d := range nearby {
-		if !d.PairingOpen || len(d.Addrs) == 0 {
+		if !d.PairingOpen {
+			continue
+		}
+		addrs := dialable(listen, d.Addrs)
+		if len(addrs) == 0 {
+			errs = append(errs, fmt.Errorf("%s (%s) announces %s, which a daemon listening on %s cannot dial", d.Name, d.ID, strings.Join(d.Addrs, " "), listen))
 			continue
 		}
 		if tried == MaxNearbyPairTries {
@@ -231,7 +286,7 @@ func (n *Node) JoinNearby(ctx context.Context, code string) (net.PeerInfo, error
 		tried++
 		// The first address that answers settles the device: a PAKE that
 		// fails there fails on its other addresses too.
-		for _, addr := range d.Addrs {
+		for _, addr := range addrs {
 			p, err := n.JoinPairing(net.WithAddrSource(ctx, net.AddrLocal), code, addr)
 			if err == nil {
 				return p, nil
@@ -245,10 +300,13 @@ func (n *Node) JoinNearby(ctx context.Context, code string) (net.PeerInfo, error
 			}
 		}
 	}
-	if tried == 0 {
+	if tried == 0 && len(errs) == 0 {
 		return net.PeerInfo{}, ErrNoNearbyCode
 	}
-	return net.PeerInfo{}, fmt.Errorf("none of the %d nearby devices with a pairing code pending took the code: %w", tried, errors.Join(errs...))
+	if tried == 0 {
+		return net.PeerInfo{}, fmt.Errorf("no nearby device with a pairing code pending can be reached (give --addr, or serve --listen on an address of this network): %w", errors.Join(errs...))
+	}
+	return net.PeerInfo{}, fmt.Errorf("no nearby device with a pairing code pending took the code (%d tried): %w", tried, errors.Join(errs...))
 }
 
 // pairingAnswered reports whether a pairing error came from the device's answer
