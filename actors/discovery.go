@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdnet "net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,12 +38,17 @@ type DiscoveryConfig struct {
 	Interval time.Duration
 	// Policy bounds what the table takes and keeps.
 	Policy discovery.Policy
+	// AddrCheck is how often the host's addresses are looked at, for a
+	// listener on an unspecified host (10 s): a change is announced at once.
+	AddrCheck time.Duration
 }
 
 // localDiscovery is the node's discovery service and what it announces.
 type localDiscovery struct {
-	svc    *discovery.Service
-	listen string // the transport's listen address: what it can dial (dialable)
+	svc     *discovery.Service
+	listen  string        // the transport's listen address: what it can dial (dialable)
+	done    chan struct{} // closed at Stop: watchAddrs returns
+	watched chan struct{} // closed when watchAddrs has returned
 
 	started   atomic.Pointer[discovery.Service] // svc, for OnChange, which may run before Start returned
 	lastGreet time.Time                         // owned by the service's handler goroutine (OnChange)
@@ -58,7 +65,7 @@ func (n *Node) startDiscovery(cfg DiscoveryConfig, peers *net.PeerStore, signer 
 	svc, err := discovery.Start(discovery.Config{
 		Key:      signer.SigningKey(),
 		Name:     n.core.name,
-		Addrs:    announcedAddrs(n.tr.Addr()),
+		Addrs:    announcedAddrs(n.tr.Addr(), hostAddrs()),
 		Port:     cfg.Port,
 		Interval: cfg.Interval,
 		Targets:  cfg.Targets,
@@ -104,9 +111,49 @@ func (n *Node) startDiscovery(cfg DiscoveryConfig, peers *net.PeerStore, signer 
 	setPaired()
 	m.Registry.MustRegister(discoveryCollector{svc})
 	n.core.disc.Store(ld)
-	n.core.log.Info("local discovery on", "port", svc.LocalAddrs(), "announcing", announcedAddrs(n.tr.Addr()))
+	ld.done = make(chan struct{})
+	ld.watched = make(chan struct{})
+	go ld.watchAddrs(n.core, cfg.AddrCheck)
+	n.core.log.Info("local discovery on", "port", svc.LocalAddrs(), "announcing", announcedAddrs(n.tr.Addr(), hostAddrs()))
 	return nil
 }
+
+// watchAddrs follows the host's addresses for a wildcard listener: when
+// they change (a new network, a new interface), the new set is announced
+// at once (SetAddrs). Members learn a moved device's address when it
+// dials them from its new one (the transport records the source of a
+// connection that passed the handshake) and tell each other
+// (AddressBookRequest).
+func (ld *localDiscovery) watchAddrs(c *nodeCore, every time.Duration) {
+	defer close(ld.watched)
+	if every <= 0 {
+		every = defaultAddrCheck
+	}
+	last := announcedAddrs(ld.listen, hostAddrs())
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ld.done:
+			return
+		case <-t.C:
+		}
+		now := announcedAddrs(ld.listen, hostAddrs())
+		if slices.Equal(now, last) {
+			continue
+		}
+		if err := ld.svc.SetAddrs(now); err != nil {
+			c.log.Warn("local discovery: announce the new addresses", "addrs", now, "err", err)
+			continue
+		}
+		c.log.Info("this device's addresses changed: announced at once", "was", last, "now", now)
+		last = now
+	}
+}
+
+// defaultAddrCheck is how often a wildcard listener's addresses are
+// looked at (DiscoveryConfig.AddrCheck).
+const defaultAddrCheck = 10 * time.Second
 
 // greetEvery bounds how often the node announces itself again for a
 // device that appeared.
@@ -115,22 +162,82 @@ const greetEvery = 2 * time.Second
 // stopDiscovery closes the service (at Stop).
 func (n *Node) stopDiscovery() {
 	if ld := n.core.disc.Load(); ld != nil {
+		close(ld.done)
+		<-ld.watched
 		_ = ld.svc.Close()
 	}
 }
 
 // announcedAddrs are the addresses to announce for the listen address: a
-// concrete host as it is, an unspecified one as an empty host (listeners
-// dial the address the announcement came from, with the port).
-func announcedAddrs(listen string) []string {
+// concrete host as it is; for an unspecified one, first an empty host
+// (listeners dial the address the announcement came from, with the port),
+// then the host's addresses of the listener's families (host), so a
+// listener that heard it over another family has one to dial too.
+func announcedAddrs(listen string, host []netip.Addr) []string {
 	ap, err := netip.ParseAddrPort(listen)
 	if err != nil {
 		return nil
 	}
-	if ap.Addr().IsUnspecified() {
-		return []string{":" + strconv.Itoa(int(ap.Port()))}
+	if !ap.Addr().IsUnspecified() {
+		return []string{ap.String()}
 	}
-	return []string{ap.String()}
+	port := ap.Port()
+	out := []string{":" + strconv.Itoa(int(port))}
+	for _, a := range host {
+		if len(out) == discovery.MaxAddrs {
+			break
+		}
+		if a.Is6() && ap.Addr().Is4() {
+			continue // an IPv4 socket is not reached at an IPv6 address
+		}
+		out = append(out, netip.AddrPortFrom(a, port).String())
+	}
+	return out
+}
+
+// hostAddrs are this host's addresses another device may reach it at: up,
+// not loopback, not IPv6 link-local (an announcement carries no zone; the
+// empty host stands for those), sorted.
+func hostAddrs() []netip.Addr {
+	ifaces, err := stdnet.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, ifi := range ifaces {
+		if ifi.Flags&stdnet.FlagUp == 0 || ifi.Flags&stdnet.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := ifi.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			ipn, ok := a.(*stdnet.IPNet)
+			if !ok {
+				continue
+			}
+			ip, ok := netip.AddrFromSlice(ipn.IP)
+			if !ok {
+				continue
+			}
+			ip = ip.Unmap()
+			if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsMulticast() || ip.IsUnspecified() {
+				continue
+			}
+			out = append(out, ip)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int {
+		if a.Is4() != b.Is4() {
+			if a.Is4() {
+				return -1
+			}
+			return 1
+		}
+		return a.Compare(b)
+	})
+	return slices.Compact(out)
 }
 
 // lookupLocal returns where paired device dev last announced itself on
