@@ -48,13 +48,23 @@ const (
 // The address book's rules, as pure functions of a device's addresses and
 // the time: the PeerStore applies them under its lock.
 
-// addrWorked records a successful handshake with the device at addr: the
-// address is added (learnt by src) or, if known, keeps how it was learnt.
+// addrWorked records a successful handshake with the device at addr, made
+// because the address was learnt by src ("": a dial of the book's own
+// addresses): a new address is added as learnt by src (typed when ""); a
+// known one keeps how it was learnt, but that the device connected from
+// it (peer, or unknown) gives way to how this device learnt to dial it
+// (the device and this one dialing each other at once race to record it).
 func addrWorked(book []KnownAddr, addr string, src AddrSource, now time.Time) []KnownAddr {
 	book = slices.Clone(book)
 	if i := indexAddr(book, addr); i >= 0 {
 		book[i].LastOK, book[i].FailingSince = now, time.Time{}
+		if (book[i].Source == AddrPeer || book[i].Source == "") && src != "" && src != AddrPeer {
+			book[i].Source = src
+		}
 		return tidyAddrs(book, now)
+	}
+	if src == "" {
+		src = AddrTyped
 	}
 	return tidyAddrs(append(book, KnownAddr{Addr: addr, Source: src, Learnt: now, LastOK: now}), now)
 }
@@ -116,14 +126,13 @@ type addrSourceKey struct{}
 
 // WithAddrSource tells Dial and JoinPairing how the address they are given
 // was learnt: the address book records it so when the handshake succeeds
-// on an address it did not hold (by default an address is AddrTyped).
+// (see PeerStore.Worked; without it, an address the book did not hold is
+// AddrTyped).
 func WithAddrSource(ctx context.Context, src AddrSource) context.Context {
 	return context.WithValue(ctx, addrSourceKey{}, src)
 }
 
 func addrSourceOf(ctx context.Context) AddrSource {
-	if src, ok := ctx.Value(addrSourceKey{}).(AddrSource); ok {
-		return src
-	}
-	return AddrTyped
+	src, _ := ctx.Value(addrSourceKey{}).(AddrSource)
+	return src
 }

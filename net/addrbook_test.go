@@ -48,6 +48,21 @@ func TestAddrBookOrder(t *testing.T) {
 	if book[0].Addr != "10.0.0.2:7700" || !book[0].FailingSince.IsZero() {
 		t.Fatalf("after working again: %+v", book[0])
 	}
+	// An address the device connected from, once dialed because it was
+	// announced, says so; a dial of the book's own addresses changes no
+	// label, and a new address without a source is typed.
+	book = addrWorked(book, "10.0.0.9:7700", AddrPeer, t0.Add(6*time.Minute))
+	book = addrWorked(book, "10.0.0.9:7700", "", t0.Add(6*time.Minute))
+	if i := indexAddr(book, "10.0.0.9:7700"); book[i].Source != AddrPeer {
+		t.Fatalf("after a dial from the book: %+v", book[i])
+	}
+	book = addrWorked(book, "10.0.0.9:7700", AddrLocal, t0.Add(6*time.Minute))
+	if i := indexAddr(book, "10.0.0.9:7700"); book[i].Source != AddrLocal {
+		t.Fatalf("after a dial of its announcement: %+v", book[i])
+	}
+	if b := addrWorked(nil, "x:1", "", t0); b[0].Source != AddrTyped {
+		t.Fatalf("a new address without a source: %+v", b[0])
+	}
 	// Learning an address it holds changes nothing.
 	if again := addrLearnt(book, "10.0.0.2:7700", AddrMember, t0.Add(7*time.Minute)); !slices.Equal(again, book) {
 		t.Fatalf("learnt again: %+v", again)
@@ -140,7 +155,7 @@ func TestPeerStoreAddrBook(t *testing.T) {
 }
 
 func TestAddrSourceOfContext(t *testing.T) {
-	if got := addrSourceOf(context.Background()); got != AddrTyped {
+	if got := addrSourceOf(context.Background()); got != "" {
 		t.Fatalf("default %q", got)
 	}
 	if got := addrSourceOf(WithAddrSource(context.Background(), AddrLocal)); got != AddrLocal {

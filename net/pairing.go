@@ -824,7 +824,11 @@ func (t *QUICTransport) joinerExchange(ctx context.Context, qc *quic.Conn, code,
 	default:
 		return PeerInfo{}, fmt.Errorf("%w: pairing message %d, want accept", messages.ErrMalformed, typ)
 	}
-	return t.joinerFinish(s, x, sec, shares, isks, body, addr, addrSourceOf(ctx))
+	src := addrSourceOf(ctx)
+	if src == "" {
+		src = AddrTyped
+	}
+	return t.joinerFinish(s, x, sec, shares, isks, body, addr, src)
 }
 
 // rejection is the joiner's error for the body of a pairReject.

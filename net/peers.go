@@ -215,8 +215,8 @@ func (s *PeerStore) Addrs(id messages.DeviceID) []KnownAddr {
 }
 
 // Worked records that a handshake with device id's pinned key succeeded
-// at addr: addr becomes its best address. An address the book did not
-// hold is added as learnt by src.
+// at addr, dialed because it was learnt by src ("": from the book): addr
+// becomes its best address (see addrWorked for how it is labelled).
 func (s *PeerStore) Worked(id messages.DeviceID, addr string, src AddrSource) error {
 	return s.updateBook(id, func(book []KnownAddr, now time.Time) []KnownAddr { return addrWorked(book, addr, src, now) })
 }
