@@ -266,9 +266,11 @@ func newNetworkCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "network",
 		Short: "Pair devices and set up sync",
-		Long: `Pair this device with another one (a one-time code), list paired devices,
-discover a device's libraries and make two devices sync partners of a library.`,
+		Long: `Pair this device with another one (a one-time code), list paired devices and
+the unpaired ones nearby, discover a device's libraries and make two devices
+sync partners of a library.`,
 		Example: `  lsync network pair generate
+  lsync network pair join WXYZ-1234
   lsync network pair join WXYZ-1234 --addr 192.0.2.10:7700
   lsync network sync-setup --remote-device ID --remote-library UUID --action join`,
 		RunE: groupRunE,
@@ -323,8 +325,8 @@ blocks until the code is used (and prints the paired device) or expires.`,
 					fmt.Fprintf(w, "Paired with %q (%s)\n", pc.Paired.Name, pc.Paired.ID)
 					return
 				}
-				fmt.Fprintf(w, "Pairing code: %s\nValid until %s. On the other device run:\n  lsync network pair join %s --addr %s\n",
-					pc.Code, pc.Expires.Local().Format(time.RFC3339), pc.Code, joinAddr(pc.Listen))
+				fmt.Fprintf(w, "Pairing code: %s\nValid until %s. On the other device run:\n  lsync network pair join %s\n(on the same network, with discovery on), or from anywhere:\n  lsync network pair join %s --addr %s\n",
+					pc.Code, pc.Expires.Local().Format(time.RFC3339), pc.Code, pc.Code, joinAddr(pc.Listen))
 			})
 		}),
 	}
@@ -332,18 +334,23 @@ blocks until the code is used (and prints the paired device) or expires.`,
 	gen.Flags().DurationVar(&ttl, "ttl", 5*time.Minute, "how long the code stays valid (1s to 24h)")
 	var addr string
 	join := &cobra.Command{
-		Use:   "join CODE --addr HOST:PORT",
+		Use:   "join CODE [--addr HOST:PORT]",
 		Short: "Pair with the device that shows CODE",
 		Long: `Connect to the device at --addr (its daemon's --listen address) and pair with
 it using the code it showed. A wrong code fails and uses up one of this
 address's attempts at the code (three; a code dies after 24 wrong guesses in
-all). Once paired, the two daemons connect to each other by themselves.`,
-		Example: `  lsync network pair join WXYZ-1234 --addr 192.0.2.10:7700`,
-		Args:    args(cobra.ExactArgs(1)),
+all). Once paired, the two daemons connect to each other by themselves.
+
+Without --addr, the daemon looks for the device among the unpaired devices
+announcing a pending code on the local network (lsync network nearby) and
+tries the code with them, the most recently heard first, at most 4, until one
+accepts it: the code's exchange (a PAKE) proves which device generated it, and
+nothing derived from the code is ever broadcast. Each device that did not
+generate it counts one wrong attempt at its own code.`,
+		Example: `  lsync network pair join WXYZ-1234
+  lsync network pair join WXYZ-1234 --addr 192.0.2.10:7700`,
+		Args: args(cobra.ExactArgs(1)),
 		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
-			if addr == "" {
-				return usageErrorf("--addr HOST:PORT is required (the other daemon's --listen address)")
-			}
 			var p peerInfo
 			if err := g.callInto(cmd.Context(), opPairJoin, pairJoinArgs{Code: a[0], Addr: addr}, &p); err != nil {
 				return err
@@ -351,13 +358,19 @@ all). Once paired, the two daemons connect to each other by themselves.`,
 			return g.output(p, func(w io.Writer) { fmt.Fprintf(w, "Paired with %q (%s) at %s\n", p.Name, p.ID, p.Addr) })
 		}),
 	}
-	join.Flags().StringVar(&addr, "addr", "", "the other device's address, HOST:PORT")
+	join.Flags().StringVar(&addr, "addr", "", "the other device's address, HOST:PORT (none: find it on the local network)")
 	pair.AddCommand(gen, join)
 
 	peers := &cobra.Command{
-		Use:     "peers",
-		Short:   "List paired devices and whether they are connected",
-		Long:    `List the devices this device is paired with, their last known address, and whether they are connected now (with the round-trip time).`,
+		Use:   "peers",
+		Short: "List paired devices and whether they are connected",
+		Long: `List the devices this device is paired with, the address each was last reached
+on and how it was learnt (typed: given to pair join --addr; member: from another
+paired device; local: announced on the local network; peer: the device connected
+from it or told it when pairing), and whether they are connected now (with the
+round-trip time). With --json, addrs is each device's address book: every known
+address, when a handshake last succeeded there, and since when it fails, in the
+order dials try them. An address failing for a week is forgotten (not the best).`,
 		Example: `  lsync network peers`,
 		Args:    args(cobra.NoArgs),
 		RunE: g.runE(func(cmd *cobra.Command, _ []string) error {
@@ -373,7 +386,7 @@ all). Once paired, the two daemons connect to each other by themselves.`,
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tNAME\tADDR\tCONNECTED\tRTT\tLAST ERROR")
 				for _, p := range ps {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, p.Addr, yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), dash(p.LastError))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, peerAddr(p), yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), dash(p.LastError))
 				}
 				tw.Flush()
 			})
@@ -508,7 +521,7 @@ DEVICE is an id (paired or not) or the exact name of a paired device.`,
 			})
 		}),
 	}
-	cmd.AddCommand(pair, peers, discover, setup, remove)
+	cmd.AddCommand(pair, peers, newNearbyCmd(g), discover, setup, remove)
 	return cmd
 }
 

@@ -135,13 +135,19 @@ type pairJoinArgs struct {
 }
 
 type peerInfo struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	Addr      string    `json:"addr,omitempty"`
-	Connected bool      `json:"connected"`
-	RTTMillis float64   `json:"rtt_ms"`
-	PairedAt  time.Time `json:"paired_at,omitzero"`
-	LastError string    `json:"last_error,omitempty"` // why it is not connected, if known
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Addr is where the device was last reached (the best of Addrs),
+	// AddrLearnt how that address was learnt (typed, member, local, peer)
+	// and AddrLastOK when a handshake last succeeded there.
+	Addr       string      `json:"addr,omitempty"`
+	AddrLearnt string      `json:"addr_learnt,omitempty"`
+	AddrLastOK time.Time   `json:"addr_last_ok,omitzero"`
+	Addrs      []knownAddr `json:"addrs,omitempty"` // the address book, in the order dials try it
+	Connected  bool        `json:"connected"`
+	RTTMillis  float64     `json:"rtt_ms"`
+	PairedAt   time.Time   `json:"paired_at,omitzero"`
+	LastError  string      `json:"last_error,omitempty"` // why it is not connected, if known
 }
 
 type deviceArgs struct {
