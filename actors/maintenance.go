@@ -53,8 +53,8 @@ type partnerWatermarks struct{ state, shared []messages.OriginWatermark }
 // recordFlush records what was handed since the last one.
 type recordFlush struct{}
 
-// recordEvery is how long acks and reports are gathered before they are
-// recorded (one write per partner).
+// recordEvery is how long reports are gathered before they are recorded
+// (one write per partner).
 const recordEvery = 100 * time.Millisecond
 
 type pruneTick struct{}
@@ -93,13 +93,17 @@ func (m *maintenanceActor) Receive(ctx actor.Context) {
 	case *pruneTick, *pruneNow:
 		m.prune(ctx)
 	case *recordAck:
+		// At once: acks come coalesced already (AckDelay), and each lets
+		// the log prune.
 		if m.acks == nil {
 			m.acks = map[messages.DeviceID]messages.HLC{}
 		}
 		if old, ok := m.acks[msg.from]; !ok || msg.upTo.Compare(old) > 0 {
 			m.acks[msg.from] = msg.upTo
 		}
-		m.scheduleFlush(ctx)
+		if m.flushRecords() {
+			m.prune(ctx)
+		}
 	case *recordWatermarks:
 		if m.reports == nil {
 			m.reports = map[messages.DeviceID]partnerWatermarks{}
