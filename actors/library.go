@@ -90,6 +90,8 @@ type libraryActor struct {
 	// in, still to fetch; widenRows the rows fetched of each so far.
 	widenOwned []persistence.WidenTask
 	widenRows  map[string]int
+	// rec records partners' acks and reports off the actor (recorder.go).
+	rec *recorder
 	// joinChoice: the path this library's join took, and why (NoteJoin).
 	joinChoice *JoinChoice
 
@@ -149,9 +151,13 @@ func (a *libraryActor) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		a.n.auth.setPartners(a.id, nil) // closed: nobody may send to it
 		a.stopTimers()
+		a.rec.stop()
+		a.rec = nil
 		a.releaseInboxes()
 	case *actor.Restarting:
 		a.stopTimers()
+		a.rec.stop()
+		a.rec = nil
 		a.releaseInboxes()
 		ctx.Send(ctx.Parent(), &resetBudgets{})
 	default:
@@ -251,6 +257,8 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.appliers[sharedApplier] = a.spawnApplier(ctx, sharedApplier, true)
 	a.serve = ctx.Spawn(actor.PropsFromProducer(newServeActor(a.n, a.lib)))
 	a.maint = ctx.Spawn(actor.PropsFromProducer(newMaintenanceActor(a.n, a.lib, a.id, ctx.Self())))
+	a.rec.stop() // a restart's
+	a.rec = startRecorder(a.n, a.lib, a.id, ctx.ActorSystem().Root, a.maint)
 	if n, err := a.lib.LogCount(); err == nil {
 		a.n.metrics.sharedLog.WithLabelValues(a.id.String()).Set(float64(n))
 	}

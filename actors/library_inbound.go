@@ -207,9 +207,9 @@ func (a *libraryActor) onAck(ctx actor.Context, from messages.DeviceID, m *messa
 		a.n.reject(messages.ReasonBadAck, "library", a.id, "from", from, "ack_from", m.From, "origin", m.Origin)
 		return
 	}
-	// Recorded, and the log pruned, by the maintenance actor: a write
-	// waits for the writer.
-	ctx.Send(a.maint, &recordAck{from: from, upTo: m.UpTo})
+	// Recorded, and the log pruned after, off the actor: a write waits
+	// for the writer (recorder.go).
+	a.rec.ack(from, m.UpTo)
 }
 
 // onSetupPartner answers a peer's sync-setup: it becomes a partner here.

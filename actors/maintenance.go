@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -25,37 +24,7 @@ type maintenanceActor struct {
 	parent *actor.PID
 
 	stop chan struct{}
-
-	// Partners' acks and watermark reports, recorded here, coalesced,
-	// rather than by the library actor: each is a write, which waits for
-	// the writer behind whatever applies (a flood of 5,000-row pages held
-	// the library actor there for 24 ms a report, and the user's own
-	// writes queued behind it for seconds).
-	acks     map[messages.DeviceID]messages.HLC
-	reports  map[messages.DeviceID]partnerWatermarks
-	flushing bool
 }
-
-// recordAck and recordWatermarks hand the maintenance actor a partner's
-// ack and reported watermarks to record.
-type recordAck struct {
-	from messages.DeviceID
-	upTo messages.HLC
-}
-
-type recordWatermarks struct {
-	from messages.DeviceID
-	wms  partnerWatermarks
-}
-
-type partnerWatermarks struct{ state, shared []messages.OriginWatermark }
-
-// recordFlush records what was handed since the last one.
-type recordFlush struct{}
-
-// recordEvery is how long reports are gathered before they are recorded
-// (one write per partner).
-const recordEvery = 100 * time.Millisecond
 
 type pruneTick struct{}
 
@@ -66,11 +35,10 @@ func newMaintenanceActor(n *nodeCore, lib *persistence.Library, id messages.Libr
 }
 
 func (m *maintenanceActor) Receive(ctx actor.Context) {
-	switch msg := ctx.Message().(type) {
+	switch ctx.Message().(type) {
 	case *actor.Started:
 		m.startTickers(ctx)
 	case *actor.Stopping, *actor.Restarting:
-		m.flushRecords() // what was handed and not yet recorded
 		if m.stop != nil {
 			close(m.stop)
 			m.stop = nil
@@ -92,65 +60,7 @@ func (m *maintenanceActor) Receive(ctx actor.Context) {
 		respond(ctx, rep, err)
 	case *pruneTick, *pruneNow:
 		m.prune(ctx)
-	case *recordAck:
-		// At once: acks come coalesced already (AckDelay), and each lets
-		// the log prune.
-		if m.acks == nil {
-			m.acks = map[messages.DeviceID]messages.HLC{}
-		}
-		if old, ok := m.acks[msg.from]; !ok || msg.upTo.Compare(old) > 0 {
-			m.acks[msg.from] = msg.upTo
-		}
-		if m.flushRecords() {
-			m.prune(ctx)
-		}
-	case *recordWatermarks:
-		if m.reports == nil {
-			m.reports = map[messages.DeviceID]partnerWatermarks{}
-		}
-		m.reports[msg.from] = msg.wms // the newest report says it all
-		m.scheduleFlush(ctx)
-	case *recordFlush:
-		m.flushing = false
-		if m.flushRecords() {
-			m.prune(ctx) // an ack lets the log prune
-		}
 	}
-}
-
-// scheduleFlush records what was handed after recordEvery, once.
-func (m *maintenanceActor) scheduleFlush(ctx actor.Context) {
-	if m.flushing {
-		return
-	}
-	m.flushing = true
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	time.AfterFunc(recordEvery, func() { root.Send(self, &recordFlush{}) })
-}
-
-// flushRecords records the partners' watermarks and acks handed since the
-// last flush, and says whether an ack was recorded.
-func (m *maintenanceActor) flushRecords() bool {
-	for from, w := range m.reports {
-		if err := m.lib.RecordPartnerWatermarks(from, w.state, w.shared); err != nil {
-			m.n.log.Warn("record a partner's watermarks", "library", m.id, "from", from, "err", err)
-		}
-	}
-	clear(m.reports)
-	acked := false
-	for from, upTo := range m.acks {
-		if err := m.lib.RecordAck(from, upTo); err != nil {
-			if errors.Is(err, persistence.ErrBadValue) {
-				m.n.reject(messages.ReasonBadAck, "library", m.id, "from", from, "err", err)
-				continue
-			}
-			m.n.log.Error("record ack", "library", m.id, "from", from, "err", err)
-			continue
-		}
-		acked = true
-	}
-	clear(m.acks)
-	return acked
 }
 
 // startTickers starts the timers; they send messages, the work happens

@@ -71,8 +71,8 @@ func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *me
 		delete(a.reported, from)
 		a.scheduleReport(ctx)
 	}
-	// Recorded by the maintenance actor: a write waits for the writer.
-	ctx.Send(a.maint, &recordWatermarks{from: from, wms: partnerWatermarks{state: r.State, shared: r.Shared}})
+	// Recorded off the actor: a write waits for the writer (recorder.go).
+	a.rec.report(from, partnerWatermarks{state: r.State, shared: r.Shared})
 	a.lastReport[from] = r
 	a.takeWords(from, r.Digests)
 	a.checkOwners(ctx)
