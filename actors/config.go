@@ -52,6 +52,8 @@ type Config struct {
 
 	Sync SyncConfig
 	QUIC QUICOptions
+	// Discovery turns on local discovery (QUIC transport only).
+	Discovery DiscoveryConfig
 	// Retention bounds each library's shared log and tombstones.
 	Retention persistence.RetentionPolicy
 

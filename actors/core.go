@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -33,6 +34,10 @@ type nodeCore struct {
 	keyOwner func(ed25519.PublicKey) messages.DeviceID
 	// waits: chains this node waits at an elided change of (filter.go).
 	waits waitBook
+	// disc is local discovery (discovery.go); nil while off, and then
+	// discOff says why ("off": not enabled), set before Start returns.
+	disc    atomic.Pointer[localDiscovery]
+	discOff string
 
 	testHooks
 }

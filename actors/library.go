@@ -88,6 +88,10 @@ type libraryActor struct {
 	// in, still to fetch; widenRows the rows fetched of each so far.
 	widenOwned []persistence.WidenTask
 	widenRows  map[string]int
+	// rec records partners' acks and reports off the actor (recorder.go).
+	rec *recorder
+	// joinChoice: the path this library's join took, and why (NoteJoin).
+	joinChoice *JoinChoice
 
 	// A join in progress: join is its actor (nil when none), joinSt its
 	// last report. While it runs, live updates are buffered, never applied
@@ -145,9 +149,13 @@ func (a *libraryActor) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		a.n.auth.setPartners(a.id, nil) // closed: nobody may send to it
 		a.stopTimers()
+		a.rec.stop()
+		a.rec = nil
 		a.releaseInboxes()
 	case *actor.Restarting:
 		a.stopTimers()
+		a.rec.stop()
+		a.rec = nil
 		a.releaseInboxes()
 		ctx.Send(ctx.Parent(), &resetBudgets{})
 	default:
@@ -185,6 +193,9 @@ func (a *libraryActor) receivePeers(ctx actor.Context) bool {
 		a.onMemberSetupDone(ctx, m)
 	case *checkWords:
 		a.onCheckWords(ctx)
+	case *noteJoin:
+		c := m.c
+		a.joinChoice = &c
 	case *widenProgress:
 		a.onWidenProgress(m)
 	case *scopedDone:
@@ -242,6 +253,8 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.appliers[sharedApplier] = a.spawnApplier(ctx, sharedApplier, true)
 	a.serve = ctx.Spawn(actor.PropsFromProducer(newServeActor(a.n, a.lib)))
 	a.maint = ctx.Spawn(actor.PropsFromProducer(newMaintenanceActor(a.n, a.lib, a.id, ctx.Self())))
+	a.rec.stop() // a restart's
+	a.rec = startRecorder(a.n, a.lib, a.id, ctx.ActorSystem().Root, a.maint)
 	if n, err := a.lib.LogCount(); err == nil {
 		a.n.metrics.sharedLog.WithLabelValues(a.id.String()).Set(float64(n))
 	}

@@ -208,15 +208,9 @@ func (a *libraryActor) onAck(ctx actor.Context, from messages.DeviceID, m *messa
 		a.n.reject(messages.ReasonBadAck, "library", a.id, "from", from, "ack_from", m.From, "origin", m.Origin)
 		return
 	}
-	if err := a.lib.RecordAck(from, m.UpTo); err != nil {
-		if errors.Is(err, persistence.ErrBadValue) {
-			a.n.reject(messages.ReasonBadAck, "library", a.id, "from", from, "err", err)
-			return
-		}
-		a.n.log.Error("record ack", "library", a.id, "from", from, "err", err)
-		return
-	}
-	ctx.Send(a.maint, &pruneNow{})
+	// Recorded, and the log pruned after, off the actor: a write waits
+	// for the writer (recorder.go).
+	a.rec.ack(from, m.UpTo)
 }
 
 // onSetupPartner answers a peer's sync-setup: it becomes a partner here.

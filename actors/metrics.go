@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net/discovery"
 	"github.com/lsync/lsync/persistence"
 )
 
@@ -51,9 +52,10 @@ type Metrics struct {
 	pagesAhead     *prometheus.CounterVec // result: used, dropped
 	// pagesFetchedAhead: the joining side's (fetchahead.go).
 	pagesFetchedAhead *prometheus.CounterVec
-	digestDamaged     prometheus.Counter   // kept digests that a full pass found wrong (rows changed behind lsync's back)
-	chainRewinds      prometheus.Counter   // shared watermarks rewound: not on their origin's sealed chain
-	buildInfo         *prometheus.GaugeVec // version, revision, go_version: always 1
+	digestDamaged     prometheus.Counter     // kept digests that a full pass found wrong (rows changed behind lsync's back)
+	chainRewinds      prometheus.Counter     // shared watermarks rewound: not on their origin's sealed chain
+	buildInfo         *prometheus.GaugeVec   // version, revision, go_version: always 1
+	discovery         *prometheus.CounterVec // result: what became of each datagram heard on the discovery port
 
 	now func() time.Time // the clock of lsync_peer_last_seen_timestamp_seconds
 
@@ -174,11 +176,17 @@ func newMetrics() *Metrics {
 	m.chainRewinds = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lsync_chain_rewinds_total", Help: "Shared watermarks rewound because the origin's sealed chain showed them not to be on it (a chain poisoned before chains were sealed, or an origin that forked its chain).",
 	})
+	m.discovery = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lsync_discovery_announcements_total", Help: "Datagrams heard on the local discovery port, by result (accepted, bad_signature, stale, malformed, rate_limited); copies of an announcement already held are not counted.",
+	}, []string{"result"})
+	for _, r := range discovery.Results() {
+		m.discovery.WithLabelValues(r.String())
+	}
 	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "lsync_build_info", Help: "Always 1; the labels say which build of lsync runs.",
 	}, []string{"version", "revision", "go_version"})
 	m.buildInfo.WithLabelValues(buildLabels(debug.ReadBuildInfo())).Set(1)
-	m.Registry.MustRegister(m.buildInfo, m.sharedApply, m.peerConnected, m.peerLastSeen, m.digestDamaged, m.chainRewinds, m.filtered, m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesAhead, m.pagesFetchedAhead, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.Registry.MustRegister(m.buildInfo, m.discovery, m.sharedApply, m.peerConnected, m.peerLastSeen, m.digestDamaged, m.chainRewinds, m.filtered, m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesAhead, m.pagesFetchedAhead, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

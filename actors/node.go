@@ -105,6 +105,21 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	acceptCtx, cancel := context.WithCancel(context.Background())
 	n.acceptCancel, n.acceptDone = cancel, make(chan struct{})
 	go n.acceptLoop(acceptCtx)
+	if cfg.Discovery.Enabled {
+		// Discovery is a convenience on top of typed and learnt addresses:
+		// a node whose discovery cannot start (its port taken by a program
+		// that does not share it) runs without, and says why.
+		err := errors.New("it needs the QUIC transport")
+		if q, ok := tr.(*net.QUICTransport); ok {
+			err = n.startDiscovery(cfg.Discovery, q.Peers(), q)
+		}
+		if err != nil {
+			core.discOff = err.Error()
+			log.Warn("local discovery off: it could not start", "err", err)
+		}
+	} else {
+		core.discOff = "off"
+	}
 	return n, nil
 }
 
@@ -419,6 +434,7 @@ func (n *Node) syncSetup(ctx context.Context, dev messages.DeviceID, lib message
 // It leaves no goroutine of its own behind.
 func (n *Node) Stop(ctx context.Context) error {
 	n.stopOnce.Do(func() {
+		n.stopDiscovery()
 		n.acceptCancel()
 		err := n.tr.Close()
 		<-n.acceptDone

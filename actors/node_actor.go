@@ -79,6 +79,8 @@ func (na *nodeActor) Receive(ctx actor.Context) {
 		na.lookupAddr(ctx, m.dev)
 	case *addrFound:
 		na.onAddrFound(ctx, m)
+	case *discovered:
+		na.onDiscovered(ctx, m)
 	case *addrLookupDone:
 		delete(na.lookups, m.dev)
 	case *peerAdded:
@@ -387,13 +389,28 @@ func (na *nodeActor) onRequest(ctx actor.Context, m *inboundMsg) {
 		answerPeer(na.n, m.from, m.reply, na.addressBook(m.from, req.Devices), m.credit)
 	case *messages.LibraryListRequest:
 		resp := &messages.LibraryListResponse{}
+		var stores []*persistence.Library
 		for id, h := range na.handles {
 			resp.Libraries = append(resp.Libraries, messages.LibraryInfo{ID: id, Name: h.Name()})
+			stores = append(stores, h.store)
 		}
-		slices.SortFunc(resp.Libraries, func(a, b messages.LibraryInfo) int {
-			return compareIDs(messages.DeviceID(a.ID), messages.DeviceID(b.ID))
-		})
-		answerPeer(na.n, m.from, m.reply, resp, m.credit)
+		if !req.WithRows {
+			sortLibraryInfos(resp.Libraries)
+			answerPeer(na.n, m.from, m.reply, resp, m.credit)
+			break
+		}
+		// Counting reads every table: off the node actor.
+		go func() {
+			for i, st := range stores {
+				if counts, err := st.Counts(); err == nil {
+					for _, n := range counts {
+						resp.Libraries[i].Rows += uint64(n)
+					}
+				}
+			}
+			sortLibraryInfos(resp.Libraries)
+			answerPeer(na.n, m.from, m.reply, resp, m.credit)
+		}()
 	case *messages.SyncSetupRequest:
 		if req.Device != m.from {
 			na.n.reject(messages.ReasonForgedSetup, "from", m.from, "claimed", req.Device)
@@ -424,37 +441,43 @@ func (na *nodeActor) onRequest(ctx actor.Context, m *inboundMsg) {
 // maxAddressEntries bounds an address-book answer.
 const maxAddressEntries = 256
 
+// addrsPerDevice bounds the addresses of one device in an address-book
+// answer: its best few.
+const addrsPerDevice = 3
+
 // addressBook answers a paired device's AddressBookRequest: where this
-// node last saw each asked device it is paired with (not the asker).
+// node last reached each asked device it is paired with (not the asker),
+// its best addresses first.
 func (na *nodeActor) addressBook(from messages.DeviceID, devs []messages.DeviceID) *messages.AddressBookResponse {
 	resp := &messages.AddressBookResponse{}
 	for _, d := range devs {
-		if len(resp.Entries) == maxAddressEntries {
-			break
-		}
 		if d == from || d == na.n.self {
 			continue
 		}
-		if addr, ok := na.dir.Addr(d); ok {
-			resp.Entries = append(resp.Entries, messages.AddressEntry{Device: d, Addr: addr})
+		addrs := addrsOf(na.dir, d)
+		for _, a := range addrs[:min(len(addrs), addrsPerDevice)] {
+			if len(resp.Entries) == maxAddressEntries {
+				return resp
+			}
+			resp.Entries = append(resp.Entries, messages.AddressEntry{Device: d, Addr: a})
 		}
 	}
 	return resp
 }
 
-// addrSetter is a Directory that can record an address learnt from
-// another device (the QUIC one; memnet's is fixed).
-type addrSetter interface {
-	SetAddr(dev messages.DeviceID, addr string) error
-}
-
 // lookupAddr asks the connected devices, off the actor, where they last
 // saw dev, which this node failed to reach: a device whose address
 // changed while it was away is found again through any device it has
-// reached since (issue 11). One lookup per device at a time.
+// reached since (issue 11). One lookup per device at a time. It also
+// tries where dev last announced itself on the local network.
 func (na *nodeActor) lookupAddr(ctx actor.Context, dev messages.DeviceID) {
-	if _, ok := na.dir.(addrSetter); !ok || na.lookups[dev] || na.connected[dev] != nil {
+	if _, ok := na.dir.(addrBook); !ok || na.lookups[dev] || na.connected[dev] != nil {
 		return
+	}
+	if e, ok := na.n.lookupLocal(dev); ok {
+		if pid, ok := na.peers[dev]; ok {
+			ctx.Send(pid, &tryAddrs{addrs: e, src: net.AddrLocal})
+		}
 	}
 	var conns []net.Conn
 	for d, pc := range na.connected {
@@ -469,11 +492,11 @@ func (na *nodeActor) lookupAddr(ctx actor.Context, dev messages.DeviceID) {
 		na.lookups = map[messages.DeviceID]bool{}
 	}
 	na.lookups[dev] = true
-	known, _ := na.dir.Addr(dev)
+	known := addrsOf(na.dir, dev)
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	go func() {
 		defer root.Send(self, &addrLookupDone{dev: dev})
-		seen := map[string]bool{known: true}
+		var found []string
 		for _, c := range conns {
 			rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			m, err := c.Request(rctx, messages.LibraryID{}, &messages.AddressBookRequest{Devices: []messages.DeviceID{dev}})
@@ -483,31 +506,41 @@ func (na *nodeActor) lookupAddr(ctx actor.Context, dev messages.DeviceID) {
 				continue
 			}
 			for _, e := range resp.Entries {
-				if e.Device == dev && e.Addr != "" && !seen[e.Addr] {
-					seen[e.Addr] = true
-					root.Send(self, &addrFound{dev: dev, addr: e.Addr})
+				if e.Device == dev && e.Addr != "" && !slices.Contains(known, e.Addr) && !slices.Contains(found, e.Addr) && len(found) < maxDialAddrs {
+					found = append(found, e.Addr)
 				}
 			}
+		}
+		if len(found) > 0 {
+			root.Send(self, &addrFound{dev: dev, addrs: found})
 		}
 	}()
 }
 
-// onAddrFound records an address another device saw dev at, unless dev
-// is connected meanwhile, and dials it there.
+// onAddrFound dials the addresses other devices saw dev at, unless dev is
+// connected meanwhile; the one that works joins the address book.
 func (na *nodeActor) onAddrFound(ctx actor.Context, m *addrFound) {
 	if na.connected[m.dev] != nil {
 		return
 	}
-	set, ok := na.dir.(addrSetter)
-	if !ok {
-		return
-	}
-	if err := set.SetAddr(m.dev, m.addr); err != nil {
-		na.n.log.Warn("record a learnt address", "peer", m.dev, "addr", m.addr, "err", err)
-		return
-	}
-	na.n.log.Info("learnt a paired device's new address from another device", "peer", m.dev, "addr", m.addr)
 	if pid, ok := na.peers[m.dev]; ok {
-		ctx.Send(pid, &redial{})
+		ctx.Send(pid, &tryAddrs{addrs: m.addrs, src: net.AddrMember})
 	}
+}
+
+// onDiscovered dials a paired device at the addresses it announced on the
+// local network, unless it is connected.
+func (na *nodeActor) onDiscovered(ctx actor.Context, m *discovered) {
+	if na.connected[m.dev] != nil {
+		return
+	}
+	if pid, ok := na.peers[m.dev]; ok {
+		ctx.Send(pid, &tryAddrs{addrs: m.addrs, src: net.AddrLocal})
+	}
+}
+
+func sortLibraryInfos(ls []messages.LibraryInfo) {
+	slices.SortFunc(ls, func(a, b messages.LibraryInfo) int {
+		return compareIDs(messages.DeviceID(a.ID), messages.DeviceID(b.ID))
+	})
 }

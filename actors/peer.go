@@ -43,6 +43,7 @@ type peerActor struct {
 	bo       *backoff
 	gen      int // invalidates stale dial timers and dials
 	dialing  bool
+	probing  bool // a dial of addresses learnt elsewhere (tryAddrs) is under way
 	timer    *time.Timer
 }
 
@@ -70,8 +71,8 @@ func (p *peerActor) Receive(ctx actor.Context) {
 		p.ended(ctx, m)
 	case *dialNow:
 		p.dial(ctx, m.gen)
-	case *redial:
-		p.dial(ctx, p.gen)
+	case *tryAddrs:
+		p.probe(ctx, m)
 	case *dialed:
 		p.onDialed(ctx, m)
 	case *inboundMsg:
@@ -254,26 +255,53 @@ func (p *peerActor) scheduleDial(ctx actor.Context) {
 	p.timer = time.AfterFunc(p.bo.next(), func() { root.Send(self, &dialNow{gen: gen}) })
 }
 
-// dial starts a dial off Receive; its outcome arrives as *dialed.
+// dial starts a dial of the device's known addresses, most recently
+// working first, off Receive; its outcome arrives as *dialed.
 func (p *peerActor) dial(ctx actor.Context, gen int) {
 	if gen != p.gen || p.conn != nil || p.dialing {
 		return
 	}
-	addr, ok := p.dir.Addr(p.dev)
-	if !ok {
+	addrs := addrsOf(p.dir, p.dev)
+	if len(addrs) == 0 {
 		return
 	}
 	p.dialing = true
-	tr, dev, self, root := p.tr, p.dev, ctx.Self(), ctx.ActorSystem().Root
+	p.dialOff(ctx, context.Background(), addrs, &dialed{gen: gen})
+}
+
+// probe dials addresses learnt from another member or the local network,
+// unless connected: the transport's handshake checks the device's pinned
+// key, so an address that reaches someone else fails, and the address
+// book records the one that worked (as learnt from m.src) only then.
+func (p *peerActor) probe(ctx actor.Context, m *tryAddrs) {
+	if p.conn != nil || p.probing || len(m.addrs) == 0 {
+		return
+	}
+	p.probing = true
+	p.dialOff(ctx, net.WithAddrSource(context.Background(), m.src), m.addrs, &dialed{gen: p.gen, probe: true, src: m.src})
+}
+
+// dialOff runs dialAny off Receive and sends its outcome in out; the
+// addresses that failed are recorded in the address book.
+func (p *peerActor) dialOff(ctx actor.Context, dctx context.Context, addrs []string, out *dialed) {
+	tr, dir, dev, self, root := p.tr, p.dir, p.dev, ctx.Self(), ctx.ActorSystem().Root
 	go func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		c, err := tr.Dial(dctx, dev, addr)
-		cancel()
-		root.Send(self, &dialed{gen: gen, conn: c, err: err})
+		c, addr, failed, err := dialAny(dctx, tr, dev, addrs)
+		if b, ok := dir.(addrBook); ok {
+			for _, a := range failed {
+				b.Failed(dev, a)
+			}
+		}
+		out.conn, out.addr, out.err = c, addr, err
+		root.Send(self, out)
 	}()
 }
 
 func (p *peerActor) onDialed(ctx actor.Context, m *dialed) {
+	if m.probe {
+		p.onProbed(ctx, m)
+		return
+	}
 	p.dialing = false
 	if m.err != nil {
 		addr, _ := p.dir.Addr(p.dev)
@@ -291,6 +319,27 @@ func (p *peerActor) onDialed(ctx actor.Context, m *dialed) {
 	if m.gen != p.gen && p.conn != nil {
 		_ = m.conn.Close() // connected meanwhile (they dialed us)
 		return
+	}
+	p.adopt(ctx, m.conn, true)
+}
+
+// onProbed adopts the connection a probe made, unless the device connected
+// meanwhile. A failed probe changes nothing: the regular dials go on.
+func (p *peerActor) onProbed(ctx actor.Context, m *dialed) {
+	p.probing = false
+	if m.err != nil {
+		p.n.log.Debug("dial of a learnt address failed", "peer", p.dev, "learnt", m.src, "err", m.err)
+		return
+	}
+	if p.conn != nil {
+		_ = m.conn.Close() // connected meanwhile
+		return
+	}
+	switch m.src {
+	case net.AddrMember:
+		p.n.log.Info("learnt a paired device's new address from another device", "peer", p.dev, "addr", m.addr)
+	default:
+		p.n.log.Info("reached a paired device at an address it announced on the local network", "peer", p.dev, "addr", m.addr, "learnt", m.src)
 	}
 	p.adopt(ctx, m.conn, true)
 }

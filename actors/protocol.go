@@ -34,14 +34,26 @@ type connEnded struct {
 	err  error
 }
 
-// redial asks the peer actor to dial now, unless it is connected or
-// dialing: an address was learnt for it.
-type redial struct{}
-
-// addrFound: a paired device saw dev at addr since this node last reached it.
+// addrFound: paired devices saw dev at addrs since this node last
+// reached it.
 type addrFound struct {
-	dev  messages.DeviceID
-	addr string
+	dev   messages.DeviceID
+	addrs []string
+}
+
+// tryAddrs asks the peer actor to dial addresses it may not know (learnt
+// from src), unless it is connected: the address book records the one
+// that works once the handshake with the pinned key succeeded there.
+type tryAddrs struct {
+	addrs []string
+	src   net.AddrSource
+}
+
+// discovered: local discovery heard a paired device announce addrs
+// (discovery → node).
+type discovered struct {
+	dev   messages.DeviceID
+	addrs []string
 }
 
 // addrLookupDone ends a lookup of dev's address.
@@ -51,11 +63,15 @@ type addrLookupDone struct{ dev messages.DeviceID }
 // invalidates stale timers.
 type dialNow struct{ gen int }
 
-// dialed is the outcome of a dial run off the peer actor's Receive.
+// dialed is the outcome of a dial run off the peer actor's Receive: of
+// the addresses in the book, or (probe) of the addresses of a tryAddrs.
 type dialed struct {
-	gen  int
-	conn net.Conn
-	err  error
+	gen   int
+	conn  net.Conn
+	addr  string // where conn was made
+	err   error
+	probe bool
+	src   net.AddrSource // a probe's
 }
 
 // aliveChecked is the outcome of pinging the current connection when a

@@ -35,9 +35,19 @@ func (d peerDirectory) Addr(dev messages.DeviceID) (string, bool) {
 	return p.Addr, ok && p.Addr != ""
 }
 
-// SetAddr records an address learnt for dev from another paired device.
-func (d peerDirectory) SetAddr(dev messages.DeviceID, addr string) error {
-	return d.store.SetAddr(dev, addr)
+// Addrs are dev's address book, most recently working first (addrBook).
+func (d peerDirectory) Addrs(dev messages.DeviceID) []string {
+	book := d.store.Addrs(dev)
+	out := make([]string, len(book))
+	for i, a := range book {
+		out[i] = a.Addr
+	}
+	return out
+}
+
+// Failed records a failed dial (addrBook).
+func (d peerDirectory) Failed(dev messages.DeviceID, addr string) {
+	_ = d.store.Failed(dev, addr) // an error is a device unpaired meanwhile, or a home that cannot be written (logged by whatever writes next)
 }
 
 func (d peerDirectory) Name(dev messages.DeviceID) string {
@@ -106,7 +116,9 @@ func (n *Node) GeneratePairingCode(ttl time.Duration, attempts int) (PairingCode
 	if err != nil {
 		return PairingCode{}, err
 	}
-	return PairingCode{Code: code, Expires: exp, Done: done}, nil
+	// Nearby devices see that a code is pending here (nothing of the
+	// code), until it is used or expires.
+	return PairingCode{Code: code, Expires: exp, Done: n.core.pairingOpen(done)}, nil
 }
 
 // JoinPairing pairs with the device at addr that showed code.
@@ -116,6 +128,16 @@ func (n *Node) JoinPairing(ctx context.Context, code, addr string) (net.PeerInfo
 		return net.PeerInfo{}, err
 	}
 	return q.JoinPairing(ctx, code, addr)
+}
+
+// AddressBook returns a paired device's known addresses, the most
+// recently working first, each with how it was learnt.
+func (n *Node) AddressBook(dev messages.DeviceID) []net.KnownAddr {
+	q, err := n.quic()
+	if err != nil {
+		return nil
+	}
+	return q.Peers().Addrs(dev)
 }
 
 // Paired lists the pinned devices.

@@ -75,9 +75,8 @@ func (a *libraryActor) onReport(ctx actor.Context, from messages.DeviceID, r *me
 		a.view(from).reconnected()
 		a.scheduleReport(ctx)
 	}
-	if err := a.lib.RecordPartnerWatermarks(from, r.State, r.Shared); err != nil {
-		a.n.log.Warn("record a partner's watermarks", "library", a.id, "from", from, "err", err)
-	}
+	// Recorded off the actor: a write waits for the writer (recorder.go).
+	a.rec.report(from, partnerWatermarks{state: r.State, shared: r.Shared})
 	a.learnFrom(from, prev, r)
 	// A report names what changed since the last one (reports.go): what
 	// the partner holds is the two merged.

@@ -25,7 +25,10 @@ type Status struct {
 	Waiting []ChainWait `json:"waiting,omitempty"`
 	// Widening: parts of owners' rows a wider filter took in, still to
 	// fetch, with the rows fetched so far (selective sync).
-	Widening         []WideningPart `json:"widening,omitempty"`
+	Widening []WideningPart `json:"widening,omitempty"`
+	// Join: the path this library's join took and why (since the node
+	// started).
+	Join             *JoinChoice    `json:"join,omitempty"`
 	StateWatermarks  []Watermark    `json:"state_watermarks"`
 	SharedWatermarks []Watermark    `json:"shared_watermarks"`
 	LogSize          int            `json:"log_size"`
@@ -181,6 +184,7 @@ func (a *libraryActor) status() (*Status, error) {
 	}
 	st.Waiting = append(a.n.waits.waits(a.id, a.lib.SharedWatermark, connected), a.stateWaits(connected)...)
 	st.Widening = a.widening()
+	st.Join = a.joinChoice
 	for i := range st.Waiting {
 		if row, err := a.lib.Get(persistence.ModelDevice, messages.UUID(st.Waiting[i].Origin)); err == nil && row["name"] != nil {
 			st.Waiting[i].OriginName = fmt.Sprint(row["name"])

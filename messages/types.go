@@ -587,11 +587,16 @@ type LibraryInfo struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	ID       LibraryID
 	Name     string
+	Rows     uint64 // rows it holds, when the request asked (WithRows)
 }
 
-// LibraryListRequest asks a paired device which libraries it has.
+// LibraryListRequest asks a paired device which libraries it has; with
+// WithRows, how many rows each holds too (a joiner chooses its path by
+// it: counting costs the answering device a pass over its tables' b-trees,
+// so a probe does not ask).
 type LibraryListRequest struct {
 	_msgpack struct{} `msgpack:",as_array"`
+	WithRows bool
 }
 
 // LibraryListResponse answers LibraryListRequest.

@@ -107,7 +107,10 @@ func TestPeerStorePersists(t *testing.T) {
 	if err := s.SetAddr(q.ID, "10.0.0.2:4000"); err != nil {
 		t.Fatal(err)
 	}
-	q.Addr = "10.0.0.2:4000"
+	q, _ = s.Get(q.ID)
+	if q.Addr != "10.0.0.2:4000" || q.AddrSource != AddrPeer || q.AddrOK.IsZero() {
+		t.Fatalf("after SetAddr: %+v", q)
+	}
 	if err := s.SetAddr(messages.DeviceID{5}, "x"); err == nil {
 		t.Fatal("SetAddr of an unknown peer")
 	}

@@ -651,6 +651,7 @@ func (t *QUICTransport) creatorFinish(s *quic.Stream, qc *quic.Conn, x cpaceCont
 		Name:        info.Name,
 		Fingerprint: x.Joiner.FP,
 		Addr:        dialableAddr(info.Addr, qc.RemoteAddr()),
+		AddrSource:  AddrPeer, // it told us; not dialed yet
 		PairedAt:    t.now(),
 	}
 	if err := t.peers.Add(peer); err != nil {
@@ -823,7 +824,11 @@ func (t *QUICTransport) joinerExchange(ctx context.Context, qc *quic.Conn, code,
 	default:
 		return PeerInfo{}, fmt.Errorf("%w: pairing message %d, want accept", messages.ErrMalformed, typ)
 	}
-	return t.joinerFinish(s, x, sec, shares, isks, body, addr)
+	src := addrSourceOf(ctx)
+	if src == "" {
+		src = AddrTyped
+	}
+	return t.joinerFinish(s, x, sec, shares, isks, body, addr, src)
 }
 
 // rejection is the joiner's error for the body of a pairReject.
@@ -841,7 +846,7 @@ func rejection(body []byte) error {
 
 // joinerFinish checks the creator's accept (its MAC and sealed info),
 // sends our info and pins the creator once it says it pinned us.
-func (t *QUICTransport) joinerFinish(s *quic.Stream, x cpaceContext, sec cpaceSecret, shares, isks [][]byte, body []byte, addr string) (PeerInfo, error) {
+func (t *QUICTransport) joinerFinish(s *quic.Stream, x cpaceContext, sec cpaceSecret, shares, isks [][]byte, body []byte, addr string, src AddrSource) (PeerInfo, error) {
 	// 4. The creator must prove the same key.
 	if len(body) < cpaceMACSize {
 		return PeerInfo{}, fmt.Errorf("%w: short accept", messages.ErrMalformed)
@@ -871,7 +876,9 @@ func (t *QUICTransport) joinerFinish(s *quic.Stream, x cpaceContext, sec cpaceSe
 	if _, err := expectPairMsg(s, pairDone); err != nil {
 		return PeerInfo{}, err
 	}
-	peer := PeerInfo{ID: x.Creator.ID, Name: info.Name, Fingerprint: x.Creator.FP, Addr: addr, PairedAt: t.now()}
+	// The pairing exchange ran on addr: it reaches the creator.
+	now := t.now()
+	peer := PeerInfo{ID: x.Creator.ID, Name: info.Name, Fingerprint: x.Creator.FP, Addr: addr, AddrSource: src, AddrOK: now, PairedAt: now}
 	if err := t.peers.Add(peer); err != nil {
 		return PeerInfo{}, err
 	}

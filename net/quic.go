@@ -292,6 +292,9 @@ func (t *QUICTransport) Addr() string { return t.udp.LocalAddr().String() }
 func (t *QUICTransport) Peers() *PeerStore { return t.peers }
 
 // Dial connects to the paired device peer at addr and exchanges Hello.
+// Once the handshake with peer's pinned key succeeded, addr becomes its
+// best address in the address book (learnt as WithAddrSource says, if
+// new).
 func (t *QUICTransport) Dial(ctx context.Context, peer messages.DeviceID, addr string) (Conn, error) {
 	if _, ok := t.peers.Get(peer); !ok {
 		return nil, fmt.Errorf("dial %s: %w", peer, ErrNotPaired)
@@ -318,7 +321,7 @@ func (t *QUICTransport) Dial(ctx context.Context, peer messages.DeviceID, addr s
 		qc.CloseWithError(connProtocol, "handshake failed")
 		return nil, fmt.Errorf("dial %s at %s: %w", peer, addr, err)
 	}
-	if err := t.peers.SetAddr(peer, addr); err != nil {
+	if err := t.peers.Worked(peer, addr, addrSourceOf(ctx)); err != nil {
 		t.log.Warn("record peer address", "peer", peer, "err", err)
 	}
 	if !c.start() {

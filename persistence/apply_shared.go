@@ -329,7 +329,7 @@ func (l *Library) ApplyShared(changes []messages.SharedChange, opts ApplyOptions
 		origins = append(origins, o)
 	}
 	slices.SortFunc(origins, func(a, b messages.DeviceID) int { return compareUUID(messages.UUID(a), messages.UUID(b)) })
-	if err := l.lockWriter(); err != nil {
+	if err := l.lockWriterRemote(); err != nil {
 		return res, err
 	}
 	defer l.mu.Unlock()
@@ -456,7 +456,7 @@ func (tx *txn) applyChain(origin messages.DeviceID, list []messages.SharedChange
 // Rejection whose UUID is the origin and whose Model is empty.
 func (l *Library) ApplySharedState(changes []messages.SharedChange, wms []messages.OriginWatermark, opts ApplyOptions) (ApplyResult, error) {
 	var res ApplyResult
-	if err := l.lockWriter(); err != nil {
+	if err := l.lockWriterRemote(); err != nil {
 		return res, err
 	}
 	defer l.mu.Unlock()
@@ -556,7 +556,7 @@ func (l *Library) CommitSharedBatch(writes []SharedWrite) ([]messages.SharedChan
 		}
 		cs[i], mis[i] = c, mi
 	}
-	if err := l.lockWriter(); err != nil {
+	if err := l.lockWriterLocal(); err != nil {
 		return nil, res, err
 	}
 	defer l.mu.Unlock()

@@ -435,7 +435,7 @@ func (l *Library) ApplyState(owner messages.DeviceID, model string, recs []messa
 		}
 		recs = nil
 	}
-	if err := l.lockWriter(); err != nil {
+	if err := l.lockWriterRemote(); err != nil {
 		return res, err
 	}
 	defer l.mu.Unlock()
@@ -480,7 +480,7 @@ func (l *Library) ApplyStateDelete(d messages.StateDelete) (ApplyResult, error) 
 	if d.Owner.IsZero() {
 		return res, fmt.Errorf("apply delete: %w: zero owner", ErrBadValue)
 	}
-	if err := l.lockWriter(); err != nil {
+	if err := l.lockWriterRemote(); err != nil {
 		return res, err
 	}
 	defer l.mu.Unlock()

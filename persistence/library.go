@@ -56,10 +56,13 @@ type Library struct {
 
 	// mu serialises writers; it guards w and the fields up to pub. Helpers
 	// that need it end in Locked or run inside writeTx.
-	mu     writerLock
-	w      *conn
-	closed bool
-	selfID int64
+	mu writerLock
+	// localWaiting counts the device's own writes waiting for the writer
+	// (lockWriterLocal): applies of what peers sent let them go first.
+	localWaiting atomic.Int32
+	w            *conn
+	closed       bool
+	selfID       int64
 	// owners maps device uuids to local ids of their device rows
 	// (placeholders included); ownerDev is the inverse.
 	owners   map[messages.DeviceID]int64
@@ -613,6 +616,35 @@ func (l *Library) lockWriter() error {
 		return ErrClosed
 	}
 	return nil
+}
+
+// Local first (issue 23): the device's own writes (WriteState, DeleteState,
+// CommitShared…) take the writer ahead of the applies of what peers sent,
+// so a busy or hostile peer whose pages keep the writer busy does not
+// starve the user's edits. A local writer says it waits (localWaiting); a
+// remote apply that gets the writer while one does lets it go and queues
+// again. A local write then waits for at most the transaction in progress.
+
+// lockWriterLocal takes the writer for one of the device's own writes.
+func (l *Library) lockWriterLocal() error {
+	l.localWaiting.Add(1)
+	defer l.localWaiting.Add(-1)
+	return l.lockWriter()
+}
+
+// lockWriterRemote takes the writer for an apply of what a peer sent,
+// after any local write that waits for it.
+func (l *Library) lockWriterRemote() error {
+	for {
+		if err := l.lockWriter(); err != nil {
+			return err
+		}
+		if l.localWaiting.Load() == 0 {
+			return nil
+		}
+		l.mu.Unlock()
+		runtime.Gosched() // the local writer is queued on the writer, or about to be
+	}
 }
 
 // writeTx runs fn in one write transaction on the writer (mu held). On

@@ -20,7 +20,7 @@ func (l *Library) WriteState(model string, u messages.UUID, fields map[string]an
 	if mi.Kind != DeviceOwned {
 		return messages.StateRecord{}, ApplyResult{}, fmt.Errorf("write state: %w: %q is shared", ErrUnknownModel, model)
 	}
-	if err := l.lockWriter(); err != nil {
+	if err := l.lockWriterLocal(); err != nil {
 		return messages.StateRecord{}, ApplyResult{}, err
 	}
 	defer l.mu.Unlock()
@@ -148,7 +148,7 @@ func (l *Library) WriteStateBatch(model string, rows []map[string]any) ([]messag
 		}
 		batch = append(batch, prepared{u: u, vals: vals})
 	}
-	if err := l.lockWriter(); err != nil {
+	if err := l.lockWriterLocal(); err != nil {
 		return nil, ApplyResult{}, err
 	}
 	defer l.mu.Unlock()
@@ -186,7 +186,7 @@ func (l *Library) DeleteState(model string, u messages.UUID) (messages.StateDele
 	if mi.Kind != DeviceOwned {
 		return messages.StateDelete{}, res, fmt.Errorf("delete state: %w: %q is shared", ErrUnknownModel, model)
 	}
-	if err := l.lockWriter(); err != nil {
+	if err := l.lockWriterLocal(); err != nil {
 		return messages.StateDelete{}, res, err
 	}
 	defer l.mu.Unlock()

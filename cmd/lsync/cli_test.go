@@ -86,7 +86,8 @@ func TestUsageErrors(t *testing.T) {
 		{"meta", "set", "lib", "--content", "0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192", "colour=red"},
 		{"network", "sync-setup", "--remote-device", "x", "--remote-library", "y", "--action", "steal"},
 		{"network", "sync-setup", "--remote-device", "x", "--remote-library", "y", "--action", "register-only", "--snapshot"},
-		{"network", "pair", "join", "ABCD-1234"},
+		{"network", "pair", "join"},            // no code (without --addr the daemon looks nearby)
+		{"serve", "--discovery-port", "70000"}, // not a port
 		{"serve", "--log-level", "loud"},
 	} {
 		_, stderr, code := runCLI(t, append([]string{"--home", home}, args...)...)

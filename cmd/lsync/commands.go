@@ -266,9 +266,11 @@ func newNetworkCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "network",
 		Short: "Pair devices and set up sync",
-		Long: `Pair this device with another one (a one-time code), list paired devices,
-discover a device's libraries and make two devices sync partners of a library.`,
+		Long: `Pair this device with another one (a one-time code), list paired devices and
+the unpaired ones nearby, discover a device's libraries and make two devices
+sync partners of a library.`,
 		Example: `  lsync network pair generate
+  lsync network pair join WXYZ-1234
   lsync network pair join WXYZ-1234 --addr 192.0.2.10:7700
   lsync network sync-setup --remote-device ID --remote-library UUID --action join`,
 		RunE: groupRunE,
@@ -323,8 +325,8 @@ blocks until the code is used (and prints the paired device) or expires.`,
 					fmt.Fprintf(w, "Paired with %q (%s)\n", pc.Paired.Name, pc.Paired.ID)
 					return
 				}
-				fmt.Fprintf(w, "Pairing code: %s\nValid until %s. On the other device run:\n  lsync network pair join %s --addr %s\n",
-					pc.Code, pc.Expires.Local().Format(time.RFC3339), pc.Code, joinAddr(pc.Listen))
+				fmt.Fprintf(w, "Pairing code: %s\nValid until %s. On the other device run:\n  lsync network pair join %s\n(on the same network, with discovery on), or from anywhere:\n  lsync network pair join %s --addr %s\n",
+					pc.Code, pc.Expires.Local().Format(time.RFC3339), pc.Code, pc.Code, joinAddr(pc.Listen))
 			})
 		}),
 	}
@@ -332,18 +334,23 @@ blocks until the code is used (and prints the paired device) or expires.`,
 	gen.Flags().DurationVar(&ttl, "ttl", 5*time.Minute, "how long the code stays valid (1s to 24h)")
 	var addr string
 	join := &cobra.Command{
-		Use:   "join CODE --addr HOST:PORT",
+		Use:   "join CODE [--addr HOST:PORT]",
 		Short: "Pair with the device that shows CODE",
 		Long: `Connect to the device at --addr (its daemon's --listen address) and pair with
 it using the code it showed. A wrong code fails and uses up one of this
 address's attempts at the code (three; a code dies after 24 wrong guesses in
-all). Once paired, the two daemons connect to each other by themselves.`,
-		Example: `  lsync network pair join WXYZ-1234 --addr 192.0.2.10:7700`,
-		Args:    args(cobra.ExactArgs(1)),
+all). Once paired, the two daemons connect to each other by themselves.
+
+Without --addr, the daemon looks for the device among the unpaired devices
+announcing a pending code on the local network (lsync network nearby) and
+tries the code with them, the most recently heard first, at most 4, until one
+accepts it: the code's exchange (a PAKE) proves which device generated it, and
+nothing derived from the code is ever broadcast. Each device that did not
+generate it counts one wrong attempt at its own code.`,
+		Example: `  lsync network pair join WXYZ-1234
+  lsync network pair join WXYZ-1234 --addr 192.0.2.10:7700`,
+		Args: args(cobra.ExactArgs(1)),
 		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
-			if addr == "" {
-				return usageErrorf("--addr HOST:PORT is required (the other daemon's --listen address)")
-			}
 			var p peerInfo
 			if err := g.callInto(cmd.Context(), opPairJoin, pairJoinArgs{Code: a[0], Addr: addr}, &p); err != nil {
 				return err
@@ -351,13 +358,19 @@ all). Once paired, the two daemons connect to each other by themselves.`,
 			return g.output(p, func(w io.Writer) { fmt.Fprintf(w, "Paired with %q (%s) at %s\n", p.Name, p.ID, p.Addr) })
 		}),
 	}
-	join.Flags().StringVar(&addr, "addr", "", "the other device's address, HOST:PORT")
+	join.Flags().StringVar(&addr, "addr", "", "the other device's address, HOST:PORT (none: find it on the local network)")
 	pair.AddCommand(gen, join)
 
 	peers := &cobra.Command{
-		Use:     "peers",
-		Short:   "List paired devices and whether they are connected",
-		Long:    `List the devices this device is paired with, their last known address, and whether they are connected now (with the round-trip time).`,
+		Use:   "peers",
+		Short: "List paired devices and whether they are connected",
+		Long: `List the devices this device is paired with, the address each was last reached
+on and how it was learnt (typed: given to pair join --addr; member: from another
+paired device; local: announced on the local network; peer: the device connected
+from it or told it when pairing), and whether they are connected now (with the
+round-trip time). With --json, addrs is each device's address book: every known
+address, when a handshake last succeeded there, and since when it fails, in the
+order dials try them. An address failing for a week is forgotten (not the best).`,
 		Example: `  lsync network peers`,
 		Args:    args(cobra.NoArgs),
 		RunE: g.runE(func(cmd *cobra.Command, _ []string) error {
@@ -373,7 +386,7 @@ all). Once paired, the two daemons connect to each other by themselves.`,
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tNAME\tADDR\tCONNECTED\tRTT\tLAST ERROR")
 				for _, p := range ps {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, p.Addr, yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), dash(p.LastError))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, peerAddr(p), yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), dash(p.LastError))
 				}
 				tw.Flush()
 			})
@@ -405,7 +418,8 @@ device id (or its exact name).`,
 	discover.Flags().DurationVar(&discoverWait, "connect-timeout", defaultConnectWait, "how long to wait for the device to connect")
 	var remoteDev, remoteLib, action string
 	var setupWait time.Duration
-	var snapshot bool
+	var snapshot, backfill bool
+	var snapshotOver uint64
 	var takeModels, leaveModels []string
 	setup := &cobra.Command{
 		Use:   "sync-setup --remote-device ID --remote-library UUID --action register-only|join",
@@ -419,9 +433,13 @@ lacks it, and syncing starts at once.
   --action join           also backfill the library from the partners; the
                           command shows progress until the library is ready
                           (interrupting it only stops the display)
-  --snapshot              with join, for a first sync of a large library:
-                          copy the partner's database file (checksummed,
-                          resumable chunks), then catch up incrementally
+  A join picks its path: over --snapshot-over rows (default 100000) it
+  copies the partner's database file (checksummed, resumable chunks) and
+  then catches up incrementally, the fastest way in; at or under it, or
+  when the join is filtered, it copies row by row. The output and
+  'lsync sync status' say which path was taken and why.
+  --snapshot              with join: the database file, whatever the size
+  --backfill              with join: row by row, whatever the size
   --models M,...          take only these models of the library (and those
   --exclude-models M,...  they depend on), or all but these: the join copies
                           only that (see 'lsync sync filter'; the locations
@@ -441,12 +459,18 @@ lacks it, and syncing starts at once.
 			if snapshot && action != actors.ActionJoin {
 				return usageErrorf("--snapshot needs --action join")
 			}
+			if snapshot && backfill {
+				return usageErrorf("--snapshot and --backfill: give one or the other")
+			}
+			if (backfill || cmd.Flags().Changed("snapshot-over")) && action != actors.ActionJoin {
+				return usageErrorf("--backfill and --snapshot-over go with --action join")
+			}
 			if snapshot && len(takeModels)+len(leaveModels) > 0 {
 				return usageErrorf("--snapshot copies the whole database: a filtered join (--models, --exclude-models) backfills instead; leave --snapshot out")
 			}
 			pr := newJoinProgress(g)
 			res, err := g.call(cmd.Context(), opSyncSetup, syncSetupArgs{Device: remoteDev, Library: remoteLib, Action: action, ConnectTimeout: setupWait,
-				Snapshot: snapshot, Models: takeModels, ExcludeModels: leaveModels}, pr.update)
+				Snapshot: snapshot, Backfill: backfill, SnapshotOver: snapshotOver, Models: takeModels, ExcludeModels: leaveModels}, pr.update)
 			pr.finish(err == nil)
 			if err != nil {
 				return err
@@ -457,6 +481,9 @@ lacks it, and syncing starts at once.
 			}
 			return g.output(r, func(w io.Writer) {
 				fmt.Fprintf(w, "Library %q (%s) now syncs with %s (%s); phase %s\n", r.Name, r.Library, r.RemoteDevice, r.Action, r.Phase)
+				if r.Join != nil {
+					fmt.Fprintf(w, "Joined by %s: %s.\n", r.Join.Path, r.Join.Why)
+				}
 			})
 		}),
 	}
@@ -464,7 +491,9 @@ lacks it, and syncing starts at once.
 	setup.Flags().StringVar(&remoteLib, "remote-library", "", "the library's uuid (or its exact name on that device)")
 	setup.Flags().StringVar(&action, "action", "", "register-only or join")
 	setup.Flags().DurationVar(&setupWait, "connect-timeout", defaultConnectWait, "how long to wait for the device to connect")
-	setup.Flags().BoolVar(&snapshot, "snapshot", false, "with --action join: copy the partner's database file, then catch up")
+	setup.Flags().BoolVar(&snapshot, "snapshot", false, "with --action join: copy the partner's database file, then catch up (the default over --snapshot-over rows)")
+	setup.Flags().BoolVar(&backfill, "backfill", false, "with --action join: copy row by row, whatever the library's size")
+	setup.Flags().Uint64Var(&snapshotOver, "snapshot-over", actors.DefaultSnapshotOver, "with --action join: take a snapshot when the library holds more rows than this")
 	setup.Flags().StringSliceVar(&takeModels, "models", nil, "take only these models of the library (sync filter)")
 	setup.Flags().StringSliceVar(&leaveModels, "exclude-models", nil, "take every model of the library but these (sync filter)")
 	remove := &cobra.Command{
@@ -492,7 +521,7 @@ DEVICE is an id (paired or not) or the exact name of a paired device.`,
 			})
 		}),
 	}
-	cmd.AddCommand(pair, peers, discover, setup, remove)
+	cmd.AddCommand(pair, peers, newNearbyCmd(g), discover, setup, remove)
 	return cmd
 }
 
@@ -1281,6 +1310,9 @@ func printStatus(w io.Writer, st *actors.Status) {
 	fmt.Fprintf(tw, "phase\t%s\n", st.Phase)
 	if st.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", st.Error)
+	}
+	if st.Join != nil {
+		fmt.Fprintf(tw, "joined by\t%s: %s\n", st.Join.Path, st.Join.Why)
 	}
 	for _, p := range st.Widening {
 		part := strings.Join(p.Models, ", ")

@@ -105,6 +105,10 @@ type daemon struct {
 	id      string
 	listen  string // host:port peers dial
 	metrics string // host:port of /metrics
+	// discoveryPort, if set, runs local discovery on it, announcing to the
+	// loopback's broadcast address only (discoveryRig); 0 turns it off, so
+	// the daemons of concurrent tests never find each other.
+	discoveryPort int
 
 	mu sync.Mutex
 	p  *proc.Proc // the running `lsync serve`, if any
@@ -191,8 +195,14 @@ func (d *daemon) start(listen string) {
 		// Starting over a running daemon would lose track of its process.
 		d.t.Fatalf("%s: start: the daemon is running already", d.name)
 	}
-	cmd := exec.Command(lsyncBin, append([]string{"--home", d.home, "serve", "--listen", listen, "--metrics", "127.0.0.1:0", "--ui", "", "--log-level", "debug"}, d.args...)...)
-	cmd.Env = append(os.Environ(), d.env...)
+	serveArgs := []string{"--home", d.home, "serve", "--listen", listen, "--metrics", "127.0.0.1:0", "--ui", "", "--log-level", "debug", "--discovery=false"}
+	env := append(os.Environ(), d.env...)
+	if d.discoveryPort != 0 {
+		serveArgs[len(serveArgs)-1] = "--discovery-port=" + strconv.Itoa(d.discoveryPort)
+		env = append(env, fmt.Sprintf("%s=%s:%d", discoveryTargetsEnv, loopbackBroadcast, d.discoveryPort))
+	}
+	cmd := exec.Command(lsyncBin, append(serveArgs, d.args...)...)
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: d.cred}
 	if d.cred != nil {
 		cmd.Dir = d.home // the checkout may lie under a folder closed to others

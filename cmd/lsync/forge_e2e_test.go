@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +30,7 @@ type hostilePeer struct {
 	lib  messages.LibraryID
 
 	mu      sync.Mutex
-	conn    net.Conn
+	conns   []net.Conn // live connections with V, newest last (V may close a duplicate)
 	serve   func(messages.Message) messages.Message
 	reports []*messages.WatermarkReport // what V reported to M
 }
@@ -99,11 +100,12 @@ func newHostilePeer(t *testing.T, victim *daemon, lib string) *hostilePeer {
 // adopt answers what V sends on c, and sends on the newest connection.
 func (h *hostilePeer) adopt(ctx context.Context, wg *sync.WaitGroup, c net.Conn) {
 	h.mu.Lock()
-	h.conn = c
+	h.conns = append(h.conns, c)
 	h.mu.Unlock()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer h.drop(c)
 		for {
 			in, err := c.Recv(ctx)
 			if err != nil {
@@ -134,14 +136,34 @@ func (h *hostilePeer) adopt(ctx context.Context, wg *sync.WaitGroup, c net.Conn)
 
 func (h *hostilePeer) send(m messages.Message) {
 	h.t.Helper()
-	h.mu.Lock()
-	c := h.conn
-	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.Send(ctx, h.lib, m); err != nil {
-		h.t.Fatalf("M sends %s: %v", m.MessageType(), err)
+	// On the newest live connection; V, which dials M too, may close one
+	// of two as a duplicate: then on the other.
+	var err error
+	for {
+		h.mu.Lock()
+		var c net.Conn
+		if len(h.conns) > 0 {
+			c = h.conns[len(h.conns)-1]
+		}
+		h.mu.Unlock()
+		if c == nil {
+			break
+		}
+		if err = c.Send(ctx, h.lib, m); err == nil {
+			return
+		}
+		h.drop(c)
 	}
+	h.t.Fatalf("M sends %s: no live connection with V (last error: %v)", m.MessageType(), err)
+}
+
+// drop forgets a connection that ended.
+func (h *hostilePeer) drop(c net.Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.conns = slices.DeleteFunc(h.conns, func(x net.Conn) bool { return x == c })
 }
 
 // sharedWatermarkOf is the shared watermark of origin V last reported to

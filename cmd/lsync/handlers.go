@@ -18,6 +18,7 @@ import (
 	"github.com/lsync/lsync/actors"
 	"github.com/lsync/lsync/internal/fspath"
 	"github.com/lsync/lsync/messages"
+	"github.com/lsync/lsync/net"
 	"github.com/lsync/lsync/persistence"
 )
 
@@ -74,6 +75,7 @@ func init() {
 		opLog:           libHandler(hLog),
 		opSyncFilter:    libHandler(hSyncFilter),
 		opSyncLimit:     hSyncLimit,
+		opNearby:        hNearby,
 	}
 }
 
@@ -340,12 +342,17 @@ func hPairJoin(ctx context.Context, s *server, raw json.RawMessage, _ func(any))
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.node.JoinPairing(ctx, a.Code, a.Addr)
+	var p net.PeerInfo
+	if a.Addr == "" {
+		p, err = joinNearby(ctx, s, a.Code)
+	} else {
+		p, err = s.node.JoinPairing(ctx, a.Code, a.Addr)
+	}
 	if err != nil {
 		return nil, err
 	}
 	// The transport logs the pairing.
-	return peerInfo{ID: p.ID.String(), Name: p.Name, Addr: p.Addr, PairedAt: p.PairedAt}, nil
+	return peerInfo{ID: p.ID.String(), Name: p.Name, Addr: p.Addr, AddrLearnt: string(p.AddrSource), PairedAt: p.PairedAt}, nil
 }
 
 func hPeers(ctx context.Context, s *server, _ json.RawMessage, _ func(any)) (any, error) {
@@ -359,7 +366,8 @@ func hPeers(ctx context.Context, s *server, _ json.RawMessage, _ func(any)) (any
 	}
 	out := []peerInfo{}
 	for _, p := range s.node.Paired() {
-		pi := peerInfo{ID: p.ID.String(), Name: p.Name, Addr: p.Addr, PairedAt: p.PairedAt}
+		pi := peerInfo{ID: p.ID.String(), Name: p.Name, Addr: p.Addr, AddrLearnt: string(p.AddrSource), AddrLastOK: p.AddrOK,
+			Addrs: knownAddrs(s.node.AddressBook(p.ID)), PairedAt: p.PairedAt}
 		if c, ok := up[p.ID]; ok {
 			pi.Connected = c.Connected
 			pi.LastError = c.LastError
@@ -453,7 +461,25 @@ func hSyncSetup(ctx context.Context, s *server, raw json.RawMessage, progress fu
 		}
 		filter = &f
 	}
-	if a.Snapshot {
+	var choice *actors.JoinChoice
+	if a.Action == actors.ActionJoin {
+		force := ""
+		switch {
+		case a.Snapshot && a.Backfill:
+			return nil, usageErrorf("--snapshot and --backfill: give one or the other")
+		case a.Snapshot:
+			force = actors.JoinSnapshot
+		case a.Backfill:
+			force = actors.JoinBackfill
+		}
+		c, err := s.node.ChooseJoin(ctx, dev, libID, filter, force, a.SnapshotOver)
+		if err != nil {
+			return nil, err
+		}
+		choice = &c
+		s.log.Info("join path", "library", libID, "path", c.Path, "why", c.Why)
+	}
+	if choice != nil && choice.Path == actors.JoinSnapshot {
 		lib, err = s.joinBySnapshot(ctx, dev, libID, progress)
 	} else {
 		lib, err = s.node.SyncSetupFiltered(ctx, dev, libID, a.Action, filter)
@@ -461,8 +487,11 @@ func hSyncSetup(ctx context.Context, s *server, raw json.RawMessage, progress fu
 	if err != nil {
 		return nil, err
 	}
+	if choice != nil {
+		lib.NoteJoin(*choice)
+	}
 	s.log.Info("sync set up", "library", libID, "name", lib.Name(), "peer", dev, "action", a.Action)
-	res := syncSetupResult{Library: libID.String(), Name: lib.Name(), RemoteDevice: dev.String(), Action: a.Action}
+	res := syncSetupResult{Library: libID.String(), Name: lib.Name(), RemoteDevice: dev.String(), Action: a.Action, Join: choice}
 	if a.Action == actors.ActionJoin {
 		if err := s.reportJoin(ctx, lib, events, progress); err != nil {
 			return nil, err

@@ -135,13 +135,19 @@ type pairJoinArgs struct {
 }
 
 type peerInfo struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	Addr      string    `json:"addr,omitempty"`
-	Connected bool      `json:"connected"`
-	RTTMillis float64   `json:"rtt_ms"`
-	PairedAt  time.Time `json:"paired_at,omitzero"`
-	LastError string    `json:"last_error,omitempty"` // why it is not connected, if known
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Addr is where the device was last reached (the best of Addrs),
+	// AddrLearnt how that address was learnt (typed, member, local, peer)
+	// and AddrLastOK when a handshake last succeeded there.
+	Addr       string      `json:"addr,omitempty"`
+	AddrLearnt string      `json:"addr_learnt,omitempty"`
+	AddrLastOK time.Time   `json:"addr_last_ok,omitzero"`
+	Addrs      []knownAddr `json:"addrs,omitempty"` // the address book, in the order dials try it
+	Connected  bool        `json:"connected"`
+	RTTMillis  float64     `json:"rtt_ms"`
+	PairedAt   time.Time   `json:"paired_at,omitzero"`
+	LastError  string      `json:"last_error,omitempty"` // why it is not connected, if known
 }
 
 type deviceArgs struct {
@@ -154,7 +160,9 @@ type syncSetupArgs struct {
 	Device         string        `json:"device"`
 	Library        string        `json:"library"`
 	Action         string        `json:"action"`
-	Snapshot       bool          `json:"snapshot,omitempty"` // join by copying the database file
+	Snapshot       bool          `json:"snapshot,omitempty"`      // join by copying the database file
+	Backfill       bool          `json:"backfill,omitempty"`      // join row by row, whatever the size
+	SnapshotOver   uint64        `json:"snapshot_over,omitempty"` // rows over which a join takes a snapshot (0: the default)
 	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
 	// Models, ExcludeModels: what this device takes of the library (a
 	// filter set before the join; selective sync).
@@ -168,6 +176,8 @@ type syncSetupResult struct {
 	RemoteDevice string `json:"remote_device"`
 	Action       string `json:"action"`
 	Phase        string `json:"phase"`
+	// Join: the path a join took, and why.
+	Join *actors.JoinChoice `json:"join,omitempty"`
 }
 
 // joinProgress is streamed while a join backfills.

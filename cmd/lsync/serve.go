@@ -23,6 +23,7 @@ import (
 	"github.com/lsync/lsync/actors"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
+	"github.com/lsync/lsync/persistence"
 )
 
 // defaultListen is the QUIC port a daemon listens on unless told otherwise.
@@ -34,7 +35,9 @@ const schemaEnv = "LSYNC_TEST_SCHEMA_VERSION"
 
 func newServeCmd(g *globals) *cobra.Command {
 	var listen, metrics, level, format, ui, bandwidthFlag string
-	var pageSize int
+	var pageSize, logKeep, discPort int
+	var logMaxAge time.Duration
+	var disc bool
 	cmd := &cobra.Command{
 		Use:   "serve [--listen ADDR] [--metrics ADDR]",
 		Short: "Run the node in the foreground",
@@ -55,8 +58,19 @@ start, until lsync sync limit --clear. Only one daemon may serve a home
 Logs go to stderr, as text (logfmt) or, with --log-format json, one JSON
 object a line.
 
+Local discovery (on unless --discovery=false): the daemon announces its device
+id, name and listen address, signed with its key, on the local network (IPv4
+broadcast and IPv6 link-local multicast, UDP --discovery-port, default ` + fmt.Sprint(discoveryPort) + `), and
+listens for the announcements of others: paired devices are dialed where they
+announce themselves (their pinned key is checked), unpaired ones are listed by
+lsync network nearby, and lsync network pair join CODE needs no --addr on the
+same network. Anyone on the network learns the device's id, name and addresses,
+and when a pairing code is pending (nothing of the code).
+
 The environment variable ` + schemaEnv + ` is for tests only: it makes the
-daemon speak another wire schema version.`,
+daemon speak another wire schema version. So is ` + discoveryTargetsEnv + `
+(HOST:PORT[,HOST:PORT...]): announcements go there instead of to every
+interface, e.g. 127.255.255.255:PORT to the daemons of this host only.`,
 		Example: `  lsync serve
   lsync --home /tmp/b serve --listen 127.0.0.1:7701 --metrics 127.0.0.1:9101`,
 		Args: args(cobra.NoArgs),
@@ -75,8 +89,19 @@ daemon speak another wire schema version.`,
 			if err != nil {
 				return usageErrorf("--bandwidth-limit %s", err)
 			}
+			if logKeep < 1 {
+				return usageErrorf("--log-keep %d: want at least 1", logKeep)
+			}
+			if logMaxAge < time.Second {
+				return usageErrorf("--log-max-age %s: want at least 1s", logMaxAge)
+			}
+			dcfg, err := discoveryConfig(disc, discPort)
+			if err != nil {
+				return err
+			}
 			return serve(cmd.Context(), g, serveOptions{listen: listen, metrics: metrics, level: lvl, logJSON: format == "json", pageSize: pageSize, bandwidth: bandwidth,
-				ui: ui, uiDefault: !cmd.Flags().Changed("ui")})
+				ui: ui, uiDefault: !cmd.Flags().Changed("ui"), discovery: dcfg,
+				retention: persistence.RetentionPolicy{MaxEntries: logKeep, MaxAge: logMaxAge}})
 		}),
 	}
 	cmd.Flags().StringVar(&listen, "listen", defaultListen, "QUIC (UDP) address to listen on for peers")
@@ -85,7 +110,11 @@ daemon speak another wire schema version.`,
 	cmd.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().StringVar(&format, "log-format", "text", "log format: text or json")
 	cmd.Flags().IntVar(&pageSize, "page-size", 10_000, "rows per page when catching up or joining (smaller pages suit slow links)")
+	cmd.Flags().BoolVar(&disc, "discovery", true, "announce this device and find others on the local network (--discovery=false: off)")
+	cmd.Flags().IntVar(&discPort, "discovery-port", discoveryPort, "UDP port of local discovery (every lsync of the network must use the same)")
 	cmd.Flags().StringVar(&bandwidthFlag, "bandwidth-limit", "0", "cap outgoing sync traffic at this RATE, as lsync sync limit --up takes it (0: no cap), unless sync limit set one")
+	cmd.Flags().IntVar(&logKeep, "log-keep", 10_000, "shared changes kept for partners that have not acknowledged them (a partner away longer takes the shared state instead)")
+	cmd.Flags().DurationVar(&logMaxAge, "log-max-age", 7*24*time.Hour, "shared changes older than this are pruned whoever has not acknowledged them")
 	return cmd
 }
 
@@ -112,6 +141,8 @@ type serveOptions struct {
 	bandwidth int64
 	ui        string
 	uiDefault bool // ui is the default: a busy port only warns
+	retention persistence.RetentionPolicy
+	discovery actors.DiscoveryConfig
 }
 
 // serve runs the daemon until ctx is done.
@@ -161,8 +192,10 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	// Start the node: identity, transport, libraries, peers.
 	node, err := actors.Start(ctx, actors.Config{
 		Home: g.home, Listen: opt.listen, Logger: log,
-		QUIC: actors.QUICOptions{SchemaVersion: schema, BandwidthLimit: opt.bandwidth},
-		Sync: actors.SyncConfig{PageSize: opt.pageSize},
+		QUIC:      actors.QUICOptions{SchemaVersion: schema, BandwidthLimit: opt.bandwidth},
+		Sync:      actors.SyncConfig{PageSize: opt.pageSize},
+		Retention: opt.retention,
+		Discovery: opt.discovery,
 	})
 	if err != nil {
 		return err

@@ -292,13 +292,17 @@ func (u *uiServer) routes() http.Handler {
 }
 
 // uiStatus is what /api/status answers: device show, network peers,
-// library list, and per open library sync status and members.
+// network nearby, library list, and per open library sync status and members.
 type uiStatus struct {
-	Time      time.Time   `json:"time"`
-	Device    deviceInfo  `json:"device"`
-	Peers     []uiPeer    `json:"peers"`
-	Libraries []uiLibrary `json:"libraries"`
-	Error     string      `json:"error,omitempty"`
+	Time   time.Time  `json:"time"`
+	Device deviceInfo `json:"device"`
+	Peers  []uiPeer   `json:"peers"`
+	// Nearby are the unpaired devices heard on the local network (network
+	// nearby); NearbyOff says why there are none to hear (discovery off).
+	Nearby    []nearbyInfo `json:"nearby"`
+	NearbyOff string       `json:"nearby_off,omitempty"`
+	Libraries []uiLibrary  `json:"libraries"`
+	Error     string       `json:"error,omitempty"`
 }
 
 type uiPeer struct {
@@ -341,7 +345,7 @@ func (u *uiServer) status(w http.ResponseWriter, r *http.Request) {
 func (u *uiServer) collect(ctx context.Context) (uiStatus, error) {
 	s := u.s
 	now := time.Now().UTC()
-	out := uiStatus{Time: now, Peers: []uiPeer{}, Libraries: []uiLibrary{}}
+	out := uiStatus{Time: now, Peers: []uiPeer{}, Nearby: []nearbyInfo{}, Libraries: []uiLibrary{}}
 	dev, _ := hDeviceShow(ctx, s, nil, nil)
 	out.Device = dev.(deviceInfo)
 	peers, err := hPeers(ctx, s, nil, nil)
@@ -355,6 +359,9 @@ func (u *uiServer) collect(ctx context.Context) (uiStatus, error) {
 			up.LastSeen = now
 		}
 		out.Peers = append(out.Peers, up)
+	}
+	if out.Nearby, err = nearby(s, now); err != nil {
+		out.Nearby, out.NearbyOff = []nearbyInfo{}, err.Error()
 	}
 	libs, err := hLibraryList(ctx, s, nil, nil)
 	if err != nil {

@@ -48,6 +48,7 @@ type uiPage struct {
 	Events   int    `json:"events"`
 	EventTxt string `json:"event_text"`
 	Error    string `json:"error"`
+	Nearby   string `json:"nearby"` // the nearby devices' section
 }
 
 // readPage is the script that fills a uiPage; %[1]q is the partner's id,
@@ -72,6 +73,7 @@ const readPage = `(() => {
     events: feed.length,
     event_text: feed.length ? feed[feed.length - 1].textContent : "",
     error: q("#error")?.hidden ? "" : txt("#error"),
+    nearby: txt("#nearby-section"),
   };
 })()`
 
@@ -87,7 +89,19 @@ func TestE2EUIStatusPage(t *testing.T) {
 	a.start("127.0.0.1:0")
 	b := initDaemon(t, "bravo")
 	b.args = []string{"--ui", "127.0.0.1:0", "--page-size", "50"}
+	// Charlie, unpaired, starts after bravo and announces itself where
+	// bravo listens: the page lists it among the nearby devices.
+	var c *daemon
+	port, _, noRig := tryDiscoveryRig(t)
+	if noRig == "" {
+		b.discoveryPort = port
+	} else {
+		t.Logf("no nearby device on the page: %s", noRig)
+	}
 	b.start("127.0.0.1:0")
+	if noRig == "" {
+		c = startDiscovering(t, "charlie", port)
+	}
 	pair(t, a, b)
 	b.mustRun("sync", "limit", "--peer", "alpha", "--down", "100K") // shown on the page, above alpha's 20 kB/s
 	var l libraryInfo
@@ -189,6 +203,10 @@ func TestE2EUIStatusPage(t *testing.T) {
 	}
 	t.Logf("page: %+v (a moving join bar seen: %v)", page, sawRunning)
 
+	if c != nil && (!strings.Contains(page.Nearby, "charlie") || !strings.Contains(page.Nearby, short8(c.id))) {
+		t.Errorf("the nearby devices' section shows %q, want charlie (%s)", page.Nearby, c.id)
+	}
+
 	// What bravo takes of the library (selective sync), in its row.
 	if page.Takes != "all" {
 		t.Errorf("bravo takes %q, want all", page.Takes)
@@ -219,3 +237,6 @@ func TestE2EUIStatusPage(t *testing.T) {
 		}
 	}
 }
+
+// short8 is a device id as the page shortens it.
+func short8(id string) string { return id[:8] }

@@ -279,6 +279,11 @@ func (s *Service) SetPairingOpen(open bool) {
 	}
 }
 
+// Announce sends the announcement again at once: the owner answers a
+// device that appeared, so a daemon that just started hears this one
+// without waiting an interval. The owner bounds how often it asks.
+func (s *Service) Announce() { s.announceSoon() }
+
 // SetPaired names the devices paired with this one (see Table.SetPaired).
 // It applies on the handler goroutine, shortly after; the evictions it
 // causes reach OnChange from there.

@@ -80,6 +80,19 @@ function renderPeers(peers) {
   $("#no-peers").hidden = peers.length > 0;
 }
 
+// renderNearby lists the unpaired devices heard on the local network
+// (lsync network nearby); off says why there is no list.
+function renderNearby(nearby, off) {
+  const rows = (nearby || []).map((n) => `<tr class="nearby" data-id="${esc(n.id)}">
+      <td><b class="nearby-name">${esc(n.name)}</b> <code>${esc(short(n.id))}</code></td>
+      <td><code>${esc((n.addrs || []).join(" "))}</code></td>
+      <td>${esc(ago(n.seen))}</td>
+      <td>${n.pairing_open ? badge("code pending", "on") : ""}</td></tr>`);
+  $("#nearby tbody").innerHTML = rows.join("");
+  $("#no-nearby").hidden = rows.length > 0;
+  $("#no-nearby").textContent = off || "No unpaired device heard on the local network.";
+}
+
 // takes says in words what a member takes of the library (its filters,
 // selective sync): "all" without any.
 function takes(fs) {
@@ -170,6 +183,7 @@ function renderLibrary(l) {
 function render(s) {
   renderDevice(s.device);
   renderPeers(s.peers);
+  renderNearby(s.nearby, s.nearby_off);
   const libs = s.libraries.map(renderLibrary).join("");
   $("#libraries").innerHTML = `<h2>Libraries</h2>` + (libs || `<p class="muted">No library yet: <code>lsync library create NAME</code>.</p>`);
   showError(s.error || "");
