@@ -587,7 +587,7 @@ func runMembersChurn(t *testing.T, seed uint64, n int, kind string) {
 	back := map[int]time.Time{} // stopped members, and when they start again
 	began := time.Now()
 	nextKill := began.Add(time.Minute)
-	var stops, kills, parts int
+	var stops, kills, parts, keptMax int
 	for time.Since(began) < 2*time.Minute+30*time.Second {
 		// Members due back start again.
 		for i, at := range back {
@@ -598,6 +598,7 @@ func runMembersChurn(t *testing.T, seed uint64, n int, kind string) {
 		}
 		// Every minute, 10% of the members running are killed.
 		if !time.Now().Before(nextKill) {
+			keptMax = max(keptMax, maxKept(ctx, t, c))
 			for _, i := range rnd.Perm(n)[:n/10] {
 				if up(i) {
 					c.kill(i)
@@ -640,4 +641,33 @@ func runMembersChurn(t *testing.T, seed uint64, n int, kind string) {
 			t.Fatalf("device %d derived caches: %v", i, err)
 		}
 	}
+	// What a device keeps in memory for one partner is bounded by the
+	// members (its merged report's three lists, what was reported to it
+	// and learnt of it) and by the changes held behind a gap.
+	keptMax = max(keptMax, maxKept(ctx, t, c))
+	bound := 6*n + c.nodes[0].core.sync.PendingPerOrigin
+	t.Logf("at most %d entries kept for one partner (bound %d)", keptMax, bound)
+	if keptMax == 0 || keptMax > bound {
+		t.Errorf("a device kept %d entries for one partner: want 1..%d", keptMax, bound)
+	}
+}
+
+// maxKept is the most entries a running member keeps for one partner,
+// as its status reports them.
+func maxKept(ctx context.Context, t *testing.T, c *cluster) int {
+	t.Helper()
+	most := 0
+	for i := range c.nodes {
+		if c.nodes[i] == nil {
+			continue
+		}
+		st, err := c.libs[i].Status(ctx)
+		if err != nil {
+			t.Fatalf("status of device %d: %v", i, err)
+		}
+		for _, p := range st.Peers {
+			most = max(most, p.KeptEntries)
+		}
+	}
+	return most
 }

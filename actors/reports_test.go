@@ -85,3 +85,41 @@ func TestMergeReport(t *testing.T) {
 		}
 	}
 }
+
+// Changes held behind a gap stay within PendingPerOrigin for an origin
+// and four times that for the library (one each beyond), however many
+// origins have gaps: the oldest of each are kept (they are next in its
+// chain).
+func TestPendingBudget(t *testing.T) {
+	a := &libraryActor{n: &nodeCore{sync: SyncConfig{PendingPerOrigin: 10}}, pending: map[messages.DeviceID][]messages.SharedChange{}}
+	changes := func(d messages.DeviceID, from, n int) []messages.SharedChange {
+		var cs []messages.SharedChange
+		for i := range n {
+			cs = append(cs, messages.SharedChange{HLC: testutil.HLC(uint64(from+i), 0, d)})
+		}
+		return cs
+	}
+	a.holdPending(devID(1), changes(devID(1), 100, 25))
+	if p := a.pending[devID(1)]; len(p) != 10 || p[0].HLC.Timestamp != 100 || p[9].HLC.Timestamp != 109 {
+		t.Fatalf("one origin: kept %d, want the oldest 10", len(p))
+	}
+	a.holdPending(devID(1), changes(devID(1), 90, 2)) // older ones come: they are next
+	if p := a.pending[devID(1)]; len(p) != 10 || p[0].HLC.Timestamp != 90 {
+		t.Fatalf("older changes of the origin: kept %d from %d", len(p), p[0].HLC.Timestamp)
+	}
+	for i := 2; i <= 20; i++ {
+		a.holdPending(devID(i), changes(devID(i), 100, 10))
+	}
+	total := 0
+	for o, p := range a.pending {
+		if len(p) == 0 || len(p) > 10 {
+			t.Errorf("origin %v holds %d changes", o, len(p))
+		}
+		total += len(p)
+	}
+	// Four times PendingPerOrigin, and the next change of each origin
+	// past that budget.
+	if total > 40+16 {
+		t.Fatalf("%d changes held for the library, at most 4 x 10 + 16", total)
+	}
+}
