@@ -94,7 +94,8 @@ func TestHarnessEndToEnd(t *testing.T) {
 		if s.Status != "ok" || !strings.Contains(s.Verified, "compared byte for byte") {
 			t.Fatalf("%s: status %q, verified %q", s.Name, s.Status, s.Verified)
 		}
-		if s.WallSecs <= 0 || s.WireBytes <= 0 || s.JoinerRSSMB <= 0 || s.ServerRSSMB <= 0 || s.JoinerCPU <= 0 {
+		if s.WallSecs <= 0 || s.WireBytes <= 0 || s.JoinerRSSMB <= 0 || s.ServerRSSMB <= 0 || s.JoinerCPU <= 0 ||
+			s.DBBytes <= 0 || s.SyncDBBytes <= 0 || s.JoinerStatus == nil || s.ServerStatus == nil || s.JoinerStatus.Errors+s.ServerStatus.Errors > 0 {
 			t.Fatalf("%s: missing measurements: %+v", s.Name, s)
 		}
 		for _, role := range []string{"serve", "join"} {

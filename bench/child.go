@@ -82,6 +82,10 @@ func childLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 }
 
+// statusEvery is how often the children ask their node for its status
+// while they serve or join.
+const statusEvery = 500 * time.Millisecond
+
 // startNode starts a child's node: listening on 127.0.0.1, logging
 // warnings to stderr.
 func startNode(ctx context.Context, home, name string, sync actors.SyncConfig) (*actors.Node, error) {
@@ -113,8 +117,13 @@ type nodeResult struct {
 	// child starts from its parent's RSS at fork, so the harness cannot use
 	// it: it would report the harness's own peak.)
 	PeakRSSMB float64 `json:"peak_rss_mb"`
+	// Status: the node's status calls while it served or joined
+	// (statusProbe).
+	Status *statusFigures `json:"status,omitempty"`
 
 	// join only
+	DBBytes     int64 `json:"db_bytes,omitempty"`      // database.db after the join, with its WAL
+	SyncDBBytes int64 `json:"sync_db_bytes,omitempty"` // sync.db likewise
 	WallSecs float64            `json:"wall_secs,omitempty"`
 	Records  float64            `json:"records,omitempty"`
 	Phases   map[string]float64 `json:"phases,omitempty"` // seconds per phase
@@ -185,6 +194,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 		n.Stop(ctx)
 		return err
 	}
+	probe := startStatusProbe(n, statusEvery)
 	// The harness closes stdin when the join is over.
 	done := make(chan struct{})
 	go func() {
@@ -195,7 +205,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 	case <-done:
 	case <-ctx.Done():
 	}
-	var r nodeResult
+	r := nodeResult{Status: probe.stop()}
 	fillTraffic(n, &r)
 	if err := n.Stop(context.Background()); err != nil {
 		return err
@@ -231,6 +241,7 @@ func runJoin(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	r := nodeResult{}
 	tl := startTimeline(n)
+	probe := startStatusProbe(n, statusEvery)
 	start := time.Now()
 	// state: the checkpointed, paged backfill (sync-setup --action join);
 	// snapshot: a consistent copy of database.db, then catch-up (DESIGN §6).
@@ -254,7 +265,9 @@ func runJoin(ctx context.Context, args []string, stdout io.Writer) error {
 		err = h.WaitReady(ctx)
 	}
 	r.WallSecs = time.Since(start).Seconds()
+	r.Status = probe.stop()
 	r.Phases = tl.stop(start, first)
+	r.DBBytes, r.SyncDBBytes = dbBytes(o.home, libID)
 	if err != nil {
 		r.Error = err.Error()
 	}

@@ -62,6 +62,12 @@ type scenarioResult struct {
 	XCopy         float64            `json:"x_file_copy,omitempty"`  // wall ÷ file copy time
 	Phases        map[string]float64 `json:"phases,omitempty"`
 	Verified      string             `json:"verified,omitempty"`
+	// The joiner's and server's status calls during the join
+	// (statusProbe), and the joiner's databases after it.
+	JoinerStatus *statusFigures `json:"joiner_status,omitempty"`
+	ServerStatus *statusFigures `json:"server_status,omitempty"`
+	DBBytes      int64          `json:"joiner_db_bytes,omitempty"`
+	SyncDBBytes  int64          `json:"joiner_sync_db_bytes,omitempty"`
 }
 
 type targetCheck struct {
@@ -109,6 +115,8 @@ func result(sc scenario, run *scenarioRun, raw *rawResult, cp *copyResult) scena
 		r.PayloadBytes = &p
 	}
 	r.JoinerRSSMB, r.ServerRSSMB = run.Join.PeakRSSMB, run.Serve.PeakRSSMB
+	r.JoinerStatus, r.ServerStatus = run.Join.Status, run.Serve.Status
+	r.DBBytes, r.SyncDBBytes = j.DBBytes, j.SyncDBBytes
 	r.JoinerCPU, r.ServerCPU = run.Joiner.CPUSecs*s, run.Server.CPUSecs*s
 	if raw != nil && j.WallSecs > 0 {
 		// Entries per second of this join against the raw insert rate of
@@ -145,6 +153,12 @@ func (rep *report) checkTargets() {
 	}
 	if rep.Star != nil {
 		rep.Targets = append(rep.Targets, rep.Star.targets()...)
+	}
+	// Status answers during a join, at any size.
+	for _, r := range rep.Scenarios {
+		if r.Status == "ok" {
+			rep.Targets = append(rep.Targets, statusTargets(r)...)
+		}
 	}
 	if rep.Library.Entries < 1_000_000 {
 		return
@@ -291,6 +305,14 @@ func (rep *report) writeJoins(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	for _, r := range rep.Scenarios {
+		if r.Status != "ok" || r.JoinerStatus == nil || r.ServerStatus == nil {
+			continue
+		}
+		fmt.Fprintf(w, "%s: status calls during the join: joiner p99 %.0f ms, max %.0f ms (%d calls); server p99 %.0f ms, max %.0f ms (%d calls); joiner database.db %s MB, sync.db %s MB\n",
+			r.Name, r.JoinerStatus.P99Ms, r.JoinerStatus.MaxMs, r.JoinerStatus.Calls, r.ServerStatus.P99Ms, r.ServerStatus.MaxMs, r.ServerStatus.Calls,
+			mb(float64(r.DBBytes)), mb(float64(r.SyncDBBytes)))
+	}
 	if rep.Raw != nil {
 		fmt.Fprintf(w, "baseline raw insert: %d entry rows in %.2f s = %.0f rows/s (prepared INSERT, 10K rows per transaction, persistence's layout and pragmas)\n",
 			rep.Raw.Rows, rep.Raw.Secs, rep.Raw.RowsPerSec)
@@ -315,4 +337,21 @@ func (rep *report) writeJoins(w io.Writer) {
 			fmt.Fprintf(w, "verified %-10s %s\n", r.Name+":", r.Verified)
 		}
 	}
+}
+
+// statusTargets: a status call on either side of a join answers within
+// 200 ms (p99) while the join runs (issue 23).
+func statusTargets(r scenarioResult) []targetCheck {
+	var out []targetCheck
+	for _, side := range []struct {
+		name string
+		f    *statusFigures
+	}{{"joiner", r.JoinerStatus}, {"server", r.ServerStatus}} {
+		if side.f == nil || side.f.Calls == 0 {
+			continue
+		}
+		out = append(out, targetCheck{fmt.Sprintf("%s %s status call p99", r.Name, side.name), "≤ 200 ms",
+			fmt.Sprintf("%.0f ms (max %.0f, %d calls)", side.f.P99Ms, side.f.MaxMs, side.f.Calls), side.f.P99Ms <= 200})
+	}
+	return out
 }

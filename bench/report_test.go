@@ -51,3 +51,27 @@ func TestJoinTargets(t *testing.T) {
 		t.Errorf("a 30K library was checked against the 1M targets: %+v", small.Targets)
 	}
 }
+
+// A join's status calls are checked at any size: p99 within 200 ms on
+// each side that made calls.
+func TestStatusTargets(t *testing.T) {
+	rep := &report{Library: libInfo{Entries: 1000}, Scenarios: []scenarioResult{
+		{Name: "batched-10k", Mode: "state", Status: "ok", JoinerStatus: &statusFigures{Calls: 40, P99Ms: 150, MaxMs: 900},
+			ServerStatus: &statusFigures{Calls: 40, P99Ms: 250, MaxMs: 260}},
+		{Name: "snapshot", Mode: "snapshot", Status: "ok", JoinerStatus: &statusFigures{}},
+	}}
+	rep.checkTargets()
+	got := map[string]bool{}
+	for _, c := range rep.Targets {
+		got[c.What] = c.Met
+	}
+	want := map[string]bool{"batched-10k joiner status call p99": true, "batched-10k server status call p99": false}
+	if len(got) != len(want) {
+		t.Fatalf("targets %+v, want %v", rep.Targets, want)
+	}
+	for k, v := range want {
+		if m, ok := got[k]; !ok || m != v {
+			t.Errorf("%s: met %v (checked %v), want %v", k, m, ok, v)
+		}
+	}
+}
