@@ -122,12 +122,12 @@ type nodeResult struct {
 	Status *statusFigures `json:"status,omitempty"`
 
 	// join only
-	DBBytes     int64 `json:"db_bytes,omitempty"`      // database.db after the join, with its WAL
-	SyncDBBytes int64 `json:"sync_db_bytes,omitempty"` // sync.db likewise
-	WallSecs float64            `json:"wall_secs,omitempty"`
-	Records  float64            `json:"records,omitempty"`
-	Phases   map[string]float64 `json:"phases,omitempty"` // seconds per phase
-	Error    string             `json:"error,omitempty"`
+	DBBytes     int64              `json:"db_bytes,omitempty"`      // database.db after the join, with its WAL
+	SyncDBBytes int64              `json:"sync_db_bytes,omitempty"` // sync.db likewise
+	WallSecs    float64            `json:"wall_secs,omitempty"`
+	Records     float64            `json:"records,omitempty"`
+	Phases      map[string]float64 `json:"phases,omitempty"` // seconds per phase
+	Error       string             `json:"error,omitempty"`
 }
 
 func fillTraffic(n *actors.Node, r *nodeResult) {
