@@ -60,9 +60,12 @@ type Library struct {
 	// localWaiting counts the device's own writes waiting for the writer
 	// (lockWriterLocal): applies of what peers sent let them go first.
 	localWaiting atomic.Int32
-	w            *conn
-	closed       bool
-	selfID       int64
+	// applyYields counts applies of a peer's page that let a local write
+	// go first halfway (ApplyState).
+	applyYields atomic.Uint64
+	w           *conn
+	closed      bool
+	selfID      int64
 	// owners maps device uuids to local ids of their device rows
 	// (placeholders included); ownerDev is the inverse.
 	owners   map[messages.DeviceID]int64
@@ -683,6 +686,11 @@ func (l *Library) writeTx(res *ApplyResult, fn func(tx *txn) error) error {
 // apply and local write): something read from the library stays true
 // while it does not change.
 func (l *Library) Generation() uint64 { return l.gen.Load() }
+
+// ApplyYields is how many times an apply of a peer's page committed what
+// it had applied and let one of the device's own writes take the writer
+// before going on.
+func (l *Library) ApplyYields() uint64 { return l.applyYields.Load() }
 
 func (p RetentionPolicy) withDefaults() RetentionPolicy {
 	if p.MaxEntries <= 0 {
