@@ -22,6 +22,9 @@ type Library struct {
 	pid   *actor.PID
 	id    messages.LibraryID
 	store *persistence.Library
+	// shared is the comparison of the shared models with the partners
+	// that status shows (status_shared.go).
+	shared *sharedCompare
 }
 
 // ID is the library's uuid.

@@ -57,6 +57,12 @@ type Status struct {
 	// check. SharedRows counts the row changes the digest covers.
 	Shared     []PartnerVerdict `json:"shared_models,omitempty"`
 	SharedRows int              `json:"shared_rows"`
+	// SharedAt is when the comparison in Shared was made: it runs in the
+	// background (a full pass over the shared rows after they change,
+	// seconds in a library of millions), and status shows the last one
+	// (zero: none finished yet). SharedComparing: one runs now.
+	SharedAt        time.Time `json:"shared_compared_at,omitzero"`
+	SharedComparing bool      `json:"shared_comparing,omitempty"`
 	// Error says why the library stopped syncing (phase stopped): a
 	// storage failure such as a full disk.
 	Error string `json:"error,omitempty"`
@@ -144,33 +150,6 @@ func (l *Library) Status(ctx context.Context) (*Status, error) {
 	slices.SortFunc(st.Scans, func(a, b ScanJob) int { return a.Started.Compare(b.Started) })
 	st.Bandwidth = l.node.bandwidthOf(st.Peers)
 	return st, nil
-}
-
-// CompareShared fills st.Shared: this device's digest of the shared
-// models (kept until the library changes) against each connected
-// partner's (kept likewise there), a second at most per partner. It
-// reads every shared row when the library changed since the last call,
-// so it is for `sync status`, not for polling; during a join (st not
-// ready) it does nothing.
-func (l *Library) CompareShared(ctx context.Context, st *Status) error {
-	if st.Phase != PhaseReady {
-		return nil
-	}
-	vs, err := ask[verifyState](ctx, l.node, l.pid, &verifyPeers{})
-	if err != nil {
-		return err
-	}
-	h, n, err := l.store.SharedDigest()
-	if err != nil {
-		return err
-	}
-	st.SharedRows = n
-	for _, p := range vs.peers {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		st.Shared = append(st.Shared, comparePartner(pctx, l.id, p, messages.DeviceID{}, messages.HLC{}, &h))
-		cancel()
-	}
-	return nil
 }
 
 func (a *libraryActor) status() (*Status, error) {

@@ -1436,7 +1436,17 @@ func printStatus(w io.Writer, st *actors.Status) {
 			}
 			ps = append(ps, who+": "+p.Verdict)
 		}
-		fmt.Fprintf(w, "\nShared models (%d row changes) against each connected partner: %s\n", st.SharedRows, strings.Join(ps, ", "))
+		when := ""
+		if age := time.Since(st.SharedAt); !st.SharedAt.IsZero() && age >= 5*time.Second {
+			when = fmt.Sprintf(" (as of %s ago", age.Round(time.Second))
+			if st.SharedComparing {
+				when += "; comparing again"
+			}
+			when += ")"
+		}
+		fmt.Fprintf(w, "\nShared models (%d row changes) against each connected partner: %s%s\n", st.SharedRows, strings.Join(ps, ", "), when)
+	} else if st.SharedComparing {
+		fmt.Fprintln(w, "\nShared models: comparing with each connected partner (a full pass over the shared rows; `sync status` again shows it)")
 	}
 	printStatusBandwidth(w, st.Bandwidth)
 	if len(devs) > 0 {
