@@ -47,7 +47,10 @@ const (
 
 var groupScenarios = []string{chainScenario, starScenario}
 
-func isGroupScenario(s string) bool { return slices.Contains(groupScenarios, s) }
+// isGroupScenario: chain, star or a well-formed members-N (members.go).
+func isGroupScenario(s string) bool {
+	return slices.Contains(groupScenarios, s) || isMembersScenario(s)
+}
 
 // chainResult is the chain scenario's outcome.
 type chainResult struct {
@@ -120,7 +123,7 @@ type starResult struct {
 	AllOK    bool             `json:"all_converged"`
 }
 
-// runGroupScenario runs chain or star into rep.
+// runGroupScenario runs chain, star or a members-N into rep.
 func runGroupScenario(ctx context.Context, name string, o *options, runDir string, rep *report, logf func(string, ...any)) error {
 	dir := filepath.Join(runDir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -133,8 +136,16 @@ func runGroupScenario(ctx context.Context, name string, o *options, runDir strin
 	if err != nil {
 		return err
 	}
-	switch name {
-	case chainScenario:
+	switch {
+	case isMembersScenario(name):
+		res, err := runMembers(ctx, o, name, dir, bin, logf)
+		if err != nil {
+			res.Status = "failed: " + firstLineOf(err.Error())
+			logf("scenario %s: FAILED: %v", name, err)
+		}
+		rep.Members = append(rep.Members, res)
+		return err
+	case name == chainScenario:
 		res, err := runChain(ctx, o, dir, bin, logf)
 		if err != nil {
 			res.Status = "failed: " + firstLineOf(err.Error())
