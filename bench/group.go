@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lsync/lsync/persistence"
@@ -46,7 +47,10 @@ const (
 
 var groupScenarios = []string{chainScenario, starScenario}
 
-func isGroupScenario(s string) bool { return slices.Contains(groupScenarios, s) }
+// isGroupScenario: chain, star or a well-formed members-N (members.go).
+func isGroupScenario(s string) bool {
+	return slices.Contains(groupScenarios, s) || isMembersScenario(s)
+}
 
 // chainResult is the chain scenario's outcome.
 type chainResult struct {
@@ -119,7 +123,7 @@ type starResult struct {
 	AllOK    bool             `json:"all_converged"`
 }
 
-// runGroupScenario runs chain or star into rep.
+// runGroupScenario runs chain, star or a members-N into rep.
 func runGroupScenario(ctx context.Context, name string, o *options, runDir string, rep *report, logf func(string, ...any)) error {
 	dir := filepath.Join(runDir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -132,8 +136,16 @@ func runGroupScenario(ctx context.Context, name string, o *options, runDir strin
 	if err != nil {
 		return err
 	}
-	switch name {
-	case chainScenario:
+	switch {
+	case isMembersScenario(name):
+		res, err := runMembers(ctx, o, name, dir, bin, logf)
+		if err != nil {
+			res.Status = "failed: " + firstLineOf(err.Error())
+			logf("scenario %s: FAILED: %v", name, err)
+		}
+		rep.Members = append(rep.Members, res)
+		return err
+	case name == chainScenario:
 		res, err := runChain(ctx, o, dir, bin, logf)
 		if err != nil {
 			res.Status = "failed: " + firstLineOf(err.Error())
@@ -158,13 +170,25 @@ type fleet struct {
 	watchers []*watchProc
 }
 
+// close stops the watchers, then every daemon at once (each SIGTERM, then
+// SIGKILL after 10 s): one after the other, fifty daemons took as many
+// shutdowns.
 func (f *fleet) close() {
 	for _, w := range f.watchers {
 		w.stop()
 	}
+	var wg sync.WaitGroup
 	for _, d := range f.ds {
-		d.stop()
+		if d == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.stop()
+		}()
 	}
+	wg.Wait()
 }
 
 func (f *fleet) add(ctx context.Context, bin, dir string, names ...string) error {

@@ -44,6 +44,7 @@ func buildLsync(ctx context.Context, o *options, dir string) (string, error) {
 type lsyncd struct {
 	bin, name, home, logPath string
 	id, listen, metrics      string
+	serveArgs                []string // more flags for `lsync serve`
 
 	mu sync.Mutex
 	p  *proc.Proc // the running `lsync serve`, if any
@@ -69,7 +70,8 @@ func newLsyncd(ctx context.Context, bin, dir, name string) (*lsyncd, error) {
 
 // start runs `lsync serve --listen listen` and waits until it answers.
 func (d *lsyncd) start(ctx context.Context, listen string) error {
-	cmd := exec.Command(d.bin, "--home", d.home, "serve", "--listen", listen, "--metrics", "127.0.0.1:0")
+	args := append([]string{"--home", d.home, "serve", "--listen", listen, "--metrics", "127.0.0.1:0"}, d.serveArgs...)
+	cmd := exec.Command(d.bin, args...)
 	p, err := proc.Start(cmd, d.logPath) // the daemon dies with the harness, however it ends
 	if err != nil {
 		return err
@@ -112,6 +114,16 @@ func (d *lsyncd) running() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.p != nil
+}
+
+// pid is the running daemon's process id (0 if none).
+func (d *lsyncd) pid() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.p == nil {
+		return 0
+	}
+	return d.p.Pid()
 }
 
 // take hands over the running daemon's process to stop it (nil if none).
@@ -203,7 +215,11 @@ func (d *lsyncd) joinThrough(ctx context.Context, via *lsyncd, lib string) error
 	if err := d.cliJSON(ctx, &r, "network", "sync-setup", "--remote-device", via.id, "--remote-library", lib, "--action", "join"); err != nil {
 		return err
 	}
-	if r.Phase != "ready" {
+	// The daemon answers once it saw the join done (ready, no job
+	// running), with the phase of a second look: a catch-up that started
+	// in between (another member connected, in a large group) shows as
+	// catching_up.
+	if r.Phase != "ready" && r.Phase != "catching_up" {
 		return fmt.Errorf("%s joined through %s: phase %q", d.name, via.name, r.Phase)
 	}
 	return nil

@@ -28,6 +28,13 @@
 // location, and how long until the partner holds nothing for it); see
 // scan.go.
 //
+// The members-N scenarios (issue 23), also run only when named, start N
+// real lsync daemons paired along --members-topology, make them members
+// of one library and measure what a change costs: messages and bytes
+// every daemon sends per change, the time until the last member applies
+// it, the daemons' peak RSS; two or more sizes in one run give the growth
+// of messages per change against the members (members.go).
+//
 //	go run ./bench                      # every join scenario on 1M entries
 //	go run ./bench --entries 100000 --scenarios batched-10k --json
 //	go run ./bench --cpuprofile /tmp/prof   # CPU profiles of both processes
@@ -36,6 +43,7 @@
 //	go run ./bench --scenarios flood        # 30 s of flood against a victim
 //	go run ./bench --scenarios rescan-unchanged,rescan-changes,remove-location
 //	go run ./bench --scenarios chain,star   # relay through a group (real lsync daemons)
+//	go run ./bench --scenarios members-10,members-50   # what a change costs 10 and 50 members
 //
 // Hazard: the machine may be shared; absolute times move with its load,
 // ratios measured in one run (× raw insert, × file copy) much less.
@@ -164,6 +172,13 @@ type options struct {
 	starSeed     uint64
 	starPorts    string
 	starAwait    time.Duration
+
+	membersTopology string
+	membersSeed     uint64
+	membersChanges  int
+	membersRate     float64
+	membersAwait    time.Duration
+	membersIdle     time.Duration
 }
 
 // allScenarios is the default list; flood and the scan scenarios run only
@@ -180,7 +195,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.work, "work", filepath.Join(os.TempDir(), "lsync-bench"), "work `dir`: cached libraries and scenario homes")
 	fs.BoolVar(&o.regen, "regen", false, "regenerate the libraries even if cached")
 	sc := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ", ")+
-		", and "+floodScenario+", "+strings.Join(scanScenarios, ", ")+", "+strings.Join(groupScenarios, ", ")+" (not run unless named)")
+		", and "+floodScenario+", "+strings.Join(scanScenarios, ", ")+", "+strings.Join(groupScenarios, ", ")+", members-N (N devices, e.g. members-10, members-50) (not run unless named)")
 	fs.BoolVar(&o.baselines, "baselines", true, "measure the raw SQLite insert and file copy baselines")
 	fs.BoolVar(&o.json, "json", false, "print the results as one JSON document on stdout (the table goes to stderr)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write CPU profiles of both processes of every scenario into `dir`")
@@ -197,7 +212,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.scanRepeat, "scan-repeat", 3, "rescan-unchanged: walks and rescans measured (the medians count)")
 	fs.DurationVar(&o.scanCatchUp, "scan-catchup", 30*time.Second, "rescan-changes: both nodes' catch-up interval (remove-location has none: it restarts the partner for one)")
 	fs.DurationVar(&o.scanAwait, "scan-await", 10*time.Minute, "rescan-changes, remove-location: give up waiting for the partner after this long")
-	fs.StringVar(&o.lsyncBin, "lsync-bin", "", "chain, star: the lsync binary to run (default: go build ./cmd/lsync into the work dir)")
+	fs.StringVar(&o.lsyncBin, "lsync-bin", "", "chain, star, members-N: the lsync binary to run (default: go build ./cmd/lsync into the work dir)")
 	fs.IntVar(&o.chainTags, "chain-tags", 50, "chain: tags made on device 1 with every device up (and on one of a pair, for the direct baseline)")
 	fs.Float64Var(&o.chainRate, "chain-rate", 5, "chain: tags per second")
 	fs.IntVar(&o.chainKills, "chain-kills", 5, "chain: rounds of a tag on device 1, killed as soon as device 2 has it")
@@ -207,6 +222,12 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.Uint64Var(&o.starSeed, "star-seed", 0, "star: run only this seed")
 	fs.StringVar(&o.starPorts, "star-ports", "new", "star: restarted daemons listen on new ports (new) or their old ones (keep)")
 	fs.DurationVar(&o.starAwait, "star-await", 60*time.Second, "star: give up waiting for convergence after this long")
+	fs.StringVar(&o.membersTopology, "members-topology", "sparse", "members-N: who is paired with whom: sparse (a random tree plus random edges, 3 or 4 partners each), chain, star or mesh")
+	fs.Uint64Var(&o.membersSeed, "members-seed", 1, "members-N: seed of the sparse topology and of which member makes each change")
+	fs.IntVar(&o.membersChanges, "members-changes", 20, "members-N: tags measured, each made on a random member")
+	fs.Float64Var(&o.membersRate, "members-rate", 2, "members-N: measured tags per second")
+	fs.DurationVar(&o.membersAwait, "members-await", time.Minute, "members-N: give up waiting for the measured tags to reach every member this long after the last")
+	fs.DurationVar(&o.membersIdle, "members-idle", 0, "members-N: also measure what the group sends in this long without a change (0: not)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -218,8 +239,11 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		if s == "" {
 			continue
 		}
+		if _, ok, err := parseMembersScenario(s); ok && err != nil {
+			return nil, err
+		}
 		if _, _, ok := scenarioShape(s); !ok && s != floodScenario && !isScanScenario(s) && !isGroupScenario(s) {
-			return nil, fmt.Errorf("--scenarios: unknown %q (want %s, %s, %s or %s)", s, strings.Join(allScenarios, ", "), floodScenario,
+			return nil, fmt.Errorf("--scenarios: unknown %q (want %s, %s, %s, %s or members-N)", s, strings.Join(allScenarios, ", "), floodScenario,
 				strings.Join(scanScenarios, ", "), strings.Join(groupScenarios, ", "))
 		}
 		o.scenarios = append(o.scenarios, s)
@@ -238,6 +262,12 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.starPorts != "new" && o.starPorts != "keep" {
 		return nil, fmt.Errorf("--star-ports %q: want new or keep", o.starPorts)
+	}
+	if !slices.Contains(membersTopologies, o.membersTopology) {
+		return nil, fmt.Errorf("--members-topology %q: want %s", o.membersTopology, strings.Join(membersTopologies, ", "))
+	}
+	if o.membersChanges < 1 || o.membersRate <= 0 || o.membersAwait <= 0 || o.membersIdle < 0 {
+		return nil, errors.New("--members-changes, --members-rate and --members-await must be positive, --members-idle not negative")
 	}
 	o.subset = min(o.subset, o.entries)
 	o.command = "go run ./bench " + strings.Join(args, " ")

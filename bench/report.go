@@ -22,7 +22,11 @@ type report struct {
 	Scans     []scanResult     `json:"scans,omitempty"`
 	Chain     *chainResult     `json:"chain,omitempty"`
 	Star      *starResult      `json:"star,omitempty"`
-	Targets   []targetCheck    `json:"targets,omitempty"`
+	Members   []*membersResult `json:"members,omitempty"`
+	// MembersGrowth compares each members-N run with the smallest of
+	// its topology.
+	MembersGrowth []membersGrowth `json:"members_growth,omitempty"`
+	Targets       []targetCheck   `json:"targets,omitempty"`
 }
 
 type machineInfo struct {
@@ -160,6 +164,8 @@ func (rep *report) checkTargets() {
 			rep.Targets = append(rep.Targets, statusTargets(r)...)
 		}
 	}
+	rep.MembersGrowth = membersGrowthOf(rep.Members)
+	rep.Targets = append(rep.Targets, membersTargets(rep.Members, rep.MembersGrowth)...)
 	if rep.Library.Entries < 1_000_000 {
 		return
 	}
@@ -270,6 +276,12 @@ func (rep *report) writeTable(w io.Writer) {
 			fmt.Fprintln(w)
 		}
 		rep.Star.write(w)
+	}
+	if len(rep.Members) > 0 {
+		if len(rep.Scenarios) > 0 || rep.Flood != nil || len(rep.Scans) > 0 || rep.Chain != nil || rep.Star != nil {
+			fmt.Fprintln(w)
+		}
+		writeMembers(w, rep.Members, rep.MembersGrowth)
 	}
 	if len(rep.Targets) > 0 {
 		fmt.Fprintln(w, "\ntargets:")
