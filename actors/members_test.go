@@ -16,6 +16,7 @@ import (
 
 	"github.com/ncruces/go-sqlite3"
 
+	"github.com/lsync/lsync/internal/topology"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net/memnet"
 )
@@ -61,33 +62,9 @@ func newMemberTopology(kind string, n int, seed uint64) memberTopology {
 		top.tree = chainEdges(n)
 		top.pairs = top.tree
 	case "sparse":
-		rnd := rand.New(rand.NewPCG(seed, 0x5ba25e))
-		deg := make([]int, n)
-		has := map[[2]int]bool{}
-		add := func(a, b int) {
-			top.pairs = append(top.pairs, [2]int{a, b})
-			has[[2]int{a, b}], has[[2]int{b, a}] = true, true
-			deg[a]++
-			deg[b]++
-		}
-		for k := 1; k < n; k++ {
-			var room []int
-			for j := range k {
-				if deg[j] < 4 {
-					room = append(room, j)
-				}
-			}
-			j := room[rnd.IntN(len(room))]
-			add(k, j)
-			top.tree = append(top.tree, [2]int{k, j})
-		}
-		for a := range n {
-			for try := 0; deg[a] < 3 && try < 100; try++ {
-				if b := rnd.IntN(n); b != a && !has[[2]int{a, b}] && deg[b] < 4 {
-					add(a, b)
-				}
-			}
-		}
+		tree, extra := topology.Sparse(n, seed)
+		top.tree = tree
+		top.pairs = append(slices.Clone(tree), extra...)
 	default:
 		panic("unknown topology " + kind)
 	}

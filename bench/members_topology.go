@@ -2,10 +2,11 @@ package main
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/lsync/lsync/internal/topology"
 )
 
 // membersPrefix names the members-N scenarios: N real daemons, one library.
@@ -59,13 +60,8 @@ type memberTopology struct {
 // so each device has three or four.
 func newMemberTopology(kind string, n int, seed uint64) (memberTopology, error) {
 	top := memberTopology{kind: kind, n: n}
-	has := map[[2]int]bool{}
 	add := func(a, b int) {
-		if a > b {
-			a, b = b, a
-		}
-		top.edges = append(top.edges, [2]int{a, b})
-		has[[2]int{a, b}] = true
+		top.edges = append(top.edges, [2]int{min(a, b), max(a, b)})
 	}
 	switch kind {
 	case "mesh":
@@ -83,28 +79,9 @@ func newMemberTopology(kind string, n int, seed uint64) (memberTopology, error) 
 			add(k-1, k)
 		}
 	case "sparse":
-		rnd := rand.New(rand.NewPCG(seed, 0x5ba25e))
-		deg := make([]int, n)
-		link := func(a, b int) {
-			add(a, b)
-			deg[a]++
-			deg[b]++
-		}
-		for k := 1; k < n; k++ {
-			var room []int
-			for j := range k {
-				if deg[j] < 4 {
-					room = append(room, j)
-				}
-			}
-			link(k, room[rnd.IntN(len(room))])
-		}
-		for a := range n {
-			for try := 0; deg[a] < 3 && try < 100; try++ {
-				if b := rnd.IntN(n); b != a && !has[[2]int{min(a, b), max(a, b)}] && deg[b] < 4 {
-					link(a, b)
-				}
-			}
+		tree, extra := topology.Sparse(n, seed)
+		for _, e := range append(tree, extra...) {
+			add(e[0], e[1])
 		}
 	default:
 		return top, fmt.Errorf("--members-topology %q: want %s", kind, strings.Join(membersTopologies, ", "))
