@@ -300,8 +300,12 @@ func testJoinResumesAfterRestart(t *testing.T) {
 	if again > 1 {
 		t.Fatalf("%d pages re-transferred after the restart, want at most 1", again)
 	}
-	if cp.Pages < 9 || cp.Pages > 11 {
-		t.Fatalf("the checkpoint held %d pages after the cut at page 10", cp.Pages)
+	// The cut comes as page 10 is applied: by then page 11 was fetched
+	// ahead, and page 12 may have been answered before the partition
+	// (fetchahead.go, one page ahead with JoinBatchRows 1). Pages already
+	// received are applied, never dropped; none after them can arrive.
+	if cp.Pages < 9 || cp.Pages > 12 {
+		t.Fatalf("the checkpoint held %d pages after the cut at page 10, want 9 to 12", cp.Pages)
 	}
 	t.Logf("checkpoint held %d pages; %d re-transferred", cp.Pages, again)
 }
