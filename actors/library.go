@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -24,6 +25,10 @@ type libraryActor struct {
 	n   *nodeCore
 	id  messages.LibraryID
 	lib *persistence.Library
+	// joining is set while a join runs (a.join), for the serve actor:
+	// what it answers about the library's rows as a whole (digests,
+	// counts) waits for the join's end.
+	joining atomic.Bool
 
 	peers    map[messages.DeviceID]*peerLink // connected devices (partners or not)
 	peerErr  map[messages.DeviceID]string    // why a partner is not connected, if a dial said
@@ -251,7 +256,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 		a.appliers[model] = a.spawnApplier(ctx, model, false)
 	}
 	a.appliers[sharedApplier] = a.spawnApplier(ctx, sharedApplier, true)
-	a.serve = ctx.Spawn(actor.PropsFromProducer(newServeActor(a.n, a.lib)))
+	a.serve = ctx.Spawn(actor.PropsFromProducer(newServeActor(a.n, a.lib, &a.joining)))
 	a.maint = ctx.Spawn(actor.PropsFromProducer(newMaintenanceActor(a.n, a.lib, a.id, ctx.Self())))
 	a.rec.stop() // a restart's
 	a.rec = startRecorder(a.n, a.lib, a.id, ctx.ActorSystem().Root, a.maint)

@@ -310,6 +310,7 @@ func (a *libraryActor) spawnJoin(ctx actor.Context, st *backfillState) {
 	a.joinRate = &rateWindow{}
 	a.joinRate.add(time.Now(), st.Records)
 	a.join = ctx.SpawnPrefix(actor.PropsFromProducer(newBackfillActor(a.n, a.lib, a.id, ctx.Self())), "backfill-")
+	a.joining.Store(true)
 }
 
 func (a *libraryActor) onJoinProgress(m *joinProgress) {
@@ -329,6 +330,7 @@ func (a *libraryActor) onJoinDone(ctx actor.Context, m *joinDone) {
 	last.Phase, last.FinishedAt = PhaseReady, time.Now().UTC()
 	a.lastJoin = &last
 	a.join, a.joinSt, a.joinRate = nil, nil, nil
+	a.joining.Store(false)
 	buf := a.buffer
 	a.buffer, a.bufferBytes = nil, 0
 	for _, in := range buf {
@@ -377,6 +379,7 @@ func (a *libraryActor) onStoreFailed(ctx actor.Context, err error) {
 	a.appliers = map[string]*actor.PID{}
 	a.jobs = map[messages.DeviceID]*actor.PID{}
 	a.ae, a.join = nil, nil
+	a.joining.Store(false)
 	a.stopTimers()
 	a.retryAt = map[messages.DeviceID]*time.Timer{}
 }

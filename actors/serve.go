@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -15,9 +16,11 @@ import (
 // of shared state, fingerprints). It reads through persistence's read
 // connections, so serving a 10,000-row page never blocks the writers.
 type serveActor struct {
-	n     *nodeCore
-	lib   *persistence.Library
-	snaps *snapshotStore // snapshots being served (snapshot.go)
+	n   *nodeCore
+	lib *persistence.Library
+	// joining is the library's: set while a join runs here.
+	joining *atomic.Bool
+	snaps   *snapshotStore // snapshots being served (snapshot.go)
 	// rowsN is the library's row count at generation rowsGen (rows).
 	rowsN   uint64
 	rowsGen uint64
@@ -32,9 +35,16 @@ type serveActor struct {
 	ahead map[messages.DeviceID]*readAhead
 }
 
-func newServeActor(n *nodeCore, lib *persistence.Library) actor.Producer {
-	return func() actor.Actor { return &serveActor{n: n, lib: lib} }
+func newServeActor(n *nodeCore, lib *persistence.Library, joining *atomic.Bool) actor.Producer {
+	return func() actor.Actor { return &serveActor{n: n, lib: lib, joining: joining} }
 }
+
+// errJoining answers what needs the library's rows as a whole while a
+// join runs here (issue 23: a partner's status call made this device
+// digest the 3M shared rows of a 10M-entry join applied so far, every
+// two seconds: a sixth of the joiner's CPU, and a long read that kept
+// the write-ahead log from being checkpointed).
+var errJoining = &messages.Error{Code: messages.CodeJoining, Message: "the library is still joining on this device; its rows are incomplete"}
 
 func (s *serveActor) Receive(ctx actor.Context) {
 	if _, stopping := ctx.Message().(*actor.Stopping); stopping && s.snaps != nil {
@@ -64,7 +74,11 @@ func answerServe(n *nodeCore, m *serveReq, resp messages.Message, err error) {
 		if !errors.As(err, &e) {
 			e = &messages.Error{Code: messages.CodeInternal, Message: err.Error()}
 		}
-		n.log.Warn("bulk request failed", "from", m.from, "type", m.msg.MessageType(), "err", err)
+		if e.Code == messages.CodeJoining {
+			n.log.Debug("bulk request answered later: joining", "from", m.from, "type", m.msg.MessageType())
+		} else {
+			n.log.Warn("bulk request failed", "from", m.from, "type", m.msg.MessageType(), "err", err)
+		}
 		resp = e
 	}
 	answerPeer(n, m.from, m.reply, resp, m.credit)
@@ -107,13 +121,21 @@ func (s *serveActor) answer(from messages.DeviceID, msg messages.Message) (messa
 		if len(m.Filter) > 0 {
 			return s.scopedDigest(m) // filter_verify.go
 		}
+		if s.joining.Load() && m.Owner != s.n.self {
+			return nil, errJoining
+		}
 		return s.digest(m.Owner)
 	case *messages.StateOwnersRequest:
 		owners, err := s.lib.Owners()
 		if err != nil {
 			return nil, err
 		}
-		resp := &messages.StateOwnersResponse{Rows: s.rows()}
+		resp := &messages.StateOwnersResponse{}
+		if !s.joining.Load() {
+			// The count is for a joiner's ETA; mid-join it is a scan of
+			// every table at each of a partner's catch-ups, of no use.
+			resp.Rows = s.rows()
+		}
 		for _, o := range owners {
 			resp.Owners = append(resp.Owners, messages.OriginWatermark{Origin: o, HLC: s.lib.StateWatermark(o)})
 		}

@@ -24,7 +24,7 @@ type sharedCompare struct {
 
 type sharedResult struct {
 	at   time.Time
-	gen  uint64 // the library's generation the digest is of
+	gen  uint64 // the library's shared generation the digest is of
 	rows int
 	vs   []PartnerVerdict
 	err  error
@@ -52,7 +52,7 @@ func (l *Library) CompareShared(ctx context.Context, st *Status) error {
 		return nil
 	}
 	c := l.shared
-	gen := l.store.Generation()
+	gen := l.store.SharedGeneration()
 	c.mu.Lock()
 	last := c.last
 	if last == nil || last.gen != gen || time.Since(last.at) >= sharedFresh {
@@ -89,7 +89,7 @@ func (l *Library) CompareShared(ctx context.Context, st *Status) error {
 func (l *Library) compareShared(done chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
 	defer cancel()
-	r := &sharedResult{gen: l.store.Generation()}
+	r := &sharedResult{gen: l.store.SharedGeneration()}
 	defer func() {
 		r.at = time.Now()
 		c := l.shared

@@ -3,6 +3,7 @@ package actors
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -27,6 +28,7 @@ const (
 	VerdictDiffers   = "differs"    // same watermark, different rows: a replica is wrong
 	VerdictBehind    = "behind"     // different watermarks: one holds newer rows (catch-up pending)
 	VerdictNoAnswer  = "no_answer"  // the partner did not answer
+	VerdictJoining   = "joining"    // the partner is still joining the library: nothing to compare yet
 	VerdictNotHeld   = "not_held"   // neither holds rows of the owner
 	VerdictUnchecked = "no_partner" // no partner connected to compare with
 )
@@ -222,6 +224,10 @@ func comparePartner(ctx context.Context, lib messages.LibraryID, p verifyPeer, o
 	mine *lthash.Hash) PartnerVerdict {
 	pv := PartnerVerdict{Device: p.dev, Name: p.name, Verdict: VerdictNoAnswer}
 	m, err := p.conn.Request(ctx, lib, &messages.DigestRequest{Owner: owner})
+	if e := (*messages.Error)(nil); errors.As(err, &e) && e.Code == messages.CodeJoining {
+		pv.Verdict = VerdictJoining
+		return pv
+	}
 	if err != nil {
 		pv.Error = err.Error()
 		return pv
@@ -252,7 +258,7 @@ func comparePartner(ctx context.Context, lib messages.LibraryID, p verifyPeer, o
 }
 
 // overall is an owner's verdict over its partners': differs if any
-// differs, then no_answer, then behind; match when all match.
+// differs, then no_answer, then behind, then joining; match when all match.
 func overall(v OwnerVerdict) string {
 	if len(v.Partners) == 0 {
 		if v.Rows == 0 {
@@ -260,7 +266,7 @@ func overall(v OwnerVerdict) string {
 		}
 		return VerdictUnchecked
 	}
-	for _, want := range []string{VerdictDiffers, VerdictNoAnswer, VerdictBehind} {
+	for _, want := range []string{VerdictDiffers, VerdictNoAnswer, VerdictBehind, VerdictJoining} {
 		for _, p := range v.Partners {
 			if p.Verdict == want {
 				return want

@@ -242,6 +242,11 @@ const (
 	// requester because it removed it (sync-remove); the requester stops
 	// too instead of retrying.
 	CodeRemoved = "removed"
+	// CodeJoining: the responder is still joining the library, so its
+	// rows are incomplete: a digest or count of them says nothing, and
+	// computing one mid-join slowed the join (a full pass over the rows
+	// applied so far, at every status call of a partner). Ask again later.
+	CodeJoining = "joining"
 )
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }

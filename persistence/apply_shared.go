@@ -241,6 +241,7 @@ func (tx *txn) applySharedLWW(mi *modelInfo, c *messages.SharedChange, set map[i
 	case row.exists():
 		err = tx.storeShared(mi, mi.sql.sharedUpdate, c.Record, row, id)
 	case id != 0:
+		tx.wrote(mi)
 		err = tx.c.exec(mi.sql.delete, id)
 	default:
 		return outApplied, nil // a delete of a row not here: the tombstone is all
@@ -282,6 +283,7 @@ func (tx *txn) addShared(mi *modelInfo, u messages.UUID, row *lwwRow) (bool, err
 // storeShared runs the insert (id 0: uuid first) or update (id last) of
 // a whole row.
 func (tx *txn) storeShared(mi *modelInfo, sql string, u messages.UUID, row *lwwRow, id int64) error {
+	tx.wrote(mi)
 	args := make([]any, 0, 3+2*len(row.vals))
 	if id == 0 {
 		args = append(args, u)

@@ -141,6 +141,7 @@ func (tx *txn) bulkInsert(m *modelInfo, ownerID int64, rows []bulkRow) (all bool
 // error other than a constraint (I/O, full disk) rolls the whole
 // transaction back, as for any statement without a journal.
 func (tx *txn) insertRows(m *modelInfo, stmts *[bulkInsertSizes]string, last int64, n int, bind func(s *sqlite3.Stmt, i, p int) error) (all bool, err error) {
+	tx.wrote(m)
 	inserted := 0
 	for done := 0; done < n; {
 		k := 0

@@ -218,6 +218,7 @@ func (tx *txn) children(m *modelInfo, k int, id int64) ([]childRow, error) {
 // device row becomes a placeholder again: it still anchors its owner's
 // rows.
 func (tx *txn) removeRow(m *modelInfo, id int64, u messages.UUID, ownerID int64, old *messages.StateRecord) error {
+	tx.wrote(m)
 	if err := tx.digestRemoved(m, ownerID, old); err != nil {
 		return err
 	}

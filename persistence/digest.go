@@ -67,10 +67,10 @@ func sharedElement(model string, c *messages.SharedChange) ([]byte, error) {
 // same shared state have the same digest.
 //
 // A full pass costs a second per few hundred thousand rows: the result is
-// kept until the library changes (Generation), so status and partners
-// asking again cost nothing.
+// kept until the shared rows change (SharedGeneration), so status and
+// partners asking again cost nothing.
 func (l *Library) SharedDigest() (lthash.Hash, int, error) {
-	gen := l.gen.Load()
+	gen := l.sharedWrites.Load()
 	l.sharedMu.Lock()
 	if l.sharedOK && l.sharedGen == gen {
 		h, n := l.sharedH, l.sharedN
@@ -79,7 +79,7 @@ func (l *Library) SharedDigest() (lthash.Hash, int, error) {
 	}
 	l.sharedMu.Unlock()
 	h, n, err := l.sharedDigest()
-	if err == nil && l.gen.Load() == gen {
+	if err == nil && l.sharedWrites.Load() == gen {
 		l.sharedMu.Lock()
 		l.sharedH, l.sharedN, l.sharedGen, l.sharedOK = h, n, gen, true
 		l.sharedMu.Unlock()
@@ -88,6 +88,7 @@ func (l *Library) SharedDigest() (lthash.Hash, int, error) {
 }
 
 func (l *Library) sharedDigest() (lthash.Hash, int, error) {
+	l.sharedPasses.Add(1)
 	var h lthash.Hash
 	n := 0
 	for _, model := range l.reg.SharedModels() {

@@ -117,3 +117,64 @@ func TestSharedDigest(t *testing.T) {
 		t.Fatal("the same update on both left the digests apart")
 	}
 }
+
+// The shared digest is a full pass: it is kept while the shared rows do
+// not change, whatever else is written (device-owned rows, acks,
+// checkpoints: a serving device writes those all the time, and each
+// write used to cost the next status call a pass), and made again after
+// any change to a shared row: an update, a delete, one applied as state.
+func TestSharedDigestKeptUntilSharedRowsChange(t *testing.T) {
+	b := newLib(t, devB)
+	cs := commitTags(t, b, 5)
+	digest := func() [32]byte {
+		t.Helper()
+		h, _, err := b.SharedDigest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.Checksum()
+	}
+	passes := func() uint64 { return b.sharedPasses.Load() }
+	first := digest()
+	if passes() != 1 {
+		t.Fatalf("%d passes for the first digest", passes())
+	}
+	// Writes that are not to shared rows.
+	mustApply(t, b, devA, ModelLocation, recordFor(t, ModelLocation, uid(1), hlcAt(5, 0, devA), map[string]any{"path": "/a"}))
+	if err := b.RecordAck(devA, cs[2].HLC); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SaveCheckpoint(Checkpoint{Job: "test", Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if digest() != first || passes() != 1 {
+		t.Fatalf("the digest was made again (%d passes) after writes to no shared row", passes())
+	}
+	// A shared update, a shared delete, a row applied as shared state:
+	// each is digested anew.
+	before := b.Generation()
+	if _, _, err := b.CommitShared(ModelTag, cs[0].Record, messages.OpUpdate, map[string]any{"color": "red"}); err != nil {
+		t.Fatal(err)
+	}
+	second := digest()
+	if passes() != 2 || second == first {
+		t.Fatalf("after an update: %d passes, digest changed %v", passes(), second != first)
+	}
+	if _, _, err := b.CommitShared(ModelTag, cs[1].Record, messages.OpDelete, nil); err != nil {
+		t.Fatal(err)
+	}
+	third := digest()
+	if passes() != 3 || third == second {
+		t.Fatalf("after a delete: %d passes, digest changed %v", passes(), third != second)
+	}
+	state := change(hlcAt(900, 0, devC), ModelAlbum, uid(77), messages.OpUpdate, map[string]any{"name": "trip"})
+	if _, err := b.ApplySharedState([]messages.SharedChange{state}, nil, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if digest() == third || passes() != 4 {
+		t.Fatalf("after shared state: %d passes", passes())
+	}
+	if b.Generation() <= before {
+		t.Fatal("the generation did not move")
+	}
+}

@@ -426,6 +426,7 @@ func (l *Library) purgeBatch(t *Taking, batch int, done Purged) (int, error) {
 				if mi.derived == derivedTagEdge {
 					tx.touchEdge(uuids[k], true)
 				}
+				tx.wrote(mi)
 				if err := tx.c.exec(mi.sql.delete, id); err != nil {
 					return err
 				}

@@ -25,6 +25,8 @@ type txn struct {
 	sharedWM    map[messages.DeviceID]messages.HLC
 	sharedHeads map[messages.DeviceID]messages.ChainHead
 	stateWM     map[messages.DeviceID]messages.HLC
+	// sharedWrite: a shared model's rows were written (wrote).
+	sharedWrite bool
 
 	// refs caches uuid -> (id, owner) per model for this transaction.
 	refs map[*modelInfo]map[messages.UUID]refInfo
@@ -97,6 +99,14 @@ func newTxn(l *Library, res *ApplyResult) *txn {
 func (tx *txn) reject(model string, u messages.UUID, reason messages.Reason, err error) outcome {
 	tx.res.Rejected = append(tx.res.Rejected, Rejection{Model: model, UUID: u, Reason: reason, Err: err})
 	return outRejected
+}
+
+// wrote notes a write to m's rows: one to a shared model's changes the
+// shared generation at commit.
+func (tx *txn) wrote(m *modelInfo) {
+	if m.Kind == Shared {
+		tx.sharedWrite = true
+	}
 }
 
 func (tx *txn) change(model string, u messages.UUID, deleted bool) {

@@ -1254,9 +1254,10 @@ it holds is the owner's word on that part: only the owner signs one, so
 the owner must be connected to check. DAMAGED marks rows changed behind
 lsync's back. PARTNERS compares with each connected partner: match,
 differs (same watermark, other rows), behind (sync not finished),
-no_answer. The shared models (tags, albums, metadata) have many writers
-and no signature: their digest proves agreement with partners, not
-authorship, and reads differs while changes are on their way.
+no_answer, joining (the partner is still joining the library). The
+shared models (tags, albums, metadata) have many writers and no
+signature: their digest proves agreement with partners, not authorship,
+and reads differs while changes are on their way.
 Exit status 0 whatever the verdicts; use --json to script on them.`,
 		Example: `  lsync sync verify "Family photos"
   lsync --json sync verify "Family photos" | jq '.[] | select(.verdict != "match")'`,
