@@ -52,6 +52,11 @@ type libraryActor struct {
 	// the catch-up re-requests everything after the watermark.
 	pending  map[messages.DeviceID][]messages.SharedChange
 	ackDirty map[messages.DeviceID]bool
+	// ackSent is the last ack sent to each origin on its connection: an
+	// ack that says no more is not sent again (an idle group's periodic
+	// catch-ups sent one each, a third of its traffic). The origin
+	// records an ack only when it moves forward.
+	ackSent  map[messages.DeviceID]messages.HLC
 	views    map[messages.DeviceID]*partnerView // what each partner was reported and needs reported (reports.go)
 	ackTimer *time.Timer
 	// The relay (relay.go): each partner's last report, the pulls it
@@ -243,6 +248,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.retryAt = map[messages.DeviceID]*time.Timer{}
 	a.pending = map[messages.DeviceID][]messages.SharedChange{}
 	a.ackDirty = map[messages.DeviceID]bool{}
+	a.ackSent = map[messages.DeviceID]messages.HLC{}
 	a.views = map[messages.DeviceID]*partnerView{}
 	a.appliers = map[string]*actor.PID{}
 	// A library opens READY; only a change from there is an event.
@@ -402,6 +408,7 @@ func (a *libraryActor) publishPhase() {
 
 func (a *libraryActor) onPeerUp(ctx actor.Context, m *peerUp) {
 	a.peers[m.dev] = &peerLink{pid: m.pid, conn: m.conn, name: m.name}
+	delete(a.ackSent, m.dev) // a new connection is acked again
 	delete(a.peerErr, m.dev)
 	if !a.partners[m.dev] {
 		a.reconcileMembers(ctx) // a member, paired, not a partner yet?
@@ -429,6 +436,7 @@ func (a *libraryActor) onPeerDown(ctx actor.Context, m *peerDown) {
 		return
 	}
 	delete(a.peers, m.dev)
+	delete(a.ackSent, m.dev) // acked again on the next connection
 	if v := a.views[m.dev]; v != nil {
 		v.reconnected()
 	}

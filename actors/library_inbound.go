@@ -413,12 +413,13 @@ func (a *libraryActor) flushAcks(ctx actor.Context) {
 			continue
 		}
 		wm := a.lib.SharedWatermark(origin)
-		if wm.IsZero() {
+		if wm.IsZero() || a.ackSent[origin] == wm {
 			delete(a.ackDirty, origin)
 			continue
 		}
 		if a.sendTo(ctx, origin, &messages.AckSharedChanges{From: a.n.self, Origin: origin, UpTo: wm}) {
 			delete(a.ackDirty, origin)
+			a.ackSent[origin] = wm
 		}
 	}
 }

@@ -493,9 +493,14 @@ func hSyncSetup(ctx context.Context, s *server, raw json.RawMessage, progress fu
 	s.log.Info("sync set up", "library", libID, "name", lib.Name(), "peer", dev, "action", a.Action)
 	res := syncSetupResult{Library: libID.String(), Name: lib.Name(), RemoteDevice: dev.String(), Action: a.Action, Join: choice}
 	if a.Action == actors.ActionJoin {
-		if err := s.reportJoin(ctx, lib, events, progress); err != nil {
+		// The phase the join was seen done in: read again, it could be a
+		// periodic catch-up's (a finished join printed catching_up).
+		phase, err := s.reportJoin(ctx, lib, events, progress)
+		if err != nil {
 			return nil, err
 		}
+		res.Phase = string(phase)
+		return res, nil
 	}
 	st, err := lib.Status(ctx)
 	if err != nil {
@@ -545,8 +550,9 @@ func (s *server) joinBySnapshot(ctx context.Context, dev messages.DeviceID, libI
 const joinSettle = 2 * time.Second
 
 // reportJoin streams a join's progress until the library has been busy
-// (backfilling or catching up) and is ready again with no job running.
-func (s *server) reportJoin(ctx context.Context, lib *actors.Library, events <-chan actors.Event, progress func(any)) error {
+// (backfilling or catching up) and is ready again with no job running,
+// and returns the phase it saw then (ready).
+func (s *server) reportJoin(ctx context.Context, lib *actors.Library, events <-chan actors.Event, progress func(any)) (actors.Phase, error) {
 	start := time.Now()
 	busy := false
 	job := "" // the backfill job seen running
@@ -555,7 +561,7 @@ func (s *server) reportJoin(ctx context.Context, lib *actors.Library, events <-c
 	for {
 		st, err := lib.Status(ctx)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if st.Backfill != nil {
 			job = st.Backfill.Job
@@ -565,17 +571,17 @@ func (s *server) reportJoin(ctx context.Context, lib *actors.Library, events <-c
 		done := idle && (busy || time.Since(start) > joinSettle)
 		progress(joinFrame(st, job, busy, done))
 		if done {
-			return nil
+			return st.Phase, nil
 		}
 		// Until the next tick, only note whether the join got busy.
 	wait:
 		for {
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
+				return "", ctx.Err()
 			case e, ok := <-events:
 				if !ok {
-					return errors.New("the daemon is stopping")
+					return "", errors.New("the daemon is stopping")
 				}
 				if e.Library == lib.ID() && e.Type == actors.EventPhaseChanged && e.Phase != actors.PhaseReady {
 					busy = true
