@@ -37,6 +37,9 @@ type backfillActor struct {
 	bytes0 float64 // lsync_bytes_total{direction="in"} when last counted
 	state  backfillRunState
 	held   *heldPages // small pages not applied yet (held.go)
+	// deferred: the shared models still empty had their (hlc, uuid)
+	// index dropped for this run's shared state (deferred_index.go).
+	deferred bool
 }
 
 // backfillRunState is what the actor is waiting for.
@@ -342,6 +345,14 @@ func (b *backfillActor) apply(p *joinPage) error {
 			return fmt.Errorf("the log of %s holds changes their origin did not seal, or without their bodies", b.j.st.Source)
 		}
 	case p.shared != nil || p.wms != nil:
+		if b.j.st.SharedByUUID && !b.deferred {
+			b.deferred = true
+			dropped, err := b.lib.DeferSharedIndexes(nil)
+			if err != nil {
+				return err
+			}
+			b.n.log.Debug("shared indexes deferred to the end of the shared state", "library", b.libID, "models", dropped)
+		}
 		b.n.traceShared("backfill", p.shared)
 		// The watermarks rise only as far as the origins' heads prove.
 		wms, heads := p.wms, []messages.ChainHead(nil)
@@ -353,6 +364,17 @@ func (b *backfillActor) apply(p *joinPage) error {
 		}
 		if _, err := b.lib.ApplySharedState(b.n.takenState(b.lib, b.libID, b.j.st.Source, p.shared), wms, persistence.ApplyOptions{Checkpoint: ckpt, Heads: heads}); err != nil {
 			return fmt.Errorf("apply shared state: %w", err)
+		}
+		if p.wms != nil {
+			// The scan's last page: what waited for it is built now.
+			began := time.Now()
+			built, err := b.lib.RestoreSharedIndexes()
+			if err != nil {
+				return err
+			}
+			if len(built) > 0 {
+				b.n.log.Info("shared indexes built", "library", b.libID, "models", built, "took", time.Since(began).Round(time.Millisecond))
+			}
 		}
 	case ckpt != nil:
 		if err := b.lib.SaveCheckpoint(*ckpt); err != nil {
@@ -409,6 +431,9 @@ func (b *backfillActor) fetchAhead() int {
 // finish ends the join: the checkpoint and the spool go, the library
 // drains its buffer and runs the final catch-up pass.
 func (b *backfillActor) finish(ctx actor.Context) {
+	if _, err := b.lib.RestoreSharedIndexes(); err != nil { // built at the scan's end; a join never leaves one out
+		panic(fmt.Errorf("build the shared indexes: %w", err))
+	}
 	if err := b.lib.DeleteCheckpoint(backfillJobKey); err != nil {
 		panic(fmt.Errorf("delete the join checkpoint: %w", err))
 	}

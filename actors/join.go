@@ -37,6 +37,11 @@ type backfillState struct {
 	SharedCursor messages.Cursor            `json:"shared_cursor"`
 	SharedWMs    []messages.OriginWatermark `json:"shared_wms"`
 	SharedHeads  []messages.ChainHead       `json:"shared_heads,omitempty"` // what proves SharedWMs (chain.go)
+	// SharedByUUID: the shared state is taken in uuid order, into tables
+	// whose (hlc, uuid) index waits for its end (deferred_index.go). Set
+	// for every join started since; a checkpoint without it goes on in
+	// (hlc, uuid) order, as its cursor is.
+	SharedByUUID bool `json:"shared_by_uuid,omitempty"`
 
 	Pages      int       `json:"pages"`
 	StatePages int       `json:"state_pages"` // of Pages, the device-owned ones
@@ -129,7 +134,7 @@ type joinPage struct {
 // newJoin is a fresh join from source, as the library starts it.
 func newJoin(self, source messages.DeviceID, pageSize int, now time.Time) backfillState {
 	return backfillState{Job: persistence.NewUUID().String(), Source: source, PageSize: pageSize,
-		Phase: PhaseSelecting, StartedAt: now.UTC()}
+		Phase: PhaseSelecting, StartedAt: now.UTC(), SharedByUUID: true}
 }
 
 // resumeJoin is the machine for a saved (or fresh) checkpoint.
@@ -251,7 +256,8 @@ func (j *join) statePager() *statePager {
 }
 
 func (j *join) sharedPager() *sharedPager {
-	return &sharedPager{Limit: j.limit(), Model: j.st.SharedModel, Cursor: j.st.SharedCursor, WMs: j.st.SharedWMs, Heads: j.st.SharedHeads}
+	return &sharedPager{Limit: j.limit(), Model: j.st.SharedModel, Cursor: j.st.SharedCursor, WMs: j.st.SharedWMs, Heads: j.st.SharedHeads,
+		ByUUID: j.st.SharedByUUID}
 }
 
 // logRequest is the first request of the source's log, after since (this

@@ -59,6 +59,7 @@ func (p *statePager) page(resp *messages.StateResponse) (last bool, err error) {
 // watermarks, read before any row: a complete scan holds at least them.
 type sharedPager struct {
 	Models []string // nil: every shared model
+	ByUUID bool     // in uuid order (SharedStateRequest.ByUUID)
 	Limit  uint32
 	Model  string
 	Cursor messages.Cursor
@@ -69,7 +70,7 @@ type sharedPager struct {
 func (p *sharedPager) started() bool { return p.Model != "" || !p.Cursor.IsZero() }
 
 func (p *sharedPager) request() *messages.SharedStateRequest {
-	return &messages.SharedStateRequest{Models: p.Models, Model: p.Model, Cursor: p.Cursor, Limit: p.Limit}
+	return &messages.SharedStateRequest{Models: p.Models, Model: p.Model, Cursor: p.Cursor, Limit: p.Limit, ByUUID: p.ByUUID}
 }
 
 // page moves past resp. last is true when the scan is complete; wms are

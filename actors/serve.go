@@ -288,8 +288,9 @@ func (s *serveActor) sharedStatePage(m *messages.SharedStateRequest) (*messages.
 		}
 	}
 	// Watermarks on the first page, read before any row: the whole scan
-	// includes at least them (rows written during the scan move past the
-	// cursor and are served later, never missed).
+	// includes at least them (in (hlc, uuid) order, rows written during
+	// the scan move past the cursor and are served later; in uuid order
+	// they may be missed, and the requester takes them from the logs).
 	var wms []messages.OriginWatermark
 	var heads []messages.ChainHead
 	if m.Model == "" && m.Cursor.IsZero() {
@@ -303,7 +304,15 @@ func (s *serveActor) sharedStatePage(m *messages.SharedStateRequest) (*messages.
 		if k, ok := reg.Kind(models[i]); !ok || k != persistence.Shared {
 			return nil, &messages.Error{Code: messages.CodeUnknownModel, Message: fmt.Sprintf("%q is not a shared model", models[i])}
 		}
-		changes, next, more, err := s.lib.SharedStatePage(models[i], cursor, s.limit(m.Limit))
+		var changes []messages.SharedChange
+		var next messages.Cursor
+		var more bool
+		var err error
+		if m.ByUUID {
+			changes, next.UUID, more, err = s.lib.SharedStatePageByUUID(models[i], cursor.UUID, s.limit(m.Limit))
+		} else {
+			changes, next, more, err = s.lib.SharedStatePage(models[i], cursor, s.limit(m.Limit))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("shared state page %s: %w", models[i], err)
 		}

@@ -448,6 +448,10 @@ type OriginWatermark struct {
 // changes (one per row and distinct field HLC), resuming after Cursor.
 // With UUIDs set it asks for exactly those rows (or tombstones) of Model;
 // an answer that does not fit one page is cut as for StateRequest.
+// ByUUID asks for the rows of each model in uuid order (Cursor: a uuid, a
+// zero HLC): a scan in that order misses rows changed behind its cursor,
+// so it holds every change up to the first page's watermarks only, and a
+// requester takes the changes after them from the logs (a join does).
 type SharedStateRequest struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Models   []string
@@ -455,6 +459,7 @@ type SharedStateRequest struct {
 	Cursor   Cursor
 	Limit    uint32
 	UUIDs    []UUID
+	ByUUID   bool
 }
 
 // SharedStateResponse is one page of shared state. Entries have a zero Prev

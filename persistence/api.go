@@ -127,6 +127,10 @@ type pageOptions struct {
 	// DefaultPageBytes): the page ends before the record that would take
 	// it over, so a record larger than MaxBytes goes alone.
 	MaxBytes int
+	// ByUUID orders a shared state page by uuid alone (cursors carry a
+	// uuid and a zero HLC) rather than by (hlc, uuid): see
+	// SharedStatePageByUUID.
+	ByUUID bool
 }
 
 // DefaultPageBytes is pageOptions.MaxBytes's default: half the default

@@ -189,6 +189,14 @@ type pageKey struct {
 	u messages.UUID
 }
 
+// before orders keys by (hlc, uuid), or by uuid alone.
+func (a pageKey) before(b pageKey, byUUID bool) bool {
+	if byUUID {
+		return compareUUID(a.u, b.u) < 0
+	}
+	return a.compare(b) < 0
+}
+
 func (a pageKey) compare(b pageKey) int {
 	if c := a.h.Compare(b.h); c != 0 {
 		return c
@@ -314,6 +322,21 @@ func (l *Library) SharedStatePage(model string, after messages.Cursor, limit int
 	return l.sharedStatePageOpts(model, after, pageOptions{Limit: limit})
 }
 
+// SharedStatePageByUUID is SharedStatePage in uuid order: the cursor
+// (and next) carry a uuid and a zero HLC. A scan in this order misses a
+// row changed behind its cursor, so its completeness rests on the
+// watermarks read before it (the changes after them are fetched from the
+// logs after the scan), as a join's does. It exists for a fresh join: a
+// device that inserts shared rows in uuid order appends to the uuid
+// index instead of writing to random pages of it (content identities'
+// uuids derive from hashes), and builds its (hlc, uuid) index once at
+// the end (DeferSharedIndexes): the shared state of a 10M-entry library
+// went 2.6x faster (issue 23).
+func (l *Library) SharedStatePageByUUID(model string, after messages.UUID, limit int) (changes []messages.SharedChange, next messages.UUID, more bool, err error) {
+	cs, c, more, err := l.sharedStatePageOpts(model, messages.Cursor{UUID: after}, pageOptions{Limit: limit, ByUUID: true})
+	return cs, c.UUID, more, err
+}
+
 // sharedItem is a shared row, or a tombstone, as the changes that carry
 // it, and their encoded size.
 type sharedItem struct {
@@ -354,7 +377,7 @@ func (l *Library) sharedStatePageOpts(model string, after messages.Cursor, opts 
 	taken := 0
 	for len(rows) > 0 || len(tombs) > 0 {
 		var it sharedItem
-		if len(tombs) == 0 || len(rows) > 0 && rows[0].key.compare(tombs[0].key) < 0 {
+		if len(tombs) == 0 || len(rows) > 0 && rows[0].key.before(tombs[0].key, opts.ByUUID) {
 			it, rows = rows[0], rows[1:]
 		} else {
 			it, tombs = tombs[0], tombs[1:]
@@ -365,6 +388,9 @@ func (l *Library) sharedStatePageOpts(model string, after messages.Cursor, opts 
 		}
 		changes = append(changes, it.changes...)
 		next = messages.Cursor{HLC: it.key.h, UUID: it.key.u}
+		if opts.ByUUID {
+			next.HLC = messages.HLC{}
+		}
 		taken++
 	}
 	return changes, next, more, nil
@@ -375,8 +401,15 @@ func (l *Library) sharedStatePageOpts(model string, after messages.Cursor, opts 
 // over opts.MaxBytes (see pastBudget).
 func sharedStatePage(c *conn, mi *modelInfo, after messages.Cursor, opts pageOptions) (rows, tombs []sharedItem, err error) {
 	args := []any{cmpHLC(after.HLC), after.UUID, opts.Limit + 1}
+	rowsSQL, tombsSQL := mi.sql.sharedPage, `SELECT uuid, hlc FROM tombstones WHERE model = ? AND owner_id = 0 AND (hlc, uuid) > (?, ?)
+		ORDER BY hlc, uuid LIMIT ?`
+	if opts.ByUUID {
+		args = []any{after.UUID, opts.Limit + 1}
+		rowsSQL, tombsSQL = mi.sql.sharedPageByUUID, `SELECT uuid, hlc FROM tombstones WHERE model = ? AND owner_id = 0 AND uuid > ?
+		ORDER BY uuid LIMIT ?`
+	}
 	past := pastBudget{max: opts.MaxBytes}
-	err = c.query(mi.sql.sharedPage, args, func(s *sqlite3.Stmt) error {
+	err = c.query(rowsSQL, args, func(s *sqlite3.Stmt) error {
 		if past.done() {
 			return errPageFull
 		}
@@ -394,8 +427,7 @@ func sharedStatePage(c *conn, mi *modelInfo, after messages.Cursor, opts pageOpt
 	if err = endScan(err); err != nil {
 		return nil, nil, err
 	}
-	err = c.query(`SELECT uuid, hlc FROM tombstones WHERE model = ? AND owner_id = 0 AND (hlc, uuid) > (?, ?)
-		ORDER BY hlc, uuid LIMIT ?`, append([]any{mi.Name}, args...), func(s *sqlite3.Stmt) error {
+	err = c.query(tombsSQL, append([]any{mi.Name}, args...), func(s *sqlite3.Stmt) error {
 		u := columnUUID(s, 0)
 		h, err := columnHLC(s, 1)
 		tombs = append(tombs, newSharedItem(pageKey{h, u},

@@ -319,9 +319,10 @@ type modelSQL struct {
 	sharedAdd    string // sharedInsert that does nothing if the uuid is here
 	// sharedBulkAdd[k] inserts 1<<k rows as sharedInsert does; OR IGNORE
 	// (see insertRows).
-	sharedBulkAdd [bulkInsertSizes]string
-	sharedUpdate  string // hlc, (col, col_hlc)..., id
-	sharedPage    string // cursor hlc, cursor uuid, limit -> uuid, hlc, (col, col_hlc)...
+	sharedBulkAdd    [bulkInsertSizes]string
+	sharedUpdate     string // hlc, (col, col_hlc)..., id
+	sharedPage       string // cursor hlc, cursor uuid, limit -> uuid, hlc, (col, col_hlc)...
+	sharedPageByUUID string // cursor uuid, limit -> the same, in uuid order
 }
 
 // bulkInsertSizes is the number of multi-row insert statements per
@@ -463,6 +464,8 @@ func sharedSQL(mi *modelInfo) modelSQL {
 	}
 	q.sharedUpdate = fmt.Sprintf(`UPDATE %s SET hlc = ?%s WHERE id = ?`, t, prefixJoin(", ", sets))
 	q.sharedPage = fmt.Sprintf(`SELECT uuid, hlc%s FROM %s WHERE (hlc, uuid) > (?, ?) ORDER BY hlc, uuid LIMIT ?`,
+		prefixJoin(", ", pairs), t)
+	q.sharedPageByUUID = fmt.Sprintf(`SELECT uuid, hlc%s FROM %s WHERE uuid > ? ORDER BY uuid LIMIT ?`,
 		prefixJoin(", ", pairs), t)
 	q.delete = fmt.Sprintf(`DELETE FROM %s WHERE id = ?`, t)
 	sel := "uuid, hlc" + prefixJoin(", ", columnList(mi))
