@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/lsync/lsync/persistence"
 )
@@ -208,4 +210,25 @@ func TestDemo(t *testing.T) {
 	if sum.ElapsedSeconds > 30 {
 		t.Errorf("demo took %.1fs", sum.ElapsedSeconds)
 	}
+}
+
+// A flag's value name (a backquoted word in its usage, which help shows
+// after the flag) is one word in capitals: "--ui lsync ui token" was a
+// command quoted in a usage line.
+func TestFlagValueNames(t *testing.T) {
+	root := newRootCmd(&globals{})
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		check := func(f *pflag.Flag) {
+			name, _ := pflag.UnquoteUsage(f)
+			if name != "" && strings.ToUpper(name) != name && !slices.Contains([]string{"string", "int", "duration", "strings", "uint", "float", "uint16", "int64", "uint32", "bool", "stringArray", "uint64"}, name) || strings.Contains(name, " ") {
+				t.Errorf("%s --%s: help shows the value name %q", c.CommandPath(), f.Name, name)
+			}
+		}
+		c.LocalFlags().VisitAll(check)
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
 }

@@ -106,7 +106,7 @@ interface, e.g. 127.255.255.255:PORT to the daemons of this host only.`,
 	}
 	cmd.Flags().StringVar(&listen, "listen", defaultListen, "QUIC (UDP) address to listen on for peers")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this HTTP address (off when empty)")
-	cmd.Flags().StringVar(&ui, "ui", defaultUI, "serve the status page on this HTTP address (off when empty; a non-loopback one needs `lsync ui token`)")
+	cmd.Flags().StringVar(&ui, "ui", defaultUI, "serve the status page on this HTTP `ADDR` (off when empty; a non-loopback one needs the token of lsync ui token)")
 	cmd.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().StringVar(&format, "log-format", "text", "log format: text or json")
 	cmd.Flags().IntVar(&pageSize, "page-size", 10_000, "rows per page when catching up or joining (smaller pages suit slow links)")
