@@ -253,8 +253,34 @@ func (tx *txn) afterWrite(m *modelInfo, id int64, u messages.UUID, own ownerRef,
 			return err
 		}
 		tx.landed = append(tx.landed, landing{m: m, u: u, h: h, lifted: lifted})
+		if m.derived == derivedEntry && ex != nil && sqlVals[m.parentCol] != ex.vals[m.parentCol] {
+			if err := tx.movedUnderParked(m, id); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// movedUnderParked retries the entries parked because they would have
+// moved into their own subtree (decideState: they wait for their new
+// parent), once an entry at or above that parent moved: the move that
+// breaks the loop need not be the parent's own. An entry A moved under
+// its grandchild C waited for C, and the move that made it possible was
+// of B, C's parent, out from under A (TestPropertyConvergence, seed
+// 18100040123565433847): A waited forever with C here.
+func (tx *txn) movedUnderParked(m *modelInfo, moved int64) error {
+	var targets []messages.UUID
+	err := tx.c.query(`SELECT DISTINCT p.wait_uuid FROM fk_parked p JOIN `+m.table+` e ON e.uuid = p.wait_uuid
+		WHERE p.wait_model = ?1 AND p.held = 0 AND (e.id = ?2 OR EXISTS (SELECT 1 FROM entry_closure c WHERE c.descendant_id = e.id AND c.ancestor_id = ?2))`,
+		[]any{m.Name, moved}, func(s *sqlite3.Stmt) error {
+			targets = append(targets, columnUUID(s, 0))
+			return nil
+		})
+	for _, w := range targets {
+		tx.landed = append(tx.landed, landing{m: m, u: w})
+	}
+	return err
 }
 
 // insertRow inserts the row (m, u) of ownerID at h with vals (in SQL form

@@ -914,3 +914,40 @@ func TestHeldSettledByWatermark(t *testing.T) {
 	checkParkedCounters(t, l)
 	mustVerify(t, l)
 }
+
+// An entry that moves under its own grandchild waits until the loop is
+// broken; the move that breaks it may be of an entry between them, not of
+// its new parent (found by TestPropertyConvergence, seed
+// 18100040123565433847: A waited for C forever, with C here).
+func TestMoveIntoSubtreeReleasedByAnAncestorsMove(t *testing.T) {
+	l := newLib(t, devR)
+	loc := uid(1)
+	mustApply(t, l, devB, ModelLocation, recordFor(t, ModelLocation, loc, hlcAt(1, 0, devB), map[string]any{"path": "/b"}))
+	a, b, c := uid(10), uid(11), uid(12)
+	entry := func(u messages.UUID, ts uint64, parent any) messages.StateRecord {
+		return recordFor(t, ModelEntry, u, hlcAt(ts, 0, devB), map[string]any{"location_uuid": loc, "parent_uuid": parent, "name": u.String()[:4], "kind": int64(1)})
+	}
+	mustApply(t, l, devB, ModelEntry, entry(a, 10, nil))
+	mustApply(t, l, devB, ModelEntry, entry(b, 12, a))
+	mustApply(t, l, devB, ModelEntry, entry(c, 24, b))
+	// A under C before B left A: it waits.
+	mustApply(t, l, devB, ModelEntry, entry(a, 38, c))
+	if pc, err := l.ParkedStats(); err != nil || len(pc.Waiting) != 1 {
+		t.Fatalf("A moved into its own subtree is not waiting: %+v %v", pc.Waiting, err)
+	}
+	// B moves to the top: the loop is broken, A goes under C.
+	mustApply(t, l, devB, ModelEntry, entry(b, 29, nil))
+	if pc, err := l.ParkedStats(); err != nil || len(pc.Waiting) != 0 {
+		t.Fatalf("A still waits after B's move: %+v %v", pc.Waiting, err)
+	}
+	parents := map[string]any{}
+	for _, r := range rows(t, l, ModelEntry) {
+		parents[r["uuid"].(string)] = r["parent_uuid"]
+	}
+	if parents[a.String()] != c.String() || parents[b.String()] != nil || parents[c.String()] != b.String() {
+		t.Fatalf("parents: %v", parents)
+	}
+	if err := l.VerifyDerived(); err != nil {
+		t.Fatal(err)
+	}
+}
