@@ -28,6 +28,7 @@ const (
 	AuditLocationAdd    = "location.add"
 	AuditLocationRescan = "location.rescan"
 	AuditLocationRemove = "location.remove"
+	AuditRevert         = "device.revert"
 )
 
 // Audit records a user action in the library's history: one audit_log

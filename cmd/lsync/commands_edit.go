@@ -289,18 +289,22 @@ other: last writer wins per field. ` + entryHelp,
 // ---- log ----
 
 func newLogCmd(g *globals) *cobra.Command {
-	var entry string
+	var entry, device, since string
 	var limit int
 	cmd := &cobra.Command{
-		Use:   "log LIB [--entry ENTRY] [--limit N]",
+		Use:   "log LIB [--entry ENTRY] [--device DEVICE] [--since WHEN] [--limit N]",
 		Short: "Show the library's history of user actions, newest first",
 		Long: `Show what users did in the library, on every device, newest first: time,
 device, action (tag.create, album.add, meta.set, location.add…), target and
 detail. Each device records its own actions; the history syncs like any
-other data. With --entry, only the actions on that entry and its content.
+other data. With --entry, only the actions on that entry and its content;
+with --device, only one device's (name or uuid); with --since, only those
+since WHEN (a duration back from now, 2h, 3d, or a time, 2025-06-01 14:00).
+To undo a device's changes, see lsync revert.
 ` + entryHelp,
 		Example: `  lsync log "Family photos"
   lsync log "Family photos" --entry ~/Pictures/beach.jpg
+  lsync log "Family photos" --device phone --since 2h
   lsync --json log "Family photos" --limit 0`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: g.runE(func(cmd *cobra.Command, a []string) error {
@@ -312,7 +316,12 @@ other data. With --entry, only the actions on that entry and its content.
 				return err
 			}
 			var es []auditEntry
-			if err := g.callInto(cmd.Context(), opLog, logArgs{Lib: a[0], Entry: e, Limit: limit}, &es); err != nil {
+			if since != "" {
+				if _, err := parseSince(since, time.Now()); err != nil {
+					return err
+				}
+			}
+			if err := g.callInto(cmd.Context(), opLog, logArgs{Lib: a[0], Entry: e, Limit: limit, Device: device, Since: since}, &es); err != nil {
 				return err
 			}
 			return g.output(es, func(w io.Writer) {
@@ -338,6 +347,8 @@ other data. With --entry, only the actions on that entry and its content.
 		}),
 	}
 	cmd.Flags().StringVar(&entry, "entry", "", "only the actions on this entry (uuid or path) and its content")
+	cmd.Flags().StringVar(&device, "device", "", "only the actions of this `DEVICE` (name or uuid)")
+	cmd.Flags().StringVar(&since, "since", "", "only the actions since `WHEN` (2h, 3d, 2025-06-01 14:00)")
 	cmd.Flags().IntVar(&limit, "limit", 50, "print at most N actions (0: all)")
 	return cmd
 }

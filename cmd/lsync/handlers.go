@@ -73,6 +73,7 @@ func init() {
 		opAlbumDelete:   libHandler(hAlbumDelete),
 		opMetaUnset:     hMetaUnset,
 		opLog:           libHandler(hLog),
+		opRevert:        libHandler(hRevert),
 		opSyncFilter:    libHandler(hSyncFilter),
 		opSyncLimit:     hSyncLimit,
 		opNearby:        hNearby,

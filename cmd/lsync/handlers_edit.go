@@ -281,6 +281,21 @@ func hLog(ctx context.Context, s *server, lib *actors.Library, a logArgs, _ func
 			return nil, err
 		}
 	}
+	var onlyDev string
+	if a.Device != "" {
+		dev, _, err := libraryDevice(ctx, lib, a.Device)
+		if err != nil {
+			return nil, err
+		}
+		onlyDev = dev.String()
+	}
+	var since time.Time
+	if a.Since != "" {
+		var err error
+		if since, err = parseSince(a.Since, time.Now()); err != nil {
+			return nil, err
+		}
+	}
 	rows, err := lib.Query(ctx, persistence.ModelAuditLog)
 	if err != nil {
 		return nil, err
@@ -296,12 +311,15 @@ func hLog(ctx context.Context, s *server, lib *actors.Library, a logArgs, _ func
 	out := []auditEntry{}
 	for _, r := range rows {
 		target := str(r, "target_uuid")
-		if len(targets) > 0 && !targets[target] {
+		if len(targets) > 0 && !targets[target] || onlyDev != "" && str(r, "device_uuid") != onlyDev {
 			continue
 		}
 		at, _ := r["created_at"].(int64)
 		if f, ok := r["created_at"].(float64); ok {
 			at = int64(f)
+		}
+		if !since.IsZero() && time.UnixMilli(at).Before(since) {
+			continue
 		}
 		out = append(out, auditEntry{UUID: str(r, "uuid"), Time: time.UnixMilli(at).UTC(), Device: str(r, "device_uuid"),
 			DeviceName: names[str(r, "device_uuid")], Action: str(r, "action"), TargetModel: str(r, "target_model"),

@@ -473,9 +473,11 @@ type metaUnsetResult struct {
 }
 
 type logArgs struct {
-	Lib   string `json:"lib"`
-	Entry string `json:"entry,omitempty"`
-	Limit int    `json:"limit,omitempty"`
+	Lib    string `json:"lib"`
+	Entry  string `json:"entry,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+	Device string `json:"device,omitempty"` // only this device's actions (name or uuid)
+	Since  string `json:"since,omitempty"`  // only actions since (parseSince)
 }
 
 // auditEntry is one audit_log row as `lsync log` prints it.

@@ -1,0 +1,133 @@
+package persistence
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// B deletes six of its ten tags and renames a seventh; C renames the
+// eighth after B renamed it too. Reverting B's changes since its first
+// delete on A brings the six back with their fields, the seventh's name
+// back, and leaves the eighth (C's name counts now) and the untouched
+// ones alone; the writes are A's own changes, and a device that applies
+// them converges to the same tags.
+func TestRevertUndoesABulkDelete(t *testing.T) {
+	b := newLib(t, devB)
+	cs := commitTags(t, b, 10)
+	a := newLib(t, devA)
+	applyChain(t, a, cs...)
+	time.Sleep(5 * time.Millisecond)
+	var later []messages.SharedChange
+	for i := range 6 {
+		c, _, err := b.CommitShared(ModelTag, cs[i].Record, messages.OpDelete, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		later = append(later, c)
+	}
+	for _, i := range []int{6, 7} {
+		c, _, err := b.CommitShared(ModelTag, cs[i].Record, messages.OpUpdate, map[string]any{"canonical_name": "oops"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		later = append(later, c)
+	}
+	applyChain(t, a, later...)
+	c := newLib(t, devC)
+	applyChain(t, c, cs...)
+	applyChain(t, c, later...)
+	byC, _, err := c.CommitShared(ModelTag, cs[7].Record, messages.OpUpdate, map[string]any{"canonical_name": "fixed by C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyChain(t, a, byC)
+
+	since := time.UnixMilli(int64(later[0].HLC.Timestamp))
+	plan, err := a.PlanRevert(devB, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actions := map[string]int{}
+	for _, it := range plan.Items {
+		actions[it.Action]++
+	}
+	if plan.Changes != 8 || actions[RevertRestore] != 6 || actions[RevertSet] != 1 || actions[RevertLeft] != 1 || len(plan.Writes) != 7 {
+		t.Fatalf("plan: %d changes, actions %v, %d writes: %+v", plan.Changes, actions, len(plan.Writes), plan.Items)
+	}
+	if _, err := a.Revert(&plan); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]string{}
+	for _, r := range rows(t, a, ModelTag) {
+		names[r["uuid"].(string)] = fmt.Sprint(r["canonical_name"])
+	}
+	for i, tc := range cs {
+		want := fmt.Sprint(ModelTag, i)
+		if i == 7 {
+			want = "fixed by C"
+		}
+		if names[tc.Record.String()] != want {
+			t.Fatalf("tag %d is %q after the revert, want %q (%v)", i, names[tc.Record.String()], want, names)
+		}
+	}
+	if len(plan.Written) != 7 {
+		t.Fatalf("%d changes written", len(plan.Written))
+	}
+	for _, h := range plan.Written {
+		if messages.DeviceID(h.Device) != devA {
+			t.Fatalf("a revert change of %s", messages.DeviceID(h.Device))
+		}
+	}
+	// B gets A's revert as ordinary changes: the same tags.
+	revert, _, _, err := a.LogSince(messages.HLC{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyChain(t, b, byC)
+	applyChain(t, b, revert...)
+	want, _, _ := a.SharedDigest()
+	got, _, _ := b.SharedDigest()
+	if !want.Equal(&got) {
+		t.Fatal("B, given A's revert, holds other tags than A")
+	}
+	// Nothing of B's since then is left to undo.
+	again, err := a.PlanRevert(devB, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range again.Items {
+		if it.Action != RevertLeft {
+			t.Fatalf("after the revert: %+v", it)
+		}
+	}
+}
+
+// A row whose state before the device's change is no longer held is
+// listed, not guessed: B's delete of a tag whose creation this device
+// never logged (it came as shared state).
+func TestRevertListsWhatIsNotHeld(t *testing.T) {
+	b := newLib(t, devB)
+	cs := commitTags(t, b, 2)
+	a := newLib(t, devA)
+	for _, c := range cs {
+		c.Prev = messages.HLC{}
+		if _, err := a.ApplySharedState([]messages.SharedChange{c}, []messages.OriginWatermark{{Origin: devB, HLC: cs[1].HLC}}, ApplyOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del, _, err := b.CommitShared(ModelTag, cs[0].Record, messages.OpDelete, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyChain(t, a, del)
+	plan, err := a.PlanRevert(devB, time.UnixMilli(int64(del.HLC.Timestamp)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Items) != 1 || plan.Items[0].Action != RevertUnknown || len(plan.Writes) != 0 {
+		t.Fatalf("plan: %+v", plan.Items)
+	}
+}
