@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/lsync/lsync/messages"
 )
 
@@ -130,4 +132,113 @@ func TestRevertListsWhatIsNotHeld(t *testing.T) {
 	if len(plan.Items) != 1 || plan.Items[0].Action != RevertUnknown || len(plan.Writes) != 0 {
 		t.Fatalf("plan: %+v", plan.Items)
 	}
+}
+
+// Whatever B and C did to a handful of tags (creates, renames, deletes,
+// interleaved), A's revert of B's changes since a point is made of
+// ordinary changes: a store that gets every change (B's, C's and the
+// revert's) in any order ends with A's tags; and on A no tag holds a
+// value of B's written since the point unless C's later write made it
+// moot (the row is listed left).
+func TestPropertyRevertConverges(t *testing.T) {
+	rapidChecks(20)
+	rapid.Check(t, func(rt *rapid.T) {
+		a, b, c := newLib(t, devA), newLib(t, devB), newLib(t, devC)
+		var all []messages.SharedChange
+		var tags []messages.UUID
+		var since time.Time
+		steps := rapid.IntRange(4, 30).Draw(rt, "steps")
+		mark := rapid.IntRange(0, steps-1).Draw(rt, "mark")
+		for i := range steps {
+			if i == mark {
+				time.Sleep(2 * time.Millisecond)
+				since = time.Now()
+				time.Sleep(2 * time.Millisecond)
+			}
+			l := b
+			if rapid.Bool().Draw(rt, "by C") {
+				l = c
+			}
+			var ch messages.SharedChange
+			var err error
+			switch op := rapid.IntRange(0, 2).Draw(rt, "op"); {
+			case op == 0 || len(tags) == 0:
+				ch, _, err = l.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": fmt.Sprint("t", i), "color": "red"})
+				if err == nil {
+					tags = append(tags, ch.Record)
+				}
+			case op == 1:
+				u := rapid.SampledFrom(tags).Draw(rt, "tag")
+				ch, _, err = l.CommitShared(ModelTag, u, messages.OpUpdate, map[string]any{
+					rapid.SampledFrom([]string{"canonical_name", "color"}).Draw(rt, "field"): fmt.Sprint("v", i)})
+			default:
+				u := rapid.SampledFrom(tags).Draw(rt, "tag")
+				ch, _, err = l.CommitShared(ModelTag, u, messages.OpDelete, nil)
+			}
+			if err != nil {
+				rt.Fatal(err)
+			}
+			all = append(all, ch)
+			// Every device hears of it at once (each one's log stays in
+			// chain order).
+			for _, o := range []*Library{a, b, c} {
+				if o != l {
+					if _, err := o.ApplyShared([]messages.SharedChange{ch}, ApplyOptions{}); err != nil {
+						rt.Fatal(err)
+					}
+				}
+			}
+		}
+		plan, err := a.PlanRevert(devB, since)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if _, err := a.Revert(&plan); err != nil {
+			rt.Fatal(err)
+		}
+		own, _, _, err := a.LogSince(messages.HLC{}, 0)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		all = append(all, own...)
+		// A fresh store, every change as state, in any order.
+		x := newLib(t, devR)
+		order := rapid.Permutation(all).Draw(rt, "order")
+		for _, ch := range order {
+			ch.Prev = messages.HLC{}
+			if _, err := x.ApplySharedState([]messages.SharedChange{ch}, nil, ApplyOptions{}); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		want, _, _ := a.SharedDigest()
+		got, _, _ := x.SharedDigest()
+		if !want.Equal(&got) {
+			rt.Fatalf("a store given every change in another order holds other tags than A")
+		}
+		// On A, what B wrote since the point and still counts is on a
+		// row listed left or unknown.
+		listed := map[messages.UUID]string{}
+		for _, it := range plan.Items {
+			listed[it.UUID] = it.Action
+		}
+		now, _, err := a.SharedRecords(ModelTag, tags)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		from := messages.HLC{Timestamp: uint64(since.UnixMilli())}
+		alive := map[messages.UUID]bool{}
+		for _, ch := range now {
+			if ch.Op != messages.OpDelete {
+				alive[ch.Record] = true
+			}
+		}
+		for _, ch := range now {
+			if ch.Op == messages.OpDelete && alive[ch.Record] {
+				continue // a delete older than the row's fields: it counts no more
+			}
+			if isDevHLC(ch.HLC, devB, from) && listed[ch.Record] != RevertLeft && listed[ch.Record] != RevertUnknown {
+				rt.Fatalf("tag %s still holds B's write %s after the revert (%q)", ch.Record, ch.HLC, listed[ch.Record])
+			}
+		}
+	})
 }
