@@ -53,14 +53,14 @@ type RevertPlan struct {
 	Changes int               `json:"changes"` // the device's shared changes since then, held here
 	// HeldFrom: the device's changes are held here only after this HLC
 	// (its log was pruned); earlier ones since Since are not reverted.
-	HeldFrom messages.HLC   `json:"held_from,omitzero"`
-	Items    []RevertItem   `json:"items"`
-	Writes   []SharedWrite  `json:"-"`
-	Written  []messages.HLC `json:"written,omitempty"` // the changes Revert wrote
+	HeldFrom messages.HLC  `json:"held_from,omitzero"`
+	Items    []RevertItem  `json:"items"`
+	Writes   []SharedWrite `json:"-"` // what the revert writes (CommitSharedBatch)
 }
 
 // PlanRevert works out what undoing dev's shared changes since since
-// writes (see the comment above), without writing it.
+// writes (see the comment above), without writing it: its Writes go in
+// one CommitSharedBatch.
 func (l *Library) PlanRevert(dev messages.DeviceID, since time.Time) (RevertPlan, error) {
 	plan := RevertPlan{Device: dev, Since: since}
 	from := messages.HLC{Timestamp: uint64(since.UnixMilli())}
@@ -138,28 +138,13 @@ func (l *Library) PlanRevert(dev messages.DeviceID, since time.Time) (RevertPlan
 	return plan, nil
 }
 
-// Revert writes plan's changes, all in one transaction, as this device's
-// own; plan.Written gets their HLCs.
-func (l *Library) Revert(plan *RevertPlan) (ApplyResult, error) {
-	cs, res, err := l.CommitSharedBatch(plan.Writes)
-	if err != nil {
-		return res, fmt.Errorf("revert: %w", err)
-	}
-	for _, c := range cs {
-		plan.Written = append(plan.Written, c.HLC)
-	}
-	return res, nil
-}
-
 // decideRevert is what undoing dev's changes since from does to one row:
 // hist is every held change of the row (any origin, HLC order), now the
 // row as it is here (one change per field HLC, or a delete; none: never
 // held).
 func decideRevert(mi *modelInfo, u messages.UUID, dev messages.DeviceID, from messages.HLC, hist []messages.SharedChange, now []messages.SharedChange) RevertItem {
 	it := RevertItem{Model: mi.Name, UUID: u}
-	isDev := func(c *messages.SharedChange) bool {
-		return messages.DeviceID(c.HLC.Device) == dev && c.HLC.Compare(from) >= 0
-	}
+	isDev := func(c *messages.SharedChange) bool { return isDevHLC(c.HLC, dev, from) }
 	var first *messages.SharedChange // the device's first change since from
 	for i := range hist {
 		if isDev(&hist[i]) {

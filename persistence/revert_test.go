@@ -59,7 +59,8 @@ func TestRevertUndoesABulkDelete(t *testing.T) {
 	if plan.Changes != 8 || actions[RevertRestore] != 6 || actions[RevertSet] != 1 || actions[RevertLeft] != 1 || len(plan.Writes) != 7 {
 		t.Fatalf("plan: %d changes, actions %v, %d writes: %+v", plan.Changes, actions, len(plan.Writes), plan.Items)
 	}
-	if _, err := a.Revert(&plan); err != nil {
+	written, _, err := a.CommitSharedBatch(plan.Writes)
+	if err != nil {
 		t.Fatal(err)
 	}
 	names := map[string]string{}
@@ -75,12 +76,12 @@ func TestRevertUndoesABulkDelete(t *testing.T) {
 			t.Fatalf("tag %d is %q after the revert, want %q (%v)", i, names[tc.Record.String()], want, names)
 		}
 	}
-	if len(plan.Written) != 7 {
-		t.Fatalf("%d changes written", len(plan.Written))
+	if len(written) != 7 {
+		t.Fatalf("%d changes written", len(written))
 	}
-	for _, h := range plan.Written {
-		if messages.DeviceID(h.Device) != devA {
-			t.Fatalf("a revert change of %s", messages.DeviceID(h.Device))
+	for _, w := range written {
+		if messages.DeviceID(w.HLC.Device) != devA {
+			t.Fatalf("a revert change of %s", messages.DeviceID(w.HLC.Device))
 		}
 	}
 	// B gets A's revert as ordinary changes: the same tags.
@@ -193,7 +194,7 @@ func TestPropertyRevertConverges(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		if _, err := a.Revert(&plan); err != nil {
+		if _, _, err := a.CommitSharedBatch(plan.Writes); err != nil {
 			rt.Fatal(err)
 		}
 		own, _, _, err := a.LogSince(messages.HLC{}, 0)

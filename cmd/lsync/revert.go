@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/lsync/lsync/actors"
@@ -67,30 +66,23 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, usageErrorf("--since %q: want a duration back from now (2h, 3d) or a time (2025-06-01 14:00, RFC 3339)", s)
 }
 
-// libraryDevice finds a device of the library by uuid or exact name.
+// libraryDevice finds a device of the library by uuid or exact name
+// (filterNames.device, as sync filter does) and its name.
 func libraryDevice(ctx context.Context, lib *actors.Library, arg string) (messages.DeviceID, string, error) {
-	names, err := deviceNames(ctx, lib)
+	devs, err := lib.Devices(ctx)
 	if err != nil {
 		return messages.DeviceID{}, "", err
 	}
-	if u, err := uuid.Parse(arg); err == nil {
-		return messages.DeviceID(u), names[u.String()], nil
+	dev, err := filterNames{devs: devs}.device(arg)
+	if err != nil {
+		return dev, "", err
 	}
-	var found []string
-	for id, name := range names {
-		if name == arg {
-			found = append(found, id)
+	for _, d := range devs {
+		if messages.DeviceID(d.UUID) == dev {
+			return dev, d.Name, nil
 		}
 	}
-	switch len(found) {
-	case 1:
-		u, _ := uuid.Parse(found[0])
-		return messages.DeviceID(u), arg, nil
-	case 0:
-		return messages.DeviceID{}, "", fmt.Errorf("no device named %q in library %s (see: lsync library members %s)", arg, lib.Name(), lib.Name())
-	}
-	sort.Strings(found)
-	return messages.DeviceID{}, "", fmt.Errorf("%d devices are named %q in library %s: give the uuid (%s)", len(found), arg, lib.Name(), strings.Join(found, ", "))
+	return dev, "", nil
 }
 
 func hRevert(ctx context.Context, s *server, lib *actors.Library, a revertArgs, _ func(any)) (any, error) {

@@ -87,5 +87,5 @@ func TestE2ERevertUndoesABulkTagDelete(t *testing.T) {
 	}
 	// Bad input: one line, exit 2 or 1.
 	a.mustFail(exitUsage, "--since", "revert", lib, "--device", "bravo", "--since", "yesterday-ish")
-	a.mustFail(exitError, `no device named "nobody"`, "revert", lib, "--device", "nobody", "--since", "1h")
+	a.mustFail(exitUsage, `no device "nobody"`, "revert", lib, "--device", "nobody", "--since", "1h")
 }
