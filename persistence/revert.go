@@ -174,8 +174,11 @@ func decideRevert(mi *modelInfo, u messages.UUID, dev messages.DeviceID, from me
 			existed, known = false, true
 			clear(before)
 		default:
+			// An update of a deleted row brings it back (LWW per field),
+			// with only the fields written since the delete.
+			existed = true
 			if c.Op == messages.OpInsert {
-				existed, known = true, true
+				known = true
 			}
 			for f, v := range c.Fields {
 				before[f], beforeHLC[f] = v, c.HLC
