@@ -84,6 +84,11 @@ type Library struct {
 	maxStored messages.HLC
 	// gen counts committed write transactions (Generation).
 	gen atomic.Uint64
+	// revoked holds the revocations that count (revoke.go), read by every
+	// apply; revRefused the rows that do not. Replaced whole when a
+	// transaction that wrote revocation rows commits.
+	revoked    atomic.Pointer[map[messages.DeviceID]Revocation]
+	revRefused atomic.Pointer[[]Revocation]
 	// takings caches what each device takes (filter_store.go).
 	takings takings
 	// closedCleanly: database.db was as lsync closed it (closed.go).
@@ -295,6 +300,11 @@ func (l *Library) init() error {
 	}
 	// Make sure this device has its own device row.
 	if err := l.ensureSelfRowLocked(); err != nil {
+		return err
+	}
+	// Decide the revocations before the replay, which must refuse what
+	// a revoked device wrote after its revocation.
+	if err := l.loadRevocationsLocked(); err != nil {
 		return err
 	}
 	// Re-apply logged shared changes that database.db does not reflect.
@@ -659,6 +669,9 @@ func (l *Library) writeTx(res *ApplyResult, fn func(tx *txn) error) error {
 	}
 	tx := newTxn(l, res)
 	err := fn(tx)
+	if err == nil && tx.revTouched {
+		err = tx.settleRevocations()
+	}
 	if err == nil {
 		err = tx.finish()
 	}
@@ -678,6 +691,7 @@ func (l *Library) writeTx(res *ApplyResult, fn func(tx *txn) error) error {
 		return err
 	}
 	tx.publish()
+	l.installRevocations(tx.revNew, tx.revRefused)
 	l.gen.Add(1)
 	return nil
 }
