@@ -79,7 +79,9 @@ func (a *libraryActor) receiveWrite(ctx actor.Context) bool {
 		if m.snapshot != nil {
 			a.installedFrom = m.snapshot
 		}
-		if err = a.addPartner(ctx, m.dev, m.name, m.join); err == nil {
+		if r, revoked := a.lib.Revoked(m.dev); revoked {
+			err = &messages.Error{Code: messages.CodeRevoked, Message: a.revocationNotice(r)} // for good
+		} else if err = a.addPartner(ctx, m.dev, m.name, m.join); err == nil {
 			err = a.readmit(ctx, m.dev) // by hand: back in the library
 		}
 	case *removePartner:
