@@ -221,14 +221,27 @@ func (a *libraryActor) loadMembers() (map[messages.DeviceID]memberRow, error) {
 		byRow, byOut := out[m.by]
 		switch {
 		case !isMember[m.by]:
-			a.n.log.Warn("a removal by a device that is no member of the library does not count", "library", a.id, "device", dev, "by", m.by)
+			a.refuseMemberRow(dev, m, "a removal by a device that is no member of the library does not count")
 			delete(out, dev)
 		case byOut && byRow.removed && byRow.hlc.Compare(m.hlc) < 0:
-			a.n.log.Warn("a removal by a device removed before it does not count", "library", a.id, "device", dev, "by", m.by)
+			a.refuseMemberRow(dev, m, "a removal by a device removed before it does not count")
 			delete(out, dev)
 		}
 	}
 	return out, nil
+}
+
+// refuseMemberRow counts (lsync_rejected_total{reason="bad_member_row"})
+// and logs, once per row and version, a signed member row that does not
+// count.
+func (a *libraryActor) refuseMemberRow(dev messages.DeviceID, m memberRow, why string) {
+	key := messages.DeviceID(messages.UUID(dev))
+	key[0] ^= 0xff // not the row uuid badMembers keeps for bad signatures
+	if a.badMembers[key] == m.hlc.String() {
+		return
+	}
+	a.badMembers[key] = m.hlc.String()
+	a.n.reject(messages.ReasonBadMember, "library", a.id, "device", dev, "by", m.by, "err", why)
 }
 
 // loadRemovals reads the devices removed from the library (all member
