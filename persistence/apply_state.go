@@ -43,6 +43,12 @@ func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord,
 		return tx.reject(m.Name, rec.UUID, messages.ReasonRevoked,
 			fmt.Errorf("%w: %s was revoked before it wrote %s %s", ErrRevoked, own.dev, m.Name, rec.UUID)), nil
 	}
+	// A new member's device row may make a revocation it signed count.
+	if m.Name == ModelDevice && !rec.Deleted {
+		if p := tx.l.revRefused.Load(); p != nil && len(*p) > 0 {
+			tx.revTouched = true
+		}
+	}
 	// Decide on the record alone first.
 	var f stateFacts // (not a literal: that would build it twice)
 	f.m, f.own, f.u, f.h, f.deleted, f.mode = m, own, rec.UUID, rec.HLC, rec.Deleted, mode

@@ -258,6 +258,11 @@ func TestForgedRevocationRefused(t *testing.T) {
 	if len(counted) != 0 || len(refused) != 1 {
 		t.Fatalf("a non-member's revocation: counted %+v refused %+v", counted, refused)
 	}
+	// Once B's device row arrives (B is a member after all), it counts.
+	mustApply(t, r, devB, ModelDevice, recordFor(t, ModelDevice, messages.UUID(devB), hlcAt(1, 0, devB), map[string]any{"name": "B"}))
+	if counted, _ := r.Revocations(); len(counted) != 1 || counted[0].Device != devC {
+		t.Fatalf("B's revocation after B's device row: %+v", counted)
+	}
 }
 
 func names2(rs []Row, col string) []string {
