@@ -66,6 +66,13 @@ func TestE2ERevokedDeviceLaterTagNeverAppears(t *testing.T) {
 	if text := a.mustRun("sync", "status", lib); !strings.Contains(text, "Revoked: C (") || !strings.Contains(text, "by A (") {
 		t.Fatalf("A's status text:\n%s", text)
 	}
+	var ms []memberInfo
+	b.mustJSON(&ms, "library", "members", lib)
+	for _, m := range ms {
+		if m.ID == c.id && (m.Removed != "revoked" || m.Partner) {
+			t.Fatalf("library members on B shows C as %+v", m)
+		}
+	}
 
 	// C keeps writing: nothing of it reaches A or B, ever.
 	c.mustRun("tag", "create", lib, "AfterLearning")
