@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,35 @@ func TestRevokeDeviceInCluster(t *testing.T) {
 		}
 		if c.partnersOf(1)[revoked] {
 			t.Fatal("B took C as a partner again")
+		}
+
+		// B adds --remove-rows: C's device-owned rows go on A and B (its
+		// device row stays), and C's revocation keeps its first HLC.
+		owned := func(i int) (n int) {
+			for _, model := range []string{ModelAuditLog, ModelLocation, ModelEntry} {
+				for _, row := range c.rows(i, model) {
+					if fmt.Sprint(row["device_uuid"]) == revoked.String() {
+						n++
+					}
+				}
+			}
+			return n
+		}
+		if owned(0) == 0 {
+			t.Fatal("C has no device-owned rows on A to remove (audit rows of its tag expected)")
+		}
+		r2, err := c.libs[1].Revoke(ctxT(t), revoked, "", true)
+		if err != nil || !r2.RemoveRows || r2.HLC != r.HLC {
+			t.Fatalf("remove rows: %+v %v (first %s)", r2, err, r.HLC)
+		}
+		advance(10 * time.Second)
+		for i := 0; i < 2; i++ {
+			if n := owned(i); n != 0 {
+				t.Fatalf("node %d keeps %d device-owned rows of C", i, n)
+			}
+			if !c.hasTag(i, "before") {
+				t.Fatalf("node %d lost C's shared tag from before", i)
+			}
 		}
 	})
 }
