@@ -16,8 +16,9 @@ import (
 // transport's goroutines read it, hence the lock.
 type authTable struct {
 	mu       sync.RWMutex
-	partners map[messages.LibraryID]map[messages.DeviceID]bool // open libraries → their sync partners
-	removed  map[messages.LibraryID]map[messages.DeviceID]bool // devices each removed (sync-remove)
+	partners map[messages.LibraryID]map[messages.DeviceID]bool   // open libraries → their sync partners
+	removed  map[messages.LibraryID]map[messages.DeviceID]bool   // devices each removed (sync-remove)
+	revoked  map[messages.LibraryID]map[messages.DeviceID]string // devices revoked from each, with the notice they are told
 	// expected counts the sync-setups under way with each device, per
 	// library: the device registers this one first, so its reports may
 	// arrive before it is a partner here (expect).
@@ -27,6 +28,7 @@ type authTable struct {
 func newAuthTable() *authTable {
 	return &authTable{partners: map[messages.LibraryID]map[messages.DeviceID]bool{},
 		removed:  map[messages.LibraryID]map[messages.DeviceID]bool{},
+		revoked:  map[messages.LibraryID]map[messages.DeviceID]string{},
 		expected: map[messages.LibraryID]map[messages.DeviceID]int{}}
 }
 
@@ -59,6 +61,14 @@ func (t *authTable) setRemoved(lib messages.LibraryID, removed map[messages.Devi
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.removed[lib] = cp
+}
+
+// setRevoked records the devices revoked from lib, with what each is told
+// (CodeRevoked): they stop syncing the library.
+func (t *authTable) setRevoked(lib messages.LibraryID, notices map[messages.DeviceID]string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.revoked[lib] = notices
 }
 
 // trueKeys copies the devices set to true in m.
@@ -107,6 +117,7 @@ func (t *authTable) authorize(peer messages.DeviceID, lib messages.LibraryID, ty
 	t.mu.RLock()
 	partners, open := t.partners[lib]
 	ok, removed := partners[peer], t.removed[lib][peer]
+	notice, revoked := t.revoked[lib][peer]
 	expected := t.expected[lib][peer] > 0
 	t.mu.RUnlock()
 	switch {
@@ -114,6 +125,8 @@ func (t *authTable) authorize(peer messages.DeviceID, lib messages.LibraryID, ty
 		// Expected: it was closed here, or a partner that just registered
 		// this device reports before this side has opened its copy.
 		return &net.Refusal{Reason: messages.ReasonUnknownLibrary, Msg: fmt.Sprintf("library %s is not open here", lib), Expected: true}
+	case revoked:
+		return &net.Refusal{Reason: messages.ReasonRevoked, Code: messages.CodeRevoked, Msg: notice}
 	case !ok && removed:
 		return &net.Refusal{Reason: messages.ReasonUnauthorized, Code: messages.CodeRemoved,
 			Msg: fmt.Sprintf("device %s was removed from library %s (sync-remove): a new sync-setup adds it again", peer, lib)}

@@ -523,6 +523,32 @@ func TestHostileMemberRowCannotRemoveAMember(t *testing.T) {
 		if !c.partnersOf(0)[w] {
 			t.Fatal("V ended its partnership with W on a non-member's removal")
 		}
+		if c.nodes[0].Metrics().RejectedCount(messages.ReasonBadMember) == 0 {
+			t.Fatal("a non-member's removal was not counted as bad_member_row")
+		}
+		// Issue 24: W's revocation of itself, forged by M (signed with M's
+		// key in W's name), in M's chain: a bad signature, and W stays.
+		ru, _ := reg.DeterministicUUID(persistence.ModelRevocation, map[string]any{"device_uuid": messages.UUID(w), "by": messages.UUID(w)})
+		rh := mc.Now()
+		rf := map[string]any{"device_uuid": messages.UUID(w), "by": messages.UUID(w), "at": int64(rh.Timestamp), "reason": "forged", "remove_rows": false}
+		sig, err := reg.SignRow(lib, persistence.ModelRevocation, ru, rh, rf, testKey(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rf["sig"] = sig
+		rcs := []messages.SharedChange{{HLC: rh, Prev: prev, Model: persistence.ModelRevocation, Record: ru, Op: messages.OpInsert, Fields: rf}}
+		if _, err := messages.SealSegments(lib, rcs, testKey(1)); err != nil {
+			t.Fatal(err)
+		}
+		before := bad()
+		send(t, conn, lib, &messages.SharedChangeBatch{Entries: rcs})
+		advance(time.Second)
+		if bad() <= before || !c.partnersOf(0)[w] {
+			t.Fatalf("W's forged self-revocation: bad signatures %v (were %v), W a partner %v", bad(), before, c.partnersOf(0)[w])
+		}
+		if _, revoked := c.libs[0].Store().Revoked(w); revoked {
+			t.Fatal("W's forged self-revocation counts")
+		}
 		mem, err := c.libs[0].Status(ctxT(t))
 		if err != nil {
 			t.Fatal(err)

@@ -72,6 +72,9 @@ type libraryActor struct {
 	// badMembers: member rows that do not count, by row uuid, and why.
 	groupRemoved map[messages.DeviceID]memberRow
 	badMembers   map[messages.DeviceID]string
+	// revokedHere: a member told this device it was revoked from the
+	// library (revoke.go); it syncs the library no more.
+	revokedHere string
 	// Verified replicas (words.go): the newest signed digest of each
 	// owner, this device's own included; each owner's verification
 	// state; repairs running.
@@ -257,6 +260,8 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.reloadPartners()
 	a.badMembers = map[messages.DeviceID]string{}
 	a.groupRemoved, _ = a.loadRemovals()
+	a.loadRevokedHere()
+	a.n.auth.setRevoked(a.id, a.revocationNotices())
 
 	for _, model := range a.lib.Registry().DeviceOwned() {
 		a.appliers[model] = a.spawnApplier(ctx, model, false)

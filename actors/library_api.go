@@ -79,11 +79,15 @@ func (a *libraryActor) receiveWrite(ctx actor.Context) bool {
 		if m.snapshot != nil {
 			a.installedFrom = m.snapshot
 		}
-		if err = a.addPartner(ctx, m.dev, m.name, m.join); err == nil {
+		if r, revoked := a.lib.Revoked(m.dev); revoked {
+			err = &messages.Error{Code: messages.CodeRevoked, Message: a.revocationNotice(r)} // for good
+		} else if err = a.addPartner(ctx, m.dev, m.name, m.join); err == nil {
 			err = a.readmit(ctx, m.dev) // by hand: back in the library
 		}
 	case *removePartner:
 		err = a.removePartner(ctx, m.dev)
+	case *revokeDevice:
+		v, err = a.revoke(ctx, m)
 	case *startJoin:
 		if !a.partners[m.source] {
 			err = fmt.Errorf("join: device %s is not a sync partner of this library", m.source)
@@ -228,17 +232,18 @@ func (a *libraryActor) removePartner(ctx actor.Context, dev messages.DeviceID) e
 		return err
 	}
 	if link, ok := a.peers[dev]; ok {
-		go a.tellRemoved(dev, link.conn)
+		go a.tellRemoved(dev, link.conn, "")
 	}
 	// Every member drops it too (members.go).
 	return a.markMember(ctx, dev, true, false)
 }
 
 // tellRemoved tells dev, off the actor, that this device removed it.
-func (a *libraryActor) tellRemoved(dev messages.DeviceID, conn net.Conn) {
+// A revoked device is told so (revoked: the notice).
+func (a *libraryActor) tellRemoved(dev messages.DeviceID, conn net.Conn, revoked string) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 	defer cancel()
-	if _, err := conn.Request(ctx, messages.LibraryID{}, &messages.SyncLeaveRequest{Library: a.id, Device: a.n.self}); err != nil {
+	if _, err := conn.Request(ctx, messages.LibraryID{}, &messages.SyncLeaveRequest{Library: a.id, Device: a.n.self, Revoked: revoked}); err != nil {
 		a.n.log.Info("the removed partner was not told now; it is at its next request", "library", a.id, "peer", dev, "err", err)
 	}
 }

@@ -248,6 +248,12 @@ func (a *libraryActor) onSetupPartner(ctx actor.Context, m *setupPartner) {
 // and this device keeps its copy. Only a partner may leave; anyone else
 // is told it is not one.
 func (a *libraryActor) onLeavePartner(ctx actor.Context, m *leavePartner) {
+	if m.revoked != "" && a.partners[m.from] {
+		// A member says this device was revoked: it stops everywhere.
+		a.learnRevoked(ctx, m.revoked)
+		answerPeer(a.n, m.from, m.reply, &messages.SyncLeaveResponse{Library: a.id, Device: a.n.self}, m.credit)
+		return
+	}
 	if _, gone := a.groupRemoved[m.from]; gone && !a.partners[m.from] {
 		// Another member already told this one that it left (or was
 		// removed): done already.

@@ -147,6 +147,10 @@ func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
 	if len(m.ownedDone) > 0 {
 		a.widenOwnedDone(m.ownedDone)
 	}
+	if notice, ok := revokedBy(m.err); ok {
+		a.learnRevoked(ctx, notice)
+		return
+	}
 	if removedBy(m.err) {
 		// The peer removed this device (sync-remove) while it was away:
 		// stop too, and say so, rather than retry forever.
@@ -189,6 +193,16 @@ func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
 			a.startCatchUp(ctx, m.peer, !full)
 		}
 	}
+}
+
+// revokedBy says whether err is a peer's answer that this device was
+// revoked from the library, and the notice.
+func revokedBy(err error) (string, bool) {
+	var me *messages.Error
+	if errors.As(err, &me) && me.Code == messages.CodeRevoked {
+		return me.Message, true
+	}
+	return "", false
 }
 
 // removedBy says whether err is a peer's answer that it removed this

@@ -38,7 +38,7 @@ type memberSetupDone struct {
 // reconcileMembers starts an automatic setup with every connected member
 // that should be a partner and is not.
 func (a *libraryActor) reconcileMembers(ctx actor.Context) {
-	if a.join != nil || a.failure != nil || len(a.peers) == 0 {
+	if a.join != nil || a.failure != nil || len(a.peers) == 0 || a.revokedHere != "" {
 		return
 	}
 	members, err := a.lib.Owners()
@@ -67,7 +67,7 @@ func (a *libraryActor) membersChanged(ctx actor.Context, cs []persistence.Change
 	device := false
 	for _, c := range cs {
 		switch c.Model {
-		case persistence.ModelMember:
+		case persistence.ModelMember, persistence.ModelRevocation:
 			a.applyRemovals(ctx) // reconciles too
 			return
 		case persistence.ModelDevice:
@@ -97,6 +97,10 @@ func (a *libraryActor) askMember(conn net.Conn) (*messages.SyncSetupResponse, er
 
 func (a *libraryActor) onMemberSetupDone(ctx actor.Context, m *memberSetupDone) {
 	delete(a.memberSetup, m.dev)
+	if notice, ok := revokedBy(m.err); ok {
+		a.learnRevoked(ctx, notice)
+		return
+	}
 	if m.err == nil {
 		if _, ended := a.removed[m.dev]; ended {
 			return // removed while the answer was on its way
@@ -121,6 +125,12 @@ func (a *libraryActor) onMemberSetupDone(ctx actor.Context, m *memberSetupDone) 
 // or this device removed dev by hand. (That dev ended a partnership with
 // this device is its own to say: it refuses, if it still means it.)
 func (a *libraryActor) refuseMemberSetup(dev messages.DeviceID) *messages.Error {
+	if r, ok := a.lib.Revoked(dev); ok {
+		return &messages.Error{Code: messages.CodeRevoked, Message: a.revocationNotice(r)}
+	}
+	if a.revokedHere != "" {
+		return &messages.Error{Code: messages.CodeRevoked, Message: a.revokedHere}
+	}
 	if g, gone := a.groupRemoved[dev]; gone {
 		return &messages.Error{Code: messages.CodeRemoved, Message: fmt.Sprintf("device %s was removed from library %s by %s at %s",
 			dev, a.id, g.by, g.at.UTC().Format(time.RFC3339))}
@@ -147,6 +157,7 @@ func (a *libraryActor) refuseMemberSetup(dev messages.DeviceID) *messages.Error 
 // departed when the device left by itself (by recorded it).
 type memberRow struct {
 	removed  bool
+	revoked  bool // a revocation (revoke.go), not a member row
 	departed bool
 	by       messages.DeviceID
 	at       time.Time
@@ -210,14 +221,27 @@ func (a *libraryActor) loadMembers() (map[messages.DeviceID]memberRow, error) {
 		byRow, byOut := out[m.by]
 		switch {
 		case !isMember[m.by]:
-			a.n.log.Warn("a removal by a device that is no member of the library does not count", "library", a.id, "device", dev, "by", m.by)
+			a.refuseMemberRow(dev, m, "a removal by a device that is no member of the library does not count")
 			delete(out, dev)
 		case byOut && byRow.removed && byRow.hlc.Compare(m.hlc) < 0:
-			a.n.log.Warn("a removal by a device removed before it does not count", "library", a.id, "device", dev, "by", m.by)
+			a.refuseMemberRow(dev, m, "a removal by a device removed before it does not count")
 			delete(out, dev)
 		}
 	}
 	return out, nil
+}
+
+// refuseMemberRow counts (lsync_rejected_total{reason="bad_member_row"})
+// and logs, once per row and version, a signed member row that does not
+// count.
+func (a *libraryActor) refuseMemberRow(dev messages.DeviceID, m memberRow, why string) {
+	key := messages.DeviceID(messages.UUID(dev))
+	key[0] ^= 0xff // not the row uuid badMembers keeps for bad signatures
+	if a.badMembers[key] == m.hlc.String() {
+		return
+	}
+	a.badMembers[key] = m.hlc.String()
+	a.n.reject(messages.ReasonBadMember, "library", a.id, "device", dev, "by", m.by, "err", why)
 }
 
 // loadRemovals reads the devices removed from the library (all member
@@ -233,6 +257,11 @@ func (a *libraryActor) loadRemovals() (removed, all map[messages.DeviceID]member
 		if m.removed {
 			removed[dev] = m
 		}
+	}
+	// A revoked device is removed for good: no member row brings it back.
+	counted, _ := a.lib.Revocations()
+	for _, r := range counted {
+		removed[r.Device] = memberRow{removed: true, revoked: true, by: r.By, at: r.At, hlc: r.HLC}
 	}
 	return removed, all
 }
@@ -253,6 +282,9 @@ func (a *libraryActor) markMember(ctx actor.Context, dev messages.DeviceID, remo
 // readmit writes dev back into the library if the group removed it: a
 // sync-setup by hand overrides a removal.
 func (a *libraryActor) readmit(ctx actor.Context, dev messages.DeviceID) error {
+	if r, ok := a.lib.Revoked(dev); ok {
+		return &messages.Error{Code: messages.CodeRevoked, Message: a.revocationNotice(r)}
+	}
 	if _, gone := a.groupRemoved[dev]; !gone {
 		return nil
 	}
@@ -292,6 +324,11 @@ func (a *libraryActor) resignMembers(ctx actor.Context) {
 // ended when it was removed.
 func (a *libraryActor) applyRemovals(ctx actor.Context) {
 	now, rows := a.loadRemovals()
+	a.countRefusedRevocations()
+	a.n.auth.setRevoked(a.id, a.revocationNotices())
+	if r, ok := a.lib.Revoked(a.n.self); ok {
+		a.learnRevoked(ctx, a.revocationNotice(r))
+	}
 	if g, out := now[a.n.self]; out {
 		// This device was removed from the library: it stops syncing it.
 		for dev := range a.partners {
@@ -312,7 +349,11 @@ func (a *libraryActor) applyRemovals(ctx actor.Context) {
 		a.n.log.Info("a member was removed from the library; partnership ended", "library", a.id, "peer", dev, "by", g.by)
 		a.n.events.emit(Event{Type: EventPartnerLeft, Library: a.id, Peer: dev})
 		if link, ok := a.peers[dev]; ok {
-			go a.tellRemoved(dev, link.conn)
+			notice := ""
+			if r, revoked := a.lib.Revoked(dev); revoked {
+				notice = a.revocationNotice(r)
+			}
+			go a.tellRemoved(dev, link.conn, notice)
 		}
 	}
 	forget := func(dev messages.DeviceID) {

@@ -434,7 +434,7 @@ func (na *nodeActor) onRequest(ctx actor.Context, m *inboundMsg) {
 			answerPeer(na.n, m.from, m.reply, &messages.Error{Code: messages.CodeNotFound, Message: fmt.Sprintf("library %s is not open on %s", req.Library, na.n.self)}, m.credit)
 			return
 		}
-		ctx.Send(pid, &leavePartner{from: m.from, left: req.Left, reply: m.reply, credit: m.credit})
+		ctx.Send(pid, &leavePartner{from: m.from, left: req.Left, revoked: req.Revoked, reply: m.reply, credit: m.credit})
 	}
 }
 

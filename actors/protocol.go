@@ -172,10 +172,12 @@ type setupPartner struct {
 
 // leavePartner: the node hands a library a partner's SyncLeaveRequest.
 type leavePartner struct {
-	from   messages.DeviceID
-	left   bool // it left the library (deleted its copy); else it removed this device
-	reply  func(messages.Message) error
-	credit *credit
+	from messages.DeviceID
+	left bool // it left the library (deleted its copy); else it removed this device
+	// revoked: this device was revoked from the library, in words.
+	revoked string
+	reply   func(messages.Message) error
+	credit  *credit
 }
 
 // ---- node requests (embedding API) ----

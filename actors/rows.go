@@ -28,6 +28,7 @@ const (
 	ModelUserMetadata    = persistence.ModelUserMetadata
 	ModelUserMetadataTag = persistence.ModelUserMetadataTag
 	ModelMember          = persistence.ModelMember
+	ModelRevocation      = persistence.ModelRevocation
 )
 
 // Typed rows of the default models. Each field's `row` tag names its
@@ -218,6 +219,21 @@ type Member struct {
 	Sig      string        `row:"sig"`
 }
 
+// RevocationRow says a device was revoked from the library (issue 24), by
+// which member, when and why; RemoveRows that its device-owned rows go
+// too. Sig is By's signature of the row (members refuse a row without
+// it). Whether a row counts is Library.Status's Revoked.
+type RevocationRow struct {
+	UUID       messages.UUID `row:"uuid"`
+	HLC        string        `row:"hlc"`
+	Device     messages.UUID `row:"device_uuid"`
+	By         messages.UUID `row:"by"`
+	At         time.Time     `row:"at"`
+	Reason     string        `row:"reason"`
+	RemoveRows bool          `row:"remove_rows"`
+	Sig        string        `row:"sig"`
+}
+
 // rowModels maps each row type to its model: the table of the typed reads.
 var rowModels = map[reflect.Type]string{
 	reflect.TypeFor[Device]():          ModelDevice,
@@ -234,13 +250,15 @@ var rowModels = map[reflect.Type]string{
 	reflect.TypeFor[UserMetadata]():    ModelUserMetadata,
 	reflect.TypeFor[UserMetadataTag](): ModelUserMetadataTag,
 	reflect.TypeFor[Member]():          ModelMember,
+	reflect.TypeFor[RevocationRow]():   ModelRevocation,
 	reflect.TypeFor[SyncFilterRow]():   ModelSyncFilter,
 }
 
 // RowType is a typed row of a default model.
 type RowType interface {
 	Device | Volume | Location | Entry | AuditRecord | EntryMetadata | ContentIdentity |
-		Tag | TagRelationship | Album | AlbumEntry | UserMetadata | UserMetadataTag | Member | SyncFilterRow
+		Tag | TagRelationship | Album | AlbumEntry | UserMetadata | UserMetadataTag | Member | SyncFilterRow |
+		RevocationRow
 }
 
 // Rows returns every row of T's model, sorted by uuid, as Query does.

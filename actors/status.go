@@ -20,6 +20,11 @@ type Status struct {
 	// Removed are the partnerships that ended: this device removed the
 	// other (sync-remove), or the other removed this one or left.
 	Removed []RemovedPartner `json:"removed_partners,omitempty"`
+	// Revoked are the devices revoked from the library (issue 24): by
+	// whom, when, why. RevokedHere is what a member told this device
+	// when it was revoked itself: it syncs the library no more.
+	Revoked     []RevokedDevice `json:"revoked,omitempty"`
+	RevokedHere string          `json:"revoked_here,omitempty"`
 	// Waiting are origins whose changes this device takes but got only
 	// elided from members that do not take them (selective sync).
 	Waiting []ChainWait `json:"waiting,omitempty"`
@@ -213,6 +218,7 @@ func (a *libraryActor) status() (*Status, error) {
 		}
 		st.Removed = append(st.Removed, r)
 	}
+	st.Revoked, st.RevokedHere = a.revokedDevices(), a.revokedHere
 	wms, err := a.lib.StateWatermarks()
 	if err != nil {
 		return nil, err

@@ -44,6 +44,8 @@ const (
 	ReasonForgedSetup    Reason = "forged_setup"    // a sync-setup naming another device than the sender
 	ReasonBadSignature   Reason = "bad_signature"   // a signed digest whose key is not its owner's or whose signature fails
 	ReasonBadAck         Reason = "bad_ack"         // an ACK for another device's log, or from another sender
+	ReasonRevoked        Reason = "revoked"         // a row or change a revoked device wrote after its revocation, or a message from it
+	ReasonBadMember      Reason = "bad_member_row"  // a signed member or revocation row that does not count (its signer is no member, or was removed or revoked before)
 
 	// Content: a record the receiver cannot take.
 	ReasonUnknownModel Reason = "unknown_model"
@@ -67,6 +69,7 @@ var reasons = [...]Reason{
 	ReasonNoCertificate, ReasonWrongALPN, ReasonPairingBusy, ReasonPairingLocked, ReasonPairingTimeout,
 	ReasonPairingPreempted,
 	ReasonUnauthorized, ReasonUnknownLibrary, ReasonForgedOwner, ReasonForgedOrigin, ReasonForgedSetup, ReasonBadSignature, ReasonBadAck,
+	ReasonRevoked, ReasonBadMember,
 	ReasonUnknownModel, ReasonWrongKind, ReasonBadValue, ReasonClockSkew, ReasonPoisonRecord,
 	ReasonTooLarge, ReasonBadUUID, ReasonParkingFull, ReasonFiltered,
 	ReasonBackfillBufferFull, ReasonSnapshotChunkChecksum,

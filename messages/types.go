@@ -247,6 +247,10 @@ const (
 	// computing one mid-join slowed the join (a full pass over the rows
 	// applied so far, at every status call of a partner). Ask again later.
 	CodeJoining = "joining"
+	// CodeRevoked: the requester was revoked from the library (issue 24);
+	// the message says by whom, when and why. The requester stops syncing
+	// the library with every member, not only with the responder.
+	CodeRevoked = "revoked"
 )
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -642,11 +646,16 @@ type SyncSetupResponse struct {
 // Left says Device leaves the library (it deleted its copy), so the
 // receiver tells every member (the member row); otherwise Device removed
 // the receiver.
+//
+// Revoked, when not empty, says the receiver was revoked from the library
+// (by whom, when, why, in words): it stops syncing the library with every
+// member (issue 24).
 type SyncLeaveRequest struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Library  LibraryID
 	Device   DeviceID
 	Left     bool
+	Revoked  string
 }
 
 // DigestRequest asks a partner for its digest of Owner's device-owned

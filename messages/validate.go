@@ -314,5 +314,8 @@ func (m *SyncLeaveRequest) Validate() error {
 	if m.Library.IsZero() || m.Device.IsZero() {
 		return errors.New("sync leave needs library and device")
 	}
+	if len(m.Revoked) > 4<<10 {
+		return fmt.Errorf("revocation notice of %d bytes, over 4 KiB", len(m.Revoked))
+	}
 	return nil
 }

@@ -170,9 +170,12 @@ type ApplyResult struct {
 var (
 	ErrUnknownModel = errors.New("unknown model")
 	ErrForgedOwner  = errors.New("forged ownership")
-	ErrNotFound     = errors.New("not found")
-	ErrNotOwner     = errors.New("not the owner")
-	ErrBadValue     = errors.New("bad value")
+	// ErrRevoked: a row or change a revoked device wrote after its
+	// revocation (revoke.go).
+	ErrRevoked  = errors.New("revoked device")
+	ErrNotFound = errors.New("not found")
+	ErrNotOwner = errors.New("not the owner")
+	ErrBadValue = errors.New("bad value")
 	// ErrTooLarge: a value over its column's limit (Column.MaxBytes). Its
 	// errors wrap ErrBadValue too.
 	ErrTooLarge = errors.New("too large")

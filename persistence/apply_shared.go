@@ -149,6 +149,9 @@ func (tx *txn) applyShared(mi *modelInfo, c *messages.SharedChange, remote bool)
 // applyAdmitted applies an admitted change: inserted whole if its record
 // is not here (freshShared), else through the LWW rule.
 func (tx *txn) applyAdmitted(mi *modelInfo, c *messages.SharedChange, set map[int]any) (outcome, error) {
+	if mi.Name == ModelRevocation {
+		tx.revTouched = true // decided again before the commit (revoke.go)
+	}
 	// Bulk fast path (a shared-state backfill into a library without
 	// tombstones of the model): a row that is not here yet is inserted
 	// whole, without reading it first. The insert finds out whether it is.
@@ -171,6 +174,10 @@ func (tx *txn) sharedAdmit(mi *modelInfo, c *messages.SharedChange, remote bool)
 	set, err := sharedInput(mi, c)
 	if err != nil {
 		return nil, tx.reject(mi.Name, c.Record, valueReason(err), err), false
+	}
+	if remote && RevokedAfter(tx.l.revokedMap(), messages.DeviceID(c.HLC.Device), c.HLC, false) {
+		return nil, tx.reject(mi.Name, c.Record, messages.ReasonRevoked,
+			fmt.Errorf("%w: %s was revoked before it wrote %s %s", ErrRevoked, messages.DeviceID(c.HLC.Device), mi.Name, c.Record)), false
 	}
 	if remote && mi.SignedBy != "" {
 		if err := tx.l.checkRow(mi, c, set); err != nil {

@@ -28,6 +28,9 @@ type applyMode struct {
 	// from: the peer the record came from (ApplyOptions.From; a released
 	// record's, its own); zero if unknown. What it parks counts against it.
 	from messages.DeviceID
+	// revoking: a removal of a revoked device's row (revoke.go), which
+	// the revocation must not refuse.
+	revoking bool
 }
 
 // applyRecord applies one device-owned record (or delete) of owner own:
@@ -35,6 +38,17 @@ type applyMode struct {
 // verdict. The outcome is counted by the caller; rejections are recorded
 // here. The error is fatal (SQL), never a property of the record.
 func (tx *txn) applyRecord(m *modelInfo, own ownerRef, rec messages.StateRecord, mode applyMode) (outcome, error) {
+	// Nothing a revoked device wrote after its revocation (revoke.go).
+	if !mode.local && !mode.revoking && RevokedAfter(tx.l.revokedMap(), own.dev, rec.HLC, true) {
+		return tx.reject(m.Name, rec.UUID, messages.ReasonRevoked,
+			fmt.Errorf("%w: %s was revoked before it wrote %s %s", ErrRevoked, own.dev, m.Name, rec.UUID)), nil
+	}
+	// A new member's device row may make a revocation it signed count.
+	if m.Name == ModelDevice && !rec.Deleted {
+		if p := tx.l.revRefused.Load(); p != nil && len(*p) > 0 {
+			tx.revTouched = true
+		}
+	}
 	// Decide on the record alone first.
 	var f stateFacts // (not a literal: that would build it twice)
 	f.m, f.own, f.u, f.h, f.deleted, f.mode = m, own, rec.UUID, rec.HLC, rec.Deleted, mode

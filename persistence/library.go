@@ -88,6 +88,11 @@ type Library struct {
 	sharedWrites atomic.Uint64
 	// sharedPasses counts SharedDigest's full passes (for tests).
 	sharedPasses atomic.Uint64
+	// revoked holds the revocations that count (revoke.go), read by every
+	// apply; revRefused the rows that do not. Replaced whole when a
+	// transaction that wrote revocation rows commits.
+	revoked    atomic.Pointer[map[messages.DeviceID]Revocation]
+	revRefused atomic.Pointer[[]Revocation]
 	// takings caches what each device takes (filter_store.go).
 	takings takings
 	// closedCleanly: database.db was as lsync closed it (closed.go).
@@ -300,6 +305,11 @@ func (l *Library) init() error {
 	}
 	// Make sure this device has its own device row.
 	if err := l.ensureSelfRowLocked(); err != nil {
+		return err
+	}
+	// Decide the revocations before the replay, which must refuse what
+	// a revoked device wrote after its revocation.
+	if err := l.loadRevocationsLocked(); err != nil {
 		return err
 	}
 	// Re-apply logged shared changes that database.db does not reflect.
@@ -665,6 +675,9 @@ func (l *Library) writeTx(res *ApplyResult, fn func(tx *txn) error) error {
 	}
 	tx := newTxn(l, res)
 	err := fn(tx)
+	if err == nil && tx.revTouched {
+		err = tx.settleRevocations()
+	}
 	if err == nil {
 		err = tx.finish()
 	}
@@ -684,6 +697,7 @@ func (l *Library) writeTx(res *ApplyResult, fn func(tx *txn) error) error {
 		return err
 	}
 	tx.publish()
+	l.installRevocations(tx.revNew, tx.revRefused)
 	l.gen.Add(1)
 	if tx.sharedWrite {
 		l.sharedWrites.Add(1)

@@ -33,6 +33,10 @@ const (
 	// on any member, or it left), or is back (a sync-setup by hand), by
 	// which device and when: one row per device, the newest word wins.
 	ModelMember = "member"
+	// ModelRevocation says a device was revoked from the library (a lost
+	// or stolen device), by which member, when and why (revoke.go): one
+	// row per (device, revoking member), never deleted.
+	ModelRevocation = "revocation"
 )
 
 // Entry kinds (entry.kind).
@@ -133,6 +137,12 @@ func DefaultModels() []Model {
 		{Name: ModelMember, Kind: Shared, DeterministicFrom: []string{"device_uuid"}, SignedBy: "by", Columns: []Column{
 			required(uref("device_uuid", ModelDevice)), boolean("removed"), uref("by", ModelDevice), integer("at"),
 			boolean("departed"), short(sigColumn),
+		}},
+		// A revocation row is signed by the member that writes it (by),
+		// like a member row (issue 24).
+		{Name: ModelRevocation, Kind: Shared, DeterministicFrom: []string{"device_uuid", "by"}, SignedBy: "by", Columns: []Column{
+			required(uref("device_uuid", ModelDevice)), required(uref("by", ModelDevice)), integer("at"), sized("reason", maxName),
+			boolean("remove_rows"), short(sigColumn),
 		}},
 	}
 }

@@ -17,7 +17,7 @@ import (
 func TestRegistryDefaultOrder(t *testing.T) {
 	r := DefaultRegistry()
 	order := r.Order()
-	want := "album content_identity device audit_log member sync_filter tag tag_relationship user_metadata user_metadata_tag volume location entry album_entry entry_metadata"
+	want := "album content_identity device audit_log member revocation sync_filter tag tag_relationship user_metadata user_metadata_tag volume location entry album_entry entry_metadata"
 	if got := strings.Join(order, " "); got != want {
 		t.Errorf("order:\n got %s\nwant %s", got, want)
 	}
@@ -36,7 +36,7 @@ func TestRegistryDefaultOrder(t *testing.T) {
 	if got := strings.Join(r.DeviceOwned(), " "); got != "device audit_log sync_filter volume location entry entry_metadata" {
 		t.Errorf("device-owned: %s", got)
 	}
-	if got := strings.Join(r.SharedModels(), " "); got != "album content_identity member tag tag_relationship user_metadata user_metadata_tag album_entry" {
+	if got := strings.Join(r.SharedModels(), " "); got != "album content_identity member revocation tag tag_relationship user_metadata user_metadata_tag album_entry" {
 		t.Errorf("shared: %s", got)
 	}
 	if k, ok := r.Kind(ModelEntry); !ok || k != DeviceOwned {

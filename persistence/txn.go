@@ -56,6 +56,12 @@ type txn struct {
 	digest    digestSums
 	digestSet map[int64]ownerDigest
 	digestOut map[messages.DeviceID]ownerDigest
+	// revTouched: a revocation row was written; the revocations are
+	// decided again before the commit (settleRevocations), into revNew
+	// and revRefused, installed after it.
+	revTouched bool
+	revNew     *map[messages.DeviceID]Revocation
+	revRefused *[]Revocation
 }
 
 type refInfo struct{ id, ownerID int64 }

@@ -245,7 +245,7 @@ retried records are applied by the ordinary, HLC-ordered rules.`,
 				printRetry(w, rep.Retry)
 			})
 		}),
-	}, newLibraryRenameCmd(g), newLibraryDeleteCmd(g), newLibraryMembersCmd(g))
+	}, newLibraryRenameCmd(g), newLibraryDeleteCmd(g), newLibraryMembersCmd(g), newLibraryRevokeCmd(g))
 	return cmd
 }
 
@@ -1377,6 +1377,7 @@ func printStatus(w io.Writer, st *actors.Status) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	printRevoked(w, st)
 	for _, r := range st.Removed {
 		who := r.ID.String()
 		if r.Name != "" {

@@ -395,6 +395,8 @@ filter'): all, or its filters.`,
 						partner = "removed here"
 					case "by_it":
 						partner = "removed by it"
+					case "revoked":
+						partner = "revoked"
 					}
 					if m.Self {
 						partner = "-"

@@ -41,6 +41,7 @@ func init() {
 		opDiscover:      hDiscover,
 		opSyncSetup:     hSyncSetup,
 		opSyncRemove:    libHandler(hSyncRemove),
+		opLibraryRevoke: libHandler(hLibraryRevoke),
 		opLocationAdd:   libHandler(hLocationAdd),
 		opLocationScan:  libHandler(hLocationRescan),
 		opLocationList:  libHandler(hLocationList),

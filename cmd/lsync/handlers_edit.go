@@ -382,6 +382,13 @@ func hMembers(ctx context.Context, s *server, lib *actors.Library, _ libArgs, _ 
 			m.Removed = "by_this_device"
 		}
 	}
+	for _, r := range st.Revoked {
+		m := member(r.ID.String())
+		m.Removed, m.Partner = "revoked", false
+		if m.Name == "" {
+			m.Name = r.Name
+		}
+	}
 	// The oldest of a device's watermarks is how far its rows are known
 	// complete here.
 	complete := map[string]time.Time{}

@@ -509,7 +509,7 @@ type memberInfo struct {
 	Partner    bool   `json:"partner"`             // this device syncs the library with it directly
 	Connected  bool   `json:"connected,omitempty"` // now
 	LastSync   string `json:"last_sync,omitempty"` // the last complete catch-up with it (partners)
-	Removed    string `json:"removed,omitempty"`   // "by_this_device" or "by_it": the partnership ended
+	Removed    string `json:"removed,omitempty"`   // "by_this_device" or "by_it": the partnership ended; "revoked": revoked from the library
 	StateUpTo  string `json:"state_up_to,omitempty"`
 	SharedUpTo string `json:"shared_up_to,omitempty"`
 	// CompleteUpTo: up to when this device's copy of its rows is known to

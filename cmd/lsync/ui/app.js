@@ -158,10 +158,15 @@ function renderLibrary(l) {
       <td><code>${esc(hlcTime(v.watermark))}</code></td><td class="err">${esc(v.reason || "")}</td><td>${esc(v.last_repair || "")}</td></tr>`);
   const shared = (st.shared_models || []).map((v) => `${esc(v.name || short(v.device))}: ${badge(v.verdict, v.verdict === "match" ? "verified" : v.verdict === "differs" ? "unverified" : "")}`);
   const parked = sum(st.parked);
+  // Revoked devices (issue 24): name, by whom, when, why.
+  const revoked = (st.revoked || []).map((r) => `<tr class="revoked" data-id="${esc(r.id)}">
+      <td><b>${esc(r.name || short(r.id))}</b></td><td>${esc(r.by_name || short(r.by))}</td>
+      <td>${esc(r.at)}</td><td>${esc(r.reason || "")}${r.remove_rows ? " (rows removed)" : ""}</td></tr>`);
   return `<div class="library" data-uuid="${esc(l.uuid)}">
     <div class="head"><h3 class="lib-name">${esc(l.name)}</h3>
       <span class="lib-phase badge phase-${esc(st.phase)}">${esc(st.phase)}</span><code>${esc(l.uuid)}</code></div>
     ${st.error ? `<div class="err">stopped: ${esc(st.error)}</div>` : ""}
+    ${st.revoked_here ? `<div class="err revoked-here">revoked: ${esc(st.revoked_here)}</div>` : ""}
     ${renderJoin(st)}
     <div class="facts">
       <span>log <b class="lib-log">${num(st.log_size)}</b></span>
@@ -175,6 +180,8 @@ function renderLibrary(l) {
     ${waiting.join("")}
     <table class="members"><thead><tr><th>Member</th><th>State</th><th>RTT</th><th>Last sync</th><th>Complete up to</th><th>Lag</th><th>Takes</th><th></th></tr></thead>
       <tbody>${members.join("")}</tbody></table>
+    ${revoked.length ? `<table class="revocations"><thead><tr><th>Revoked device</th><th>By</th><th>At</th><th>Reason</th></tr></thead>
+      <tbody>${revoked.join("")}</tbody></table>` : ""}
     ${verif.length ? `<table class="verifications"><thead><tr><th>Owner</th><th>Verification</th><th>Watermark</th><th>Reason</th><th>Last repair</th></tr></thead>
       <tbody>${verif.join("")}</tbody></table>` : ""}
   </div>`;
