@@ -679,6 +679,9 @@ func (l *Library) writeTx(res *ApplyResult, fn func(tx *txn) error) error {
 	}
 	tx.publish()
 	l.gen.Add(1)
+	if tx.conflicts != nil && l.opts.OnConflicts != nil {
+		l.opts.OnConflicts(tx.conflicts)
+	}
 	return nil
 }
 
