@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +18,9 @@ import (
 // everywhere, as an ordinary edit (no new entry anywhere).
 func TestE2EConflictJournal(t *testing.T) {
 	needBinary(t)
-	a, b, c := startDaemon(t, "A"), startDaemon(t, "B"), startDaemon(t, "C")
+	a, b, c := startDaemon(t, "A"), startDaemon(t, "B"), initDaemon(t, "C")
+	c.args = []string{"--ui", "127.0.0.1:0"} // C's status page shows the conflict
+	c.start("127.0.0.1:0")
 	pair(t, a, b)
 	pair(t, a, c)
 	var l libraryInfo
@@ -72,6 +76,37 @@ func TestE2EConflictJournal(t *testing.T) {
 	}
 	if out := c.mustRun("conflicts", lib, "--model", "tag"); !strings.Contains(out, "No conflicts.") {
 		t.Fatalf("--model tag:\n%s", out)
+	}
+
+	// Counted: each daemon journaled one album race.
+	for _, d := range []*daemon{a, b, c} {
+		if v := metricValue(scrape(t, d), "lsync_conflicts_total", `model="album"`); v != 1 {
+			t.Errorf("%s: lsync_conflicts_total{model=album} = %v, want 1", d.name, v)
+		}
+	}
+
+	// The status page's JSON carries the recent conflicts.
+	var info deviceInfo
+	c.mustJSON(&info, "device", "show")
+	if info.UI == "" {
+		t.Fatal("device show: no status page")
+	}
+	resp, err := http.Get(strings.TrimSuffix(info.UI, "/") + "/api/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st uiStatus
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ul := range st.Libraries {
+		found = found || ul.UUID == lib && len(ul.Conflicts) == 1 && ul.Conflicts[0].Value == loser && ul.Conflicts[0].RecordName == winner
+	}
+	if !found {
+		t.Fatalf("status JSON without the conflict: %+v", st.Libraries)
 	}
 
 	// Restore on C: the lost name comes back everywhere, and nobody
