@@ -10,7 +10,9 @@ import (
 // Issue 24 in a bubble: two nodes rename an album while apart; once back,
 // each journals the name that lost, once, and a restore on either brings
 // it back on both without a new entry.
-func TestConflictJournalRenameWhileApart(t *testing.T) { bubble(t, testConflictJournalRenameWhileApart) }
+func TestConflictJournalRenameWhileApart(t *testing.T) {
+	bubble(t, testConflictJournalRenameWhileApart)
+}
 
 func testConflictJournalRenameWhileApart(t *testing.T) {
 	c := newCluster(t, 2, 24)
