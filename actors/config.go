@@ -56,6 +56,9 @@ type Config struct {
 	Discovery DiscoveryConfig
 	// Retention bounds each library's shared log and tombstones.
 	Retention persistence.RetentionPolicy
+	// Journal bounds each library's conflict journal (0s: 10,000
+	// entries, 90 days).
+	Journal persistence.JournalPolicy
 
 	hooks testHooks // this package's tests only
 }

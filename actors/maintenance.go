@@ -112,6 +112,13 @@ func (m *maintenanceActor) prune(ctx actor.Context) {
 	_, tick := ctx.Message().(*pruneTick)
 	if tick {
 		m.n.updateParked(m.lib)
+		// The journal ages out without new conflicts.
+		if err := m.lib.PruneConflicts(); err != nil {
+			m.n.log.Error("prune conflicts", "err", err)
+		}
+		if n, err := m.lib.ConflictCount(); err == nil {
+			m.n.metrics.journalSize.WithLabelValues(m.id.String()).Set(float64(n))
+		}
 	}
 	ctx.Send(m.parent, &pruned{logCount: count, tick: tick})
 }

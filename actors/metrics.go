@@ -27,6 +27,8 @@ type Metrics struct {
 	applySeconds   *prometheus.HistogramVec // model (device-owned models only)
 	sharedApply    prometheus.Histogram     // the shared applier's batches (every shared model at once)
 	sharedLog      *prometheus.GaugeVec     // library
+	conflicts      *prometheus.CounterVec   // model: races journaled (persistence/conflict.go)
+	journalSize    *prometheus.GaugeVec     // library: entries in the conflict journal
 	backfillRecs   *prometheus.CounterVec   // library
 	backfillPhase  *prometheus.GaugeVec     // library, phase: 1 for the library's phase, 0 for the others
 	peerRTT        *prometheus.GaugeVec     // peer; deleted when the peer disconnects
@@ -86,6 +88,12 @@ func newMetrics() *Metrics {
 		}),
 		sharedLog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "lsync_shared_log_entries", Help: "Entries in this device's shared-change log (sync.db).",
+		}, []string{"library"}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lsync_conflicts_total", Help: "Concurrent writes of a shared field journaled (the value that lost kept in the conflict journal).",
+		}, []string{"model"}),
+		journalSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lsync_conflict_journal_entries", Help: "Entries in a library's conflict journal (bounded by its count and age limits).",
 		}, []string{"library"}),
 		backfillRecs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lsync_backfill_records_total", Help: "Records applied by backfill and catch-up jobs.",
@@ -186,7 +194,7 @@ func newMetrics() *Metrics {
 		Name: "lsync_build_info", Help: "Always 1; the labels say which build of lsync runs.",
 	}, []string{"version", "revision", "go_version"})
 	m.buildInfo.WithLabelValues(buildLabels(debug.ReadBuildInfo())).Set(1)
-	m.Registry.MustRegister(m.buildInfo, m.discovery, m.sharedApply, m.peerConnected, m.peerLastSeen, m.digestDamaged, m.chainRewinds, m.filtered, m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesAhead, m.pagesFetchedAhead, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.backfillRecs,
+	m.Registry.MustRegister(m.buildInfo, m.discovery, m.sharedApply, m.peerConnected, m.peerLastSeen, m.digestDamaged, m.chainRewinds, m.filtered, m.digestMismatch, m.digestRepairs, m.relayed, m.relayPulls, m.payload, m.aeRepairs, m.aeRuns, m.pagesServed, m.pagesAhead, m.pagesFetchedAhead, m.pagesReused, m.retries, m.logRecoveries, m.messages, m.bytes, m.applySeconds, m.sharedLog, m.conflicts, m.journalSize, m.backfillRecs,
 		m.backfillPhase, m.peerRTT, m.rejected, m.fkParked, m.deadLetters, m.supervision,
 		m.eventsDropped, m.applierRestart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -268,6 +276,15 @@ func (m *Metrics) setPhase(lib messages.LibraryID, p Phase) {
 // forgetLibrary drops a closed library's phase series.
 func (m *Metrics) forgetLibrary(lib messages.LibraryID) {
 	m.backfillPhase.DeletePartialMatch(prometheus.Labels{"library": lib.String()})
+	m.journalSize.DeleteLabelValues(lib.String())
+}
+
+// observeConflicts counts races journaled by one transaction. The store
+// calls it under its writer lock: it only counts.
+func (m *Metrics) observeConflicts(byModel map[string]int) {
+	for model, n := range byModel {
+		m.conflicts.WithLabelValues(model).Add(float64(n))
+	}
 }
 
 // observeApply records one applied batch: device-owned under its model,

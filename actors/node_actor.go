@@ -308,7 +308,7 @@ func (na *nodeActor) openLibrary(ctx actor.Context, id messages.LibraryID) (*Lib
 func (na *nodeActor) persistenceOptions() persistence.Options {
 	n := na.n
 	return persistence.Options{Self: n.self, Wall: n.cfg.Wall, MaxSkew: n.cfg.MaxSkew, Retention: n.cfg.Retention,
-		MaxParked: n.maxParked, Key: n.key, KeyOwner: n.keyOwner}
+		MaxParked: n.maxParked, Key: n.key, KeyOwner: n.keyOwner, Journal: n.cfg.Journal, OnConflicts: n.metrics.observeConflicts}
 }
 
 // closeLibrary stops the library actor; its store closes, and the

@@ -335,7 +335,8 @@ const (
 // does not depend on how c was encoded on the way (msgpack integer
 // widths, a uuid as bytes or as UUID, map order): HLC, Prev, model,
 // record, op, then the fields in name order, each value as a tag and its
-// bytes. A field value of another type (none the registry produces) is
+// bytes, then Base if it is set (so a change without one hashes as it did
+// before schema 7, and old seals still verify). A field value of another type (none the registry produces) is
 // an error: such a change cannot be sealed or verified.
 func appendCanonical(b []byte, c *SharedChange) ([]byte, error) {
 	b, _ = c.HLC.AppendBinary(b)
@@ -357,6 +358,9 @@ func appendCanonical(b []byte, c *SharedChange) ([]byte, error) {
 		if b, err = appendCanonicalValue(b, c.Fields[k]); err != nil {
 			return nil, fmt.Errorf("field %q: %w", k, err)
 		}
+	}
+	if !c.Base.IsZero() {
+		b, _ = c.Base.AppendBinary(b)
 	}
 	return b, nil
 }

@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"errors"
@@ -236,4 +237,35 @@ func BenchmarkVerifyChain(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(cs)), "ns/change")
+}
+
+// A change without Base hashes as before schema 7 (old seals verify); a
+// Base is covered by the seal; an 8-element change (schema 6) decodes.
+func TestBaseInCanonicalAndOldArrays(t *testing.T) {
+	c := SharedChange{HLC: HLC{Timestamp: 9, Device: devA}, Model: "album", Record: UUID(devB), Op: OpUpdate,
+		Fields: map[string]any{"name": "Rome"}}
+	plain, err := ChangeDigest(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Base = HLC{Timestamp: 3, Device: devB}
+	based, err := ChangeDigest(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(plain, based) {
+		t.Fatal("the digest does not cover Base")
+	}
+	c.Base = HLC{}
+	if again, _ := ChangeDigest(&c); !bytes.Equal(again, plain) {
+		t.Fatal("a zero Base changes the digest")
+	}
+	b, err := msgpack.Marshal([]any{c.HLC, c.Prev, c.Model, c.Record, uint8(c.Op), c.Fields, nil, nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got SharedChange
+	if err := msgpack.Unmarshal(b, &got); err != nil || got.Model != "album" || !got.Base.IsZero() {
+		t.Fatalf("8-element change: %v %+v", err, got)
+	}
 }

@@ -76,6 +76,7 @@ func appendChangeColumns(b []byte, cs []SharedChange) ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(n))
 	b = appendHLCs(b, n, func(i int) *HLC { return &cs[i].HLC })
 	b = appendHLCs(b, n, func(i int) *HLC { return &cs[i].Prev })
+	b = appendHLCs(b, n, func(i int) *HLC { return &cs[i].Base })
 
 	var models firstUse[string]
 	for i := range cs {
@@ -206,6 +207,7 @@ func readChangeColumns(b []byte, build bool) ([]SharedChange, int64, error) {
 	}
 	r.hlcs(n, func(i int) *HLC { return &cs[i].HLC })
 	r.hlcs(n, func(i int) *HLC { return &cs[i].Prev })
+	r.hlcs(n, func(i int) *HLC { return &cs[i].Base })
 
 	models := r.strings()
 	for i := 0; i < n && r.err == nil; i++ {

@@ -110,8 +110,15 @@ func (r *StateRecord) DecodeMsgpack(dec *msgpack.Decoder) error {
 // SharedChange.
 func (c *SharedChange) DecodeMsgpack(dec *msgpack.Decoder) error {
 	*c = SharedChange{}
-	if ok, err := structLen(dec, 8); !ok {
+	// 8 fields: a change written before schema 7, without Base.
+	n, err := dec.DecodeArrayLen()
+	switch {
+	case err != nil:
 		return err
+	case n <= 0:
+		return nil
+	case n != 8 && n != 9:
+		return errFieldCount
 	}
 	if err := c.HLC.DecodeMsgpack(dec); err != nil {
 		return err
@@ -119,7 +126,6 @@ func (c *SharedChange) DecodeMsgpack(dec *msgpack.Decoder) error {
 	if err := c.Prev.DecodeMsgpack(dec); err != nil {
 		return err
 	}
-	var err error
 	if c.Model, err = dec.DecodeString(); err != nil {
 		return err
 	}
@@ -140,8 +146,10 @@ func (c *SharedChange) DecodeMsgpack(dec *msgpack.Decoder) error {
 	if c.Seal, err = dec.DecodeBytes(); err != nil {
 		return err
 	}
-	c.Digest, err = dec.DecodeBytes()
-	return err
+	if c.Digest, err = dec.DecodeBytes(); err != nil || n == 8 {
+		return err
+	}
+	return c.Base.DecodeMsgpack(dec)
 }
 
 // readBin reads a bin (or str) of exactly len(dst) bytes into dst; nil

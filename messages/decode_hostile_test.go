@@ -189,12 +189,12 @@ func TestHostileDecodeExtensionWrappedMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fields := []byte{0x81, 0xa1, 'a', 0x01, 0xc0, 0xc0} // the fields, then no seal and no digest
+	fields := []byte{0x81, 0xa1, 'a', 0x01, 0xc0, 0xc0, 0xc0} // the fields, then no seal, no digest, no base
 	p, ok := bytes.CutSuffix(env.Payload, fields)
 	if !ok {
 		t.Fatalf("payload % x does not end with the fields", env.Payload)
 	}
-	env.Payload = append(p, 0xc7, 0x05, 0x01, 0xdf, 0x0f, 0xff, 0xff, 0xff, 0xc0, 0xc0)
+	env.Payload = append(p, 0xc7, 0x05, 0x01, 0xdf, 0x0f, 0xff, 0xff, 0xff, 0xc0, 0xc0, 0xc0)
 	grown := allocatedBy(func() { _, err = env.Decode() })
 	if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "extension") {
 		t.Fatalf("a map in an extension: %v", err)

@@ -26,23 +26,24 @@ func frameOf(t *testing.T, v uint16, m Message) []byte {
 }
 
 func TestFrameReaderVersionOverride(t *testing.T) {
-	f := frameOf(t, 7, &Ping{Nonce: 1})
-	// A version-7 reader reads version-7 frames as this build's...
-	env, n, err := FrameReader{Version: 7}.Read(bytes.NewReader(f))
+	const other = SchemaVersion + 1
+	f := frameOf(t, other, &Ping{Nonce: 1})
+	// A reader of another version reads that version's frames as this build's...
+	env, n, err := FrameReader{Version: other}.Read(bytes.NewReader(f))
 	if err != nil || n != len(f) || env.SchemaVersion != SchemaVersion {
-		t.Fatalf("v7 reading v7: %v (%d bytes, version %d)", err, n, env.SchemaVersion)
+		t.Fatalf("v%d reading v%d: %v (%d bytes, version %d)", other, other, err, n, env.SchemaVersion)
 	}
 	if m, err := env.Decode(); err != nil || m.(*Ping).Nonce != 1 {
 		t.Fatalf("decode: %v", err)
 	}
 	// ...and neither side reads the other's.
 	var verr *VersionError
-	if _, _, err := (FrameReader{}).Read(bytes.NewReader(f)); !errors.As(err, &verr) || verr.Remote != 7 || verr.Local != SchemaVersion {
-		t.Fatalf("v%d reading v7: %v", SchemaVersion, err)
+	if _, _, err := (FrameReader{}).Read(bytes.NewReader(f)); !errors.As(err, &verr) || verr.Remote != other || verr.Local != SchemaVersion {
+		t.Fatalf("v%d reading v%d: %v", SchemaVersion, other, err)
 	}
 	g := frameOf(t, SchemaVersion, &Ping{Nonce: 1})
-	if _, _, err := (FrameReader{Version: 7}).Read(bytes.NewReader(g)); !errors.As(err, &verr) || verr.Local != 7 || verr.Remote != SchemaVersion {
-		t.Fatalf("v7 reading v%d: %v", SchemaVersion, err)
+	if _, _, err := (FrameReader{Version: other}).Read(bytes.NewReader(g)); !errors.As(err, &verr) || verr.Local != other || verr.Remote != SchemaVersion {
+		t.Fatalf("v%d reading v%d: %v", other, SchemaVersion, err)
 	}
 }
 

@@ -35,7 +35,12 @@ import (
 // the signature of the device that wrote them. sync.db keeps the seals.
 // fk_parked records its source peer (the device that sent a parked
 // record), so what one peer may park is bounded apart from the others'.
-const SchemaVersion uint16 = 6
+//
+// 7 (issue 24, conflict journal): a SharedChange carries Base, the HLC
+// its writer held of the fields it writes (a column of Changes too), and
+// the seal covers it; a build of version 6 cannot read the longer array.
+// sync.db keeps it (shared_changes.base).
+const SchemaVersion uint16 = 7
 
 // Type tags a message on the wire. The list is append-only: a number, once
 // given, is never reused or renumbered.
@@ -358,6 +363,14 @@ type StateResponse struct {
 // only, is the SHA-256 of its canonical form, sent instead of its body
 // (Op and Fields are then empty) to a member that does not take its model
 // or row: the chain stays whole and sealed (chain.go, Elide).
+//
+// Base (schema 7, the conflict journal) is what the writer knew of the
+// fields it writes: on an update, the newest HLC those fields had on the
+// writer's device before the write. A receiver that replaces a value
+// newer than Base replaces one the writer had not seen (a concurrent
+// write, journaled). Zero is unknown: an insert, a delete, a change of a
+// build before schema 7, a shared-state page's row. The seal covers it
+// when it is set (appendCanonical).
 type SharedChange struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	HLC      HLC
@@ -368,6 +381,7 @@ type SharedChange struct {
 	Fields   map[string]any
 	Seal     []byte
 	Digest   []byte
+	Base     HLC
 }
 
 // Elided reports whether c is an elided change (Digest, no body).

@@ -174,6 +174,9 @@ func (c *SharedChange) Validate() error {
 	if !c.Prev.IsZero() && c.Prev.Device != c.HLC.Device {
 		return fmt.Errorf("shared change %s: previous hlc from another device", c.HLC)
 	}
+	if !c.Base.IsZero() && c.Base.Compare(c.HLC) >= 0 {
+		return fmt.Errorf("shared change %s: base %s is not older", c.HLC, c.Base)
+	}
 	if len(c.Seal) != 0 && len(c.Seal) != SealSize {
 		return fmt.Errorf("shared change %s: seal of %d bytes, want %d", c.HLC, len(c.Seal), SealSize)
 	}

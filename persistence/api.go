@@ -59,6 +59,12 @@ type Options struct {
 	// to, messages.DeviceIDFromKey); tests whose device ids are not
 	// derived from keys set a table.
 	KeyOwner func(ed25519.PublicKey) messages.DeviceID
+	// Journal bounds the conflict journal (conflict.go).
+	Journal JournalPolicy
+	// OnConflicts, if set, hears the races each write transaction
+	// journaled, by model, once it commits (metrics). It runs under the
+	// writer lock: it must not call the library.
+	OnConflicts func(byModel map[string]int)
 }
 
 // DefaultMaxParked is Options.MaxParked's default.
@@ -164,6 +170,9 @@ type ApplyResult struct {
 	// Gapped lists shared changes not applied because an earlier change of
 	// their origin is missing (Prev != watermark). Only ApplyShared sets it.
 	Gapped []messages.SharedChange
+	// Conflicts counts, by model, the races this call journaled
+	// (conflict.go); nil when none.
+	Conflicts map[string]int
 }
 
 // Sentinel errors; test with errors.Is.

@@ -161,6 +161,11 @@ func (tx *txn) applyAdmitted(mi *modelInfo, c *messages.SharedChange, set map[in
 			return 0, fmt.Errorf("store %s %s: %w", mi.Name, c.Record, err)
 		}
 		if added {
+			// An update can make a row (its insert has not come yet):
+			// what its writer had seen still counts.
+			if err := tx.keepBases(mi, c, set, fresh); err != nil {
+				return 0, err
+			}
 			tx.sharedAdded(mi, c)
 			return outApplied, nil
 		}
@@ -233,8 +238,18 @@ func (tx *txn) applySharedLWW(mi *modelInfo, c *messages.SharedChange, set map[i
 	if mi.derived == derivedTagEdge {
 		tx.touchEdge(c.Record, before && row.vals[mi.edgeParentCol] != nil && row.vals[mi.edgeChildCol] != nil)
 	}
+	// A race is journaled before the LWW rule: a losing update changes
+	// nothing below.
+	if before {
+		if err := tx.journalRace(mi, c, set, row); err != nil {
+			return 0, err
+		}
+	}
 	if !row.apply(c.Op, c.HLC, set) {
 		return outStale, nil
+	}
+	if err := tx.keepBases(mi, c, set, row); err != nil {
+		return 0, err
 	}
 	tx.note(c.HLC)
 	if row.tomb != oldTomb {
@@ -250,6 +265,9 @@ func (tx *txn) applySharedLWW(mi *modelInfo, c *messages.SharedChange, set map[i
 	case id != 0:
 		tx.wrote(mi)
 		err = tx.c.exec(mi.sql.delete, id)
+		if err == nil && mi.journals() {
+			err = tx.c.exec(`DELETE FROM field_bases WHERE model = ? AND uuid = ?`, mi.Name, c.Record)
+		}
 	default:
 		return outApplied, nil // a delete of a row not here: the tombstone is all
 	}
@@ -261,9 +279,13 @@ func (tx *txn) applySharedLWW(mi *modelInfo, c *messages.SharedChange, set map[i
 }
 
 func (tx *txn) loadShared(mi *modelInfo, u messages.UUID) (int64, *lwwRow, error) {
+	return loadSharedRow(tx.c, mi, u)
+}
+
+func loadSharedRow(c *conn, mi *modelInfo, u messages.UUID) (int64, *lwwRow, error) {
 	row := newLWWRow(len(mi.Columns))
 	var id int64
-	_, err := tx.c.queryRow(mi.sql.sharedGet, []any{u}, func(s *sqlite3.Stmt) error {
+	_, err := c.queryRow(mi.sql.sharedGet, []any{u}, func(s *sqlite3.Stmt) error {
 		id = s.ColumnInt64(0)
 		for i, col := range mi.Columns {
 			row.vals[i] = columnValue(s, 2+2*i, col.Type)
@@ -569,12 +591,25 @@ func (l *Library) CommitSharedBatch(writes []SharedWrite) ([]messages.SharedChan
 		return nil, res, err
 	}
 	defer l.mu.Unlock()
+	// What each update's writer (this device) has seen of its fields.
+	if err := l.stampBases(cs, mis); err != nil {
+		return nil, res, fmt.Errorf("commit %d shared changes: %w", len(cs), err)
+	}
 	// Log first: once the append commits, the changes survive any crash.
 	prev := l.LastLogged()
 	for i := range cs {
 		cs[i].HLC = l.clock.Now()
 		cs[i].Prev = prev
 		prev = cs[i].HLC
+		if cs[i].Base.IsZero() {
+			continue
+		}
+		for j := range i {
+			// An earlier write of the batch to the same row was seen.
+			if cs[j].Record == cs[i].Record && cs[j].Model == cs[i].Model {
+				cs[i].Base = maxHLC(cs[i].Base, cs[j].HLC)
+			}
+		}
 	}
 	head, err := l.sealCommitLocked(cs)
 	if err != nil {

@@ -702,6 +702,9 @@ func (l *Library) writeTx(res *ApplyResult, fn func(tx *txn) error) error {
 	if tx.sharedWrite {
 		l.sharedWrites.Add(1)
 	}
+	if tx.conflicts != nil && l.opts.OnConflicts != nil {
+		l.opts.OnConflicts(tx.conflicts)
+	}
 	return nil
 }
 

@@ -130,6 +130,35 @@ var migrations = []migration{
 	// changes it kept unsealed (log_meta 'sealed'). The columns are
 	// added by addedColumns (at every open, when missing).
 	{version: 6},
+	// The conflict journal (issue 24; conflict.go), local, never synced:
+	// conflicts keeps the value a concurrent write replaced (or that lost
+	// to one), with both HLCs (their devices within); one entry per
+	// (row, field, losing write). field_bases keeps, per shared field,
+	// the Base of the change that wrote its current value (hlc): what
+	// that writer had seen, so a late older write that loses to it can
+	// be told concurrent or not. Only updates that carry a Base have a
+	// row; a row whose hlc is not the field's current HLC says nothing.
+	// shared_changes.base is added by addedColumns.
+	{version: 7, main: []string{
+		`CREATE TABLE IF NOT EXISTS conflicts (
+			id INTEGER PRIMARY KEY,
+			model TEXT NOT NULL,
+			uuid BLOB NOT NULL,
+			field TEXT NOT NULL,
+			value BLOB,
+			lost_hlc BLOB NOT NULL,
+			won_hlc BLOB NOT NULL,
+			at INTEGER NOT NULL,
+			UNIQUE (model, uuid, field, lost_hlc))`,
+		`CREATE INDEX IF NOT EXISTS conflicts_at ON conflicts (at)`,
+		`CREATE TABLE IF NOT EXISTS field_bases (
+			model TEXT NOT NULL,
+			uuid BLOB NOT NULL,
+			field TEXT NOT NULL,
+			hlc BLOB NOT NULL,
+			base BLOB NOT NULL,
+			PRIMARY KEY (model, uuid, field)) WITHOUT ROWID`,
+	}},
 }
 
 // addedColumns are columns tables of schema 1 gained later, added at every
@@ -145,6 +174,9 @@ var addedColumns = [][4]string{
 	// parked record came from (ApplyOptions.From), NULL if unknown (rows
 	// parked before schema 6 count against no peer).
 	{"main", "fk_parked", "source", "BLOB"}, // schema 6
+	// What the writer of a logged change had seen of the fields it writes
+	// (messages.SharedChange.Base); NULL before schema 7.
+	{"log", "shared_changes", "base", "BLOB"}, // schema 7
 }
 
 // migrate brings both databases to SchemaVersion and creates the tables of

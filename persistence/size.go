@@ -78,6 +78,11 @@ func recordSize(r *messages.StateRecord) int {
 // changeSize is the encoded size of a SharedChange (an upper bound).
 func changeSize(c *messages.SharedChange) int {
 	n := 1 + 2*hlcSize + strSize(len(c.Model)) + uuidSize + 2 + lenSize(len(c.Fields)) + 2
+	if c.Base.IsZero() {
+		n++ // nil
+	} else {
+		n += hlcSize
+	}
 	for _, b := range [][]byte{c.Seal, c.Digest} {
 		if len(b) != 0 {
 			n += 1 + len(b) // bin8 header

@@ -14,7 +14,8 @@ import (
 // sync.db is this device's write-ahead log of shared changes, and the
 // relay log of other origins' changes it applied:
 //
-//	shared_changes(hlc, prev, model, record, op, fields msgpack, created_at, seal)
+//	shared_changes(hlc, prev, model, record, op, fields msgpack, created_at, seal,
+//	              digest, base)
 //	              every origin's, found by the device part of the HLC;
 //	              seal is set on the last change of each segment (chain.go)
 //	peer_acks(peer, last_acked_hlc, acked_at)   cumulative ACKs of this
@@ -77,9 +78,9 @@ func (l *Library) appendLogLocked(cs []messages.SharedChange, head messages.Chai
 		if err != nil {
 			return err
 		}
-		if err := l.w.exec(`INSERT INTO log.shared_changes (hlc, prev, model, record, op, fields, created_at, seal)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, c.HLC, c.Prev, c.Model, c.Record, int64(c.Op), fields, l.nowMS(),
-			sealColumn(c, head.IsZero())); err != nil {
+		if err := l.w.exec(`INSERT INTO log.shared_changes (hlc, prev, model, record, op, fields, created_at, seal, base)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, c.HLC, c.Prev, c.Model, c.Record, int64(c.Op), fields, l.nowMS(),
+			sealColumn(c, head.IsZero()), c.Base); err != nil {
 			return err
 		}
 	}
@@ -131,7 +132,7 @@ func sealColumn(c *messages.SharedChange, unsealed bool) any {
 	return nil
 }
 
-const logCols = `hlc, prev, model, record, op, fields, seal, digest`
+const logCols = `hlc, prev, model, record, op, fields, seal, digest, base`
 
 // scanLogEntry reads a row of logCols; segmentEnd reports whether
 // ends its segment (sealed or not).
@@ -157,6 +158,9 @@ func scanLogChange(s *sqlite3.Stmt, c messages.SharedChange) (messages.SharedCha
 	c.Model = s.ColumnText(2)
 	c.Record = columnUUID(s, 3)
 	c.Op = messages.ChangeOp(s.ColumnInt64(4))
+	if c.Base, err = columnHLC(s, 8); err != nil {
+		return c, err
+	}
 	if d := s.ColumnRawBlob(7); len(d) > 0 {
 		c.Digest = append([]byte(nil), d...) // elided: no body here, perhaps hints (ElideChange)
 		if f := s.ColumnRawBlob(5); len(f) > 0 {
@@ -363,9 +367,9 @@ func (tx *txn) logRelayed(c *messages.SharedChange, unsealed bool) error {
 	if c.Elided() {
 		digest = c.Digest // this device does not take its model: it relays it elided
 	}
-	if err := tx.c.exec(`INSERT INTO log.shared_changes (hlc, prev, model, record, op, fields, created_at, seal, digest)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hlc) DO UPDATE SET seal = coalesce(seal, excluded.seal)`,
-		c.HLC, c.Prev, c.Model, c.Record, int64(c.Op), fields, tx.l.nowMS(), sealColumn(c, unsealed), digest); err != nil {
+	if err := tx.c.exec(`INSERT INTO log.shared_changes (hlc, prev, model, record, op, fields, created_at, seal, digest, base)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hlc) DO UPDATE SET seal = coalesce(seal, excluded.seal)`,
+		c.HLC, c.Prev, c.Model, c.Record, int64(c.Op), fields, tx.l.nowMS(), sealColumn(c, unsealed), digest, c.Base); err != nil {
 		return fmt.Errorf("relay log: %w", err)
 	}
 	if tx.relayed[origin] {

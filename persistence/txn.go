@@ -14,6 +14,10 @@ type txn struct {
 	l   *Library
 	c   *conn
 	res *ApplyResult
+	// journaled: a conflict was journaled; finish prunes the journal.
+	// conflicts counts them by model (Options.OnConflicts).
+	journaled bool
+	conflicts map[string]int
 
 	maxHLC  messages.HLC // largest HLC written (kv max_hlc)
 	selfMax messages.HLC // largest HLC of an own state write
@@ -162,6 +166,11 @@ func (tx *txn) finish() error {
 	}
 	if err := tx.finishDigests(); err != nil {
 		return err
+	}
+	if tx.journaled {
+		if err := pruneJournal(tx.c, tx.l.opts.Journal, tx.l.wall()); err != nil {
+			return fmt.Errorf("prune journal: %w", err)
+		}
 	}
 	if tx.maxHLC.Compare(tx.l.maxStored) > 0 {
 		if err := tx.c.exec(`INSERT INTO kv (key, value) VALUES ('max_hlc', ?)

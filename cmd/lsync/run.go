@@ -151,7 +151,7 @@ stderr, starting with "lsync: ".
 	root.AddCommand(
 		newInitCmd(g), newServeCmd(g), newDeviceCmd(g), newLibraryCmd(g), newNetworkCmd(g),
 		newLocationCmd(g), newTagCmd(g), newAlbumCmd(g), newMetaCmd(g), newQueryCmd(g),
-		newSyncCmd(g), newWatchCmd(g), newDemoCmd(g), newLogCmd(g), newRevertCmd(g), newUICmd(g), newVersionCmd(g),
+		newSyncCmd(g), newWatchCmd(g), newDemoCmd(g), newLogCmd(g), newRevertCmd(g), newConflictsCmd(g), newUICmd(g), newVersionCmd(g),
 	)
 	root.SetOut(g.stdout) // the completion command takes its writer now
 	addCompletionCmd(root)

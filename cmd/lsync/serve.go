@@ -35,8 +35,8 @@ const schemaEnv = "LSYNC_TEST_SCHEMA_VERSION"
 
 func newServeCmd(g *globals) *cobra.Command {
 	var listen, metrics, level, format, ui, bandwidthFlag string
-	var pageSize, logKeep, discPort int
-	var logMaxAge time.Duration
+	var pageSize, logKeep, discPort, conflictsKeep int
+	var logMaxAge, conflictsMaxAge time.Duration
 	var disc bool
 	cmd := &cobra.Command{
 		Use:   "serve [--listen ADDR] [--metrics ADDR]",
@@ -95,13 +95,20 @@ interface, e.g. 127.255.255.255:PORT to the daemons of this host only.`,
 			if logMaxAge < time.Second {
 				return usageErrorf("--log-max-age %s: want at least 1s", logMaxAge)
 			}
+			if conflictsKeep < 1 {
+				return usageErrorf("--conflicts-keep %d: want at least 1", conflictsKeep)
+			}
+			if conflictsMaxAge < time.Second {
+				return usageErrorf("--conflicts-max-age %s: want at least 1s", conflictsMaxAge)
+			}
 			dcfg, err := discoveryConfig(disc, discPort)
 			if err != nil {
 				return err
 			}
 			return serve(cmd.Context(), g, serveOptions{listen: listen, metrics: metrics, level: lvl, logJSON: format == "json", pageSize: pageSize, bandwidth: bandwidth,
 				ui: ui, uiDefault: !cmd.Flags().Changed("ui"), discovery: dcfg,
-				retention: persistence.RetentionPolicy{MaxEntries: logKeep, MaxAge: logMaxAge}})
+				retention: persistence.RetentionPolicy{MaxEntries: logKeep, MaxAge: logMaxAge},
+				journal:   persistence.JournalPolicy{MaxEntries: conflictsKeep, MaxAge: conflictsMaxAge}})
 		}),
 	}
 	cmd.Flags().StringVar(&listen, "listen", defaultListen, "QUIC (UDP) address to listen on for peers")
@@ -115,6 +122,8 @@ interface, e.g. 127.255.255.255:PORT to the daemons of this host only.`,
 	cmd.Flags().StringVar(&bandwidthFlag, "bandwidth-limit", "0", "cap outgoing sync traffic at this RATE, as lsync sync limit --up takes it (0: no cap), unless sync limit set one")
 	cmd.Flags().IntVar(&logKeep, "log-keep", 10_000, "shared changes kept for partners that have not acknowledged them (a partner away longer takes the shared state instead)")
 	cmd.Flags().DurationVar(&logMaxAge, "log-max-age", 7*24*time.Hour, "shared changes older than this are pruned whoever has not acknowledged them")
+	cmd.Flags().IntVar(&conflictsKeep, "conflicts-keep", persistence.DefaultJournalEntries, "entries the conflict journal keeps per library (lsync conflicts), newest first")
+	cmd.Flags().DurationVar(&conflictsMaxAge, "conflicts-max-age", persistence.DefaultJournalAge, "conflict journal entries older than this are pruned")
 	return cmd
 }
 
@@ -142,6 +151,7 @@ type serveOptions struct {
 	ui        string
 	uiDefault bool // ui is the default: a busy port only warns
 	retention persistence.RetentionPolicy
+	journal   persistence.JournalPolicy
 	discovery actors.DiscoveryConfig
 }
 
@@ -195,6 +205,7 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 		QUIC:      actors.QUICOptions{SchemaVersion: schema, BandwidthLimit: opt.bandwidth},
 		Sync:      actors.SyncConfig{PageSize: opt.pageSize},
 		Retention: opt.retention,
+		Journal:   opt.journal,
 		Discovery: opt.discovery,
 	})
 	if err != nil {

@@ -37,6 +37,7 @@ import (
 
 	"github.com/lsync/lsync/actors"
 	"github.com/lsync/lsync/net"
+	"github.com/lsync/lsync/persistence"
 )
 
 const (
@@ -291,6 +292,10 @@ func (u *uiServer) routes() http.Handler {
 	return mux
 }
 
+// uiConflicts is how many recent conflicts the status page shows per
+// library.
+const uiConflicts = 10
+
 // uiStatus is what /api/status answers: device show, network peers,
 // network nearby, library list, and per open library sync status and members.
 type uiStatus struct {
@@ -314,7 +319,10 @@ type uiLibrary struct {
 	libraryInfo
 	Status  *actors.Status `json:"status,omitempty"`
 	Members []uiMember     `json:"members,omitempty"`
-	Problem string         `json:"problem,omitempty"` // why its status could not be read
+	// Conflicts are the newest entries of the conflict journal (at most
+	// uiConflicts; lsync conflicts lists them all).
+	Conflicts []conflictEntry `json:"conflicts,omitempty"`
+	Problem   string          `json:"problem,omitempty"` // why its status could not be read
 }
 
 type uiMember struct {
@@ -402,6 +410,13 @@ func (u *uiServer) library(ctx context.Context, ul *uiLibrary, now time.Time) er
 		}
 	}
 	ul.Status.Shared, ul.Status.SharedRows = last.vs, last.rows
+	ks, err := lib.Conflicts(ctx, persistence.ConflictQuery{Limit: uiConflicts})
+	if err != nil {
+		return err
+	}
+	if ul.Conflicts, err = conflictEntries(ctx, lib, ks); err != nil {
+		return err
+	}
 	ms, err := hMembers(ctx, u.s, lib, libArgs{}, nil)
 	if err != nil {
 		return err

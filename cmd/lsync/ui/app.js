@@ -182,9 +182,24 @@ function renderLibrary(l) {
       <tbody>${members.join("")}</tbody></table>
     ${revoked.length ? `<table class="revocations"><thead><tr><th>Revoked device</th><th>By</th><th>At</th><th>Reason</th></tr></thead>
       <tbody>${revoked.join("")}</tbody></table>` : ""}
+    ${renderConflicts(l.conflicts)}
     ${verif.length ? `<table class="verifications"><thead><tr><th>Owner</th><th>Verification</th><th>Watermark</th><th>Reason</th><th>Last repair</th></tr></thead>
       <tbody>${verif.join("")}</tbody></table>` : ""}
   </div>`;
+}
+
+// Recent conflicts: values that lost a concurrent edit (lsync conflicts).
+function renderConflicts(cs) {
+  if (!cs || !cs.length) return "";
+  const val = (v) => v == null ? "(none)" : typeof v === "string" ? `"${v}"` : String(v);
+  const rows = cs.map((c) => `<tr class="conflict" data-id="${esc(String(c.id))}">
+      <td>${esc(String(c.id))}</td><td>${esc(ago(c.at))}</td>
+      <td>${esc(c.model)} ${esc(c.record_name ? `"${c.record_name}"` : short(c.record))}</td><td>${esc(c.field)}</td>
+      <td class="lost">${esc(val(c.value))} <span class="muted">by ${esc(c.lost_by_name || short(c.lost_by))}</span></td>
+      <td>${esc(val(c.current))} <span class="muted">by ${esc(c.won_by_name || short(c.won_by))}</span></td></tr>`);
+  return `<h4>Recent conflicts</h4><table class="conflicts"><thead><tr><th>ID</th><th>When</th><th>Row</th><th>Field</th><th>Lost</th><th>Kept</th></tr></thead>
+      <tbody>${rows.join("")}</tbody></table>
+    <p class="muted">Put a value back: <code>lsync conflicts restore LIB ID</code>.</p>`;
 }
 
 function render(s) {
