@@ -201,7 +201,7 @@ func (tx *txn) settleRevocations() error {
 		if o, ok := old[dev]; ok && o.HLC == r.HLC && o.RemoveRows == r.RemoveRows {
 			continue
 		}
-		if err := tx.purgeRevoked(r); err != nil {
+		if err := tx.purgeRevoked(r, counted); err != nil {
 			return fmt.Errorf("remove what revoked %s wrote: %w", dev, err)
 		}
 	}
@@ -218,8 +218,9 @@ func (l *Library) installRevocations(counted *map[messages.DeviceID]Revocation, 
 	l.revRefused.Store(refused)
 }
 
-// purgeRevoked removes what r's device wrote that r refuses.
-func (tx *txn) purgeRevoked(r Revocation) error {
+// purgeRevoked removes what r's device wrote that r refuses; counted is
+// every revocation that counts (r among them).
+func (tx *txn) purgeRevoked(r Revocation, counted map[messages.DeviceID]Revocation) error {
 	// Device-owned rows, children first.
 	order := tx.l.reg.Order()
 	slices.Reverse(order)
@@ -246,7 +247,7 @@ func (tx *txn) purgeRevoked(r Revocation) error {
 		if mi.Kind != Shared || name == ModelRevocation {
 			continue
 		}
-		if err := tx.purgeShared(mi, r); err != nil {
+		if err := tx.purgeShared(mi, r, counted); err != nil {
 			return err
 		}
 	}
@@ -287,43 +288,148 @@ func (tx *txn) purgeOwned(mi *modelInfo, own ownerRef, r Revocation) error {
 	return nil
 }
 
-// purgeShared unwrites the fields of mi that r's device wrote after r.
-func (tx *txn) purgeShared(mi *modelInfo, r Revocation) error {
+// purgeShared unwrites what r's device wrote of mi's rows after r (its
+// fields and its deletes), and rebuilds what those writes had replaced
+// from the changes the log holds of the row (every origin's, each one's
+// back to its retention cap), leaving out whatever a counted revocation
+// refuses: a member that took the revoked device's write before the
+// revocation ends as one that refused it, where its log holds what the
+// write overwrote. Where it does not (pruned, or the row came as a
+// backfill's state), the field is left empty.
+func (tx *txn) purgeShared(mi *modelInfo, r Revocation, counted map[messages.DeviceID]Revocation) error {
+	refused := func(h messages.HLC) bool {
+		return messages.DeviceID(h.Device) == r.Device && h.Compare(r.HLC) > 0
+	}
+	hit := map[messages.UUID]bool{}
 	var uuids []messages.UUID
-	if err := tx.c.query(`SELECT uuid FROM `+mi.table, nil, func(s *sqlite3.Stmt) error {
-		uuids = append(uuids, columnUUID(s, 0))
+	add := func(u messages.UUID) {
+		if !hit[u] {
+			hit[u] = true
+			uuids = append(uuids, u)
+		}
+	}
+	if err := tx.c.query(`SELECT uuid, hlc FROM `+mi.table, nil, func(s *sqlite3.Stmt) error {
+		h, err := columnHLC(s, 1)
+		if err != nil {
+			return err
+		}
+		// The row HLC is its newest field's: a row whose fields r refuses
+		// has one of the device's after r (checked field by field below).
+		if messages.DeviceID(h.Device) == r.Device || h.Compare(r.HLC) > 0 {
+			add(columnUUID(s, 0))
+		}
 		return nil
 	}); err != nil {
 		return fmt.Errorf("%s rows: %w", mi.Name, err)
 	}
+	if tx.l.tombs[mi.Name] != 0 {
+		if err := tx.c.query(`SELECT uuid, hlc FROM tombstones WHERE model = ?`, []any{mi.Name}, func(s *sqlite3.Stmt) error {
+			h, err := columnHLC(s, 1)
+			if err != nil {
+				return err
+			}
+			if refused(h) {
+				add(columnUUID(s, 0))
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("%s tombstones: %w", mi.Name, err)
+		}
+	}
+	type fix struct {
+		id     int64
+		row    *lwwRow
+		tomb   *tombstone
+		before bool // an edge of the tag graph before
+	}
+	fixes := map[messages.UUID]*fix{}
+	var order []messages.UUID
 	for _, u := range uuids {
 		id, row, err := tx.loadShared(mi, u)
 		if err != nil {
 			return err
 		}
+		tb, err := tx.getTomb(mi, u)
+		if err != nil {
+			return err
+		}
+		f := &fix{id: id, row: row, tomb: tb}
+		if tb != nil {
+			row.tomb = tb.hlc
+		}
+		f.before = row.exists() && mi.derived == derivedTagEdge && row.vals[mi.edgeParentCol] != nil && row.vals[mi.edgeChildCol] != nil
 		changed := false
 		for i, h := range row.hlcs {
-			if messages.DeviceID(h.Device) == r.Device && h.Compare(r.HLC) > 0 {
+			if refused(h) {
 				row.vals[i], row.hlcs[i] = nil, messages.HLC{}
 				changed = true
 			}
 		}
-		if !changed {
-			continue
+		if refused(row.tomb) {
+			row.tomb = messages.HLC{}
+			changed = true
 		}
-		tx.wrote(mi)
+		if changed {
+			fixes[u] = f
+			order = append(order, u)
+		}
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	// Replay what the log holds of those rows, but what is refused: LWW
+	// makes the fields no refused write touched ignore it.
+	if err := tx.c.query(`SELECT `+logCols+` FROM log.shared_changes WHERE model = ? ORDER BY hlc`, []any{mi.Name}, func(s *sqlite3.Stmt) error {
+		c, _, err := scanLogEntry(s)
+		if err != nil {
+			return err
+		}
+		f := fixes[c.Record]
+		if f == nil || RevokedAfter(counted, messages.DeviceID(c.HLC.Device), c.HLC, false) {
+			return nil
+		}
+		set, err := sharedInput(mi, &c)
+		if err != nil {
+			return nil // refused when it came: it did not count then either
+		}
+		f.row.apply(c.Op, c.HLC, set)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("%s: replay the log: %w", mi.Name, err)
+	}
+	tx.wrote(mi)
+	for _, u := range order {
+		f := fixes[u]
 		if mi.derived == derivedTagEdge {
-			tx.touchEdge(u, true)
+			tx.touchEdge(u, f.before)
 		}
-		if row.rowHLC().IsZero() {
-			err = tx.c.exec(mi.sql.delete, id)
-		} else {
-			err = tx.storeShared(mi, mi.sql.sharedUpdate, u, row, id)
+		if f.tomb != nil && f.tomb.hlc != f.row.tomb {
+			if err := tx.delTomb(mi, u); err != nil {
+				return fmt.Errorf("unwrite %s %s: %w", mi.Name, u, err)
+			}
+			f.tomb = nil
+		}
+		if !f.row.tomb.IsZero() && f.tomb == nil {
+			if err := tx.putTomb(mi, u, 0, f.row.tomb, f.row.tomb, false); err != nil {
+				return err
+			}
+		}
+		var err error
+		switch {
+		case f.row.exists() && f.id == 0:
+			err = tx.storeShared(mi, mi.sql.sharedInsert, u, f.row, 0)
+		case f.row.exists():
+			err = tx.storeShared(mi, mi.sql.sharedUpdate, u, f.row, f.id)
+		case f.id != 0:
+			err = tx.c.exec(mi.sql.delete, f.id)
+			if err == nil && mi.journals() {
+				err = tx.c.exec(`DELETE FROM field_bases WHERE model = ? AND uuid = ?`, mi.Name, u)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("unwrite %s %s: %w", mi.Name, u, err)
 		}
-		tx.change(mi.Name, u, row.rowHLC().IsZero())
+		tx.change(mi.Name, u, !f.row.exists())
 	}
 	return nil
 }
