@@ -107,6 +107,9 @@ type Library struct {
 	// afterLogAppend, when set by a test, runs between the log append and
 	// the apply of CommitShared; an error simulates a crash there.
 	afterLogAppend func() error
+	// beforeLogCommit, when set by a test, runs before the log append
+	// commits: an error rolls it back (a crash before the commit).
+	beforeLogCommit func() error
 	// elems builds the digest elements of the rows the writer writes.
 	elems *elementEncoder
 

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -242,4 +243,63 @@ func TestPropertyRevertConverges(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A revert cut short after its changes are logged (a SIGKILL between the
+// log append and the apply) is whole after the restart: every deleted tag
+// is back, none half; and planned again it has nothing left to do. One
+// cut before the log append commits leaves nothing of it.
+func TestRevertInterruptedIsWholeOrNothing(t *testing.T) {
+	b := newLib(t, devB)
+	cs := commitTags(t, b, 12)
+	opts := Options{Self: devA}
+	a := newLibOpts(t, opts)
+	applyChain(t, a, cs...)
+	time.Sleep(5 * time.Millisecond)
+	var dels []messages.SharedChange
+	for i := range 12 {
+		c, _, err := b.CommitShared(ModelTag, cs[i].Record, messages.OpDelete, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dels = append(dels, c)
+	}
+	applyChain(t, a, dels...)
+	since := time.UnixMilli(int64(dels[0].HLC.Timestamp))
+	plan, err := a.PlanRevert(devB, since)
+	if err != nil || len(plan.Writes) != 12 {
+		t.Fatalf("plan: %d writes, %v", len(plan.Writes), err)
+	}
+
+	// Cut before the log append commits: nothing of it.
+	crash := errors.New("simulated crash")
+	a.beforeLogCommit = func() error { return crash }
+	if _, _, err := a.CommitSharedBatch(plan.Writes); !errors.Is(err, crash) {
+		t.Fatalf("err = %v", err)
+	}
+	a.beforeLogCommit = nil
+	a = reopen(t, a, opts)
+	if n := len(rows(t, a, ModelTag)); n != 0 {
+		t.Fatalf("%d tags after a revert cut before its log committed", n)
+	}
+	if got, _, _, _ := a.LogSince(messages.HLC{}, 0); len(got) != 0 {
+		t.Fatalf("%d changes of the cut revert logged", len(got))
+	}
+
+	// Cut after: every tag back at the restart.
+	a.afterLogAppend = func() error { return crash }
+	if _, _, err := a.CommitSharedBatch(plan.Writes); !errors.Is(err, crash) {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(rows(t, a, ModelTag)); n != 0 {
+		t.Fatalf("%d tags before the restart: the hook did not stop the apply", n)
+	}
+	a = reopen(t, a, opts)
+	if n := len(rows(t, a, ModelTag)); n != 12 {
+		t.Fatalf("%d of 12 tags back after the restart", n)
+	}
+	again, err := a.PlanRevert(devB, since)
+	if err != nil || len(again.Writes) != 0 {
+		t.Fatalf("planned again: %d writes, %v", len(again.Writes), err)
+	}
 }

@@ -99,6 +99,11 @@ func (l *Library) appendLogLocked(cs []messages.SharedChange, head messages.Chai
 			return err
 		}
 	}
+	if l.beforeLogCommit != nil {
+		if err := l.beforeLogCommit(); err != nil {
+			return err
+		}
+	}
 	if err := l.w.c.Exec(`COMMIT`); err != nil {
 		return err
 	}
