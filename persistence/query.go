@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 
 	"github.com/ncruces/go-sqlite3"
 
@@ -706,4 +707,33 @@ func (l *Library) Owners() ([]messages.DeviceID, error) {
 		return nil, fmt.Errorf("owners: %w", err)
 	}
 	return out, nil
+}
+
+// Newest returns up to limit rows of the device-owned model whose column
+// col equals v, the largest by the integer column by first (the status
+// page's last revert of the audit log), without reading the rest.
+func (l *Library) Newest(model, col string, v any, by string, limit int) ([]Row, error) {
+	mi, err := l.reg.model(model)
+	if err != nil {
+		return nil, fmt.Errorf("newest: %w", err)
+	}
+	ci, okc := mi.colIdx[col]
+	bi, okb := mi.colIdx[by]
+	if mi.Kind != DeviceOwned || !okc || !okb || mi.Columns[bi].Type != TypeInt {
+		return nil, fmt.Errorf("newest %s by %s where %s: %w", model, by, col, ErrBadValue)
+	}
+	q, ok := strings.CutSuffix(mi.sql.query, " ORDER BY t.uuid")
+	if !ok {
+		return nil, fmt.Errorf("newest %s: unexpected query %q", model, mi.sql.query)
+	}
+	q += fmt.Sprintf(" AND t.%s = ? ORDER BY t.%s DESC, t.uuid DESC LIMIT %d", quote(mi.sqlCol[ci]), quote(mi.sqlCol[bi]), max(limit, 1))
+	var rows []Row
+	err = l.withReader(func(c *conn) error {
+		rows, err = queryRows(c, mi, q, []any{v})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("newest %s: %w", model, err)
+	}
+	return rows, nil
 }

@@ -86,21 +86,7 @@ func TestE2EConflictJournal(t *testing.T) {
 	}
 
 	// The status page's JSON carries the recent conflicts.
-	var info deviceInfo
-	c.mustJSON(&info, "device", "show")
-	if info.UI == "" {
-		t.Fatal("device show: no status page")
-	}
-	resp, err := http.Get(strings.TrimSuffix(info.UI, "/") + "/api/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st uiStatus
-	err = json.NewDecoder(resp.Body).Decode(&st)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := statusPage(t, c)
 	found := false
 	for _, ul := range st.Libraries {
 		found = found || ul.UUID == lib && len(ul.Conflicts) == 1 && ul.Conflicts[0].Value == loser && ul.Conflicts[0].RecordName == winner
@@ -134,4 +120,24 @@ func TestE2EConflictJournal(t *testing.T) {
 	if len(es) != 0 {
 		t.Fatalf("C journal after its restore: %+v", es)
 	}
+}
+
+// statusPage reads d's status page JSON (/api/status).
+func statusPage(t *testing.T, d *daemon) uiStatus {
+	t.Helper()
+	var info deviceInfo
+	d.mustJSON(&info, "device", "show")
+	if info.UI == "" {
+		t.Fatalf("%s: device show: no status page", d.name)
+	}
+	resp, err := http.Get(strings.TrimSuffix(info.UI, "/") + "/api/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st uiStatus
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("%s: /api/status: %v", d.name, err)
+	}
+	return st
 }

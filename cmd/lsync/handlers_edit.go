@@ -314,16 +314,11 @@ func hLog(ctx context.Context, s *server, lib *actors.Library, a logArgs, _ func
 		if len(targets) > 0 && !targets[target] || onlyDev != "" && str(r, "device_uuid") != onlyDev {
 			continue
 		}
-		at, _ := r["created_at"].(int64)
-		if f, ok := r["created_at"].(float64); ok {
-			at = int64(f)
-		}
-		if !since.IsZero() && time.UnixMilli(at).Before(since) {
+		e := auditOf(r, names)
+		if !since.IsZero() && e.Time.Before(since) {
 			continue
 		}
-		out = append(out, auditEntry{UUID: str(r, "uuid"), Time: time.UnixMilli(at).UTC(), Device: str(r, "device_uuid"),
-			DeviceName: names[str(r, "device_uuid")], Action: str(r, "action"), TargetModel: str(r, "target_model"),
-			Target: target, Detail: str(r, "detail")})
+		out = append(out, e)
 	}
 	// Newest first; rows of one millisecond in a fixed order.
 	slices.SortFunc(out, func(a, b auditEntry) int {
@@ -333,6 +328,22 @@ func hLog(ctx context.Context, s *server, lib *actors.Library, a logArgs, _ func
 		out = out[:a.Limit]
 	}
 	return out, nil
+}
+
+// auditOf is an audit_log row as lsync log prints it; names are the
+// library's device names by uuid.
+func auditOf(r persistence.Row, names map[string]string) auditEntry {
+	at, _ := r["created_at"].(int64)
+	if f, ok := r["created_at"].(float64); ok {
+		at = int64(f)
+	}
+	e := auditEntry{UUID: str(r, "uuid"), Time: time.UnixMilli(at).UTC(), Device: str(r, "device_uuid"),
+		DeviceName: names[str(r, "device_uuid")], Action: str(r, "action"), TargetModel: str(r, "target_model"),
+		Target: str(r, "target_uuid"), Detail: str(r, "detail")}
+	if e.TargetModel == persistence.ModelDevice {
+		e.TargetName = names[e.Target]
+	}
+	return e
 }
 
 // hMembers lists every device the library knows of: the devices with a

@@ -489,6 +489,7 @@ type auditEntry struct {
 	Action      string    `json:"action"`
 	TargetModel string    `json:"target_model,omitempty"`
 	Target      string    `json:"target,omitempty"`
+	TargetName  string    `json:"target_name,omitempty"` // the target's name, where the log knows it
 	Detail      string    `json:"detail,omitempty"`
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -14,7 +15,9 @@ import (
 // member, as alpha's own changes.
 func TestE2ERevertUndoesABulkTagDelete(t *testing.T) {
 	needBinary(t)
-	a, b, c := startDaemon(t, "alpha"), startDaemon(t, "bravo"), startDaemon(t, "charlie")
+	a, b, c := startDaemon(t, "alpha"), startDaemon(t, "bravo"), initDaemon(t, "charlie")
+	c.args = []string{"--ui", "127.0.0.1:0"} // charlie's status page shows the revert
+	c.start("127.0.0.1:0")
 	pair(t, a, b)
 	pair(t, a, c)
 	pair(t, b, c)
@@ -84,6 +87,24 @@ func TestE2ERevertUndoesABulkTagDelete(t *testing.T) {
 	a.mustJSON(&history, "log", lib, "--device", "alpha")
 	if len(history) == 0 || history[0].Action != "device.revert" {
 		t.Fatalf("alpha's history: %+v", history)
+	}
+	// Every member's status page says who undid whose changes (the audit
+	// row is alpha's and syncs).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var last *auditEntry
+		for _, ul := range statusPage(t, c).Libraries {
+			if ul.UUID == lib {
+				last = ul.LastRevert
+			}
+		}
+		if last != nil && last.DeviceName == "alpha" && last.TargetName == "bravo" && strings.Contains(last.Detail, "4 rows") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("charlie's status page: last revert %+v", last)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	// Bad input: one line, exit 2 or 1.
 	a.mustFail(exitUsage, "--since", "revert", lib, "--device", "bravo", "--since", "yesterday-ish")

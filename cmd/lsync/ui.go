@@ -322,7 +322,10 @@ type uiLibrary struct {
 	// Conflicts are the newest entries of the conflict journal (at most
 	// uiConflicts; lsync conflicts lists them all).
 	Conflicts []conflictEntry `json:"conflicts,omitempty"`
-	Problem   string          `json:"problem,omitempty"` // why its status could not be read
+	// LastRevert is the newest `lsync revert` any member wrote (from the
+	// audit log): who undid whose changes, since when, how many rows.
+	LastRevert *auditEntry `json:"last_revert,omitempty"`
+	Problem    string      `json:"problem,omitempty"` // why its status could not be read
 }
 
 type uiMember struct {
@@ -415,6 +418,9 @@ func (u *uiServer) library(ctx context.Context, ul *uiLibrary, now time.Time) er
 		return err
 	}
 	if ul.Conflicts, err = conflictEntries(ctx, lib, ks); err != nil {
+		return err
+	}
+	if ul.LastRevert, err = lastRevert(ctx, lib); err != nil {
 		return err
 	}
 	ms, err := hMembers(ctx, u.s, lib, libArgs{}, nil)
@@ -542,4 +548,20 @@ func (f *eventFeed) lastSeen() map[string]time.Time {
 		m[k] = v
 	}
 	return m
+}
+
+// lastRevert is the newest revert in the library's audit log, with the
+// names of the device that wrote it and of the device it undid; nil if
+// none.
+func lastRevert(ctx context.Context, lib *actors.Library) (*auditEntry, error) {
+	rs, err := lib.Store().Newest(persistence.ModelAuditLog, "action", actors.AuditRevert, "created_at", 1)
+	if err != nil || len(rs) == 0 {
+		return nil, err
+	}
+	names, err := deviceNames(ctx, lib)
+	if err != nil {
+		return nil, err
+	}
+	e := auditOf(rs[0], names)
+	return &e, nil
 }

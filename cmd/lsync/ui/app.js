@@ -183,6 +183,7 @@ function renderLibrary(l) {
     ${revoked.length ? `<table class="revocations"><thead><tr><th>Revoked device</th><th>By</th><th>At</th><th>Reason</th></tr></thead>
       <tbody>${revoked.join("")}</tbody></table>` : ""}
     ${renderConflicts(l.conflicts)}
+    ${renderRevert(l.last_revert)}
     ${verif.length ? `<table class="verifications"><thead><tr><th>Owner</th><th>Verification</th><th>Watermark</th><th>Reason</th><th>Last repair</th></tr></thead>
       <tbody>${verif.join("")}</tbody></table>` : ""}
   </div>`;
@@ -200,6 +201,14 @@ function renderConflicts(cs) {
   return `<h4>Recent conflicts</h4><table class="conflicts"><thead><tr><th>ID</th><th>When</th><th>Row</th><th>Field</th><th>Lost</th><th>Kept</th></tr></thead>
       <tbody>${rows.join("")}</tbody></table>
     <p class="muted">Put a value back: <code>lsync conflicts restore LIB ID</code>.</p>`;
+}
+
+// The newest revert any member wrote (lsync revert): who undid whose
+// changes, since when, how many rows.
+function renderRevert(r) {
+  if (!r) return "";
+  return `<p class="last-revert">Last revert: <b>${esc(r.device_name || short(r.device))}</b> undid the changes of
+    <b>${esc(r.target_name || short(r.target))}</b> (${esc(r.detail || "")}), ${esc(ago(r.time))}.</p>`;
 }
 
 function render(s) {
