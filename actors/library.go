@@ -54,9 +54,10 @@ type libraryActor struct {
 	ackDirty map[messages.DeviceID]bool
 	// ackSent is the last ack sent to each origin on its connection: an
 	// ack that says no more is not sent again (an idle group's periodic
-	// catch-ups sent one each, a third of its traffic). The origin
-	// records an ack only when it moves forward.
-	ackSent  map[messages.DeviceID]messages.HLC
+	// catch-ups sent one each, a third of its traffic) until ackResend has
+	// passed, in case it was lost on a connection that stayed up. The
+	// origin records an ack only when it moves forward.
+	ackSent  map[messages.DeviceID]sentAck
 	views    map[messages.DeviceID]*partnerView // what each partner was reported and needs reported (reports.go)
 	ackTimer *time.Timer
 	// The relay (relay.go): each partner's last report, the pulls it
@@ -251,7 +252,7 @@ func (a *libraryActor) start(ctx actor.Context) {
 	a.retryAt = map[messages.DeviceID]*time.Timer{}
 	a.pending = map[messages.DeviceID][]messages.SharedChange{}
 	a.ackDirty = map[messages.DeviceID]bool{}
-	a.ackSent = map[messages.DeviceID]messages.HLC{}
+	a.ackSent = map[messages.DeviceID]sentAck{}
 	a.views = map[messages.DeviceID]*partnerView{}
 	a.appliers = map[string]*actor.PID{}
 	// A library opens READY; only a change from there is an event.

@@ -419,13 +419,26 @@ func (a *libraryActor) flushAcks(ctx actor.Context) {
 			continue
 		}
 		wm := a.lib.SharedWatermark(origin)
-		if wm.IsZero() || a.ackSent[origin] == wm {
+		if last := a.ackSent[origin]; wm.IsZero() || last.upTo == wm && time.Since(last.at) < ackResend {
 			delete(a.ackDirty, origin)
 			continue
 		}
 		if a.sendTo(ctx, origin, &messages.AckSharedChanges{From: a.n.self, Origin: origin, UpTo: wm}) {
 			delete(a.ackDirty, origin)
-			a.ackSent[origin] = wm
+			a.ackSent[origin] = sentAck{upTo: wm, at: time.Now()}
 		}
 	}
+}
+
+// ackResend is how long an ack that says no more than the last one sent
+// waits before it is sent again: QUIC does not lose a message on a
+// connection that stays up, but a lost one (a stream reset, the
+// simulation's faults) would otherwise hold the origin's log unpruned
+// until the connection breaks.
+const ackResend = 2 * time.Minute
+
+// sentAck is the last ack sent to an origin, and when.
+type sentAck struct {
+	upTo messages.HLC
+	at   time.Time
 }
