@@ -33,12 +33,15 @@ type Status struct {
 	Widening []WideningPart `json:"widening,omitempty"`
 	// Join: the path this library's join took and why (since the node
 	// started).
-	Join             *JoinChoice    `json:"join,omitempty"`
-	StateWatermarks  []Watermark    `json:"state_watermarks"`
-	SharedWatermarks []Watermark    `json:"shared_watermarks"`
-	LogSize          int            `json:"log_size"`
-	LastLogged       string         `json:"last_logged,omitempty"`
-	Parked           map[string]int `json:"parked"`
+	Join             *JoinChoice `json:"join,omitempty"`
+	StateWatermarks  []Watermark `json:"state_watermarks"`
+	SharedWatermarks []Watermark `json:"shared_watermarks"`
+	LogSize          int         `json:"log_size"`
+	// HistorySize: pruned shared changes kept for lsync revert
+	// (persistence/history.go).
+	HistorySize int            `json:"history_size"`
+	LastLogged  string         `json:"last_logged,omitempty"`
+	Parked      map[string]int `json:"parked"`
 	// Held is the part of Parked held by remote deletes in case their
 	// parent comes back (persistence doc.go), not waiting for anything.
 	Held     map[string]int  `json:"held"`
@@ -234,6 +237,9 @@ func (a *libraryActor) status() (*Status, error) {
 		st.SharedWatermarks = append(st.SharedWatermarks, Watermark{Device: w.Origin, HLC: w.HLC.String()})
 	}
 	if st.LogSize, err = a.lib.LogCount(); err != nil {
+		return nil, err
+	}
+	if st.HistorySize, err = a.lib.HistorySize(); err != nil {
 		return nil, err
 	}
 	if h := a.lib.LastLogged(); !h.IsZero() {

@@ -76,6 +76,10 @@ type RetentionPolicy struct {
 	MaxAge          time.Duration // shared log entries older than this are pruned regardless (0: 7 days)
 	TombstoneMaxAge time.Duration // tombstones acknowledged by every partner are dropped after this (0: 30 days)
 	ParkedMaxAge    time.Duration // records parked this long, their parent never arriving, are dropped (0: 7 days)
+	// The change history (history.go): pruned shared changes kept for
+	// lsync revert (0: DefaultHistoryEntries, DefaultHistoryAge).
+	HistoryMaxEntries int
+	HistoryMaxAge     time.Duration
 }
 
 // Meta is library.json.

@@ -85,6 +85,7 @@ func (l *Library) hlcPlaces() []hlcPlace {
 		hlcPlace{name: "fk_parked", table: "fk_parked", col: "hlc", seed: true},
 		hlcPlace{name: "sync_log", table: "log.shared_changes", col: "hlc", seed: true},
 		hlcPlace{name: "sync_log prev", table: "log.shared_changes", col: "prev"},
+		hlcPlace{name: "history", table: "log.history", col: "hlc", seed: true},
 		hlcPlace{name: "last_logged", table: "log.log_meta", col: "value", where: "key = 'last_logged'", seed: true},
 		hlcPlace{name: "pruned_through", table: "log.log_meta", col: "value", where: "key = 'pruned_through'", seed: true},
 		hlcPlace{name: "acks", table: "log.peer_acks", col: "last_acked_hlc", seed: true},
@@ -111,7 +112,7 @@ type FutureReport struct {
 	Limit messages.HLC
 	// Found counts, per place, the HLCs beyond Limit: per model its rows
 	// ("entry"), a shared model's field HLCs ("tag fields"), tombstones
-	// ("tombstones/entry"), and fk_parked, sync_log, sync_log prev,
+	// ("tombstones/entry"), and fk_parked, sync_log, sync_log prev, history,
 	// last_logged, pruned_through, acks, state_watermarks,
 	// shared_watermarks, partner_watermarks, max_hlc.
 	Found map[string]int
@@ -242,6 +243,9 @@ func (l *Library) repairFuture(c *conn, rep *FutureReport) error {
 		// future on to other members: they go with the watermarks.
 		{"sync_log", `DELETE FROM log.shared_changes WHERE hlc > ? AND ` + originOf + ` != ?`, []any{limit, l.self}},
 		{"fk_parked", `DELETE FROM fk_parked WHERE hlc > ?`, []any{limit}},
+		// A change from the future in the history would be undone or
+		// restored by a revert as if it were the newest.
+		{"history", `DELETE FROM log.history WHERE hlc > ?`, []any{limit}},
 	} {
 		if err := c.exec(f.sql, f.args...); err != nil {
 			return fmt.Errorf("%s: %w", f.place, err)

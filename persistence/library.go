@@ -742,6 +742,12 @@ func (p RetentionPolicy) withDefaults() RetentionPolicy {
 	if p.ParkedMaxAge <= 0 {
 		p.ParkedMaxAge = 7 * 24 * time.Hour
 	}
+	if p.HistoryMaxEntries <= 0 {
+		p.HistoryMaxEntries = DefaultHistoryEntries
+	}
+	if p.HistoryMaxAge <= 0 {
+		p.HistoryMaxAge = DefaultHistoryAge
+	}
 	return p
 }
 

@@ -6,8 +6,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/ncruces/go-sqlite3"
-
 	"github.com/lsync/lsync/messages"
 )
 
@@ -20,9 +18,9 @@ import (
 //   - a row it created goes;
 //   - a field it set gets its earlier value back.
 //
-// What it knows of "before" is what the logs in sync.db hold: this
-// device's own changes and the other origins' it keeps to relay, each
-// back to its retention cap. Nothing is guessed: a row or a field whose
+// What it knows of "before" is what sync.db holds: the log (this
+// device's own changes and the other origins' it keeps to relay) and the
+// history of what was pruned from it (history.go), back to its caps. Nothing is guessed: a row or a field whose
 // earlier state is no longer held, and one someone else changed after the
 // device (its change is no longer the one that counts), is listed with
 // the reason and left as it is. A revert is one transaction: a SIGKILL
@@ -71,40 +69,28 @@ func (l *Library) PlanRevert(dev messages.DeviceID, since time.Time) (RevertPlan
 	history := map[key][]messages.SharedChange{} // every held change of a row the device changed, in HLC order
 	var touched []key
 	err := l.readTx(func(c *conn) error {
-		start, known, err := c.logStart(dev, l.self)
+		start, known, err := c.heldFrom(dev)
 		if err != nil {
 			return err
-		}
-		if !known {
-			start = messages.HLC{}
 		}
 		if known && start.Compare(from) > 0 {
 			plan.HeldFrom = start
 		}
-		if err := c.query(`SELECT `+logCols+` FROM log.shared_changes WHERE `+originOf+` = ? AND hlc >= ? ORDER BY hlc`,
-			[]any{dev, cmpHLC(from)}, func(s *sqlite3.Stmt) error {
-				e, _, err := scanLogEntry(s)
-				if err != nil {
-					return err
-				}
-				k := key{e.Model, e.Record}
-				if _, ok := history[k]; !ok {
-					history[k] = nil
-					touched = append(touched, k)
-				}
-				plan.Changes++
-				return nil
-			}); err != nil {
+		if err := c.heldChanges(originOf+` = ? AND hlc >= ?`, []any{dev, cmpHLC(from)}, func(e messages.SharedChange) error {
+			k := key{e.Model, e.Record}
+			if _, ok := history[k]; !ok {
+				history[k] = nil
+				touched = append(touched, k)
+			}
+			plan.Changes++
+			return nil
+		}); err != nil {
 			return err
 		}
 		if len(touched) == 0 {
 			return nil
 		}
-		return c.query(`SELECT `+logCols+` FROM log.shared_changes ORDER BY hlc`, nil, func(s *sqlite3.Stmt) error {
-			e, _, err := scanLogEntry(s)
-			if err != nil {
-				return err
-			}
+		return c.heldChanges(`1`, nil, func(e messages.SharedChange) error {
 			k := key{e.Model, e.Record}
 			if h, ok := history[k]; ok {
 				history[k] = append(h, e)

@@ -290,8 +290,8 @@ func (tx *txn) purgeOwned(mi *modelInfo, own ownerRef, r Revocation) error {
 
 // purgeShared unwrites what r's device wrote of mi's rows after r (its
 // fields and its deletes), and rebuilds what those writes had replaced
-// from the changes the log holds of the row (every origin's, each one's
-// back to its retention cap), leaving out whatever a counted revocation
+// from the changes the log and the history hold of the row (every
+// origin's, back to their caps), leaving out whatever a counted revocation
 // refuses: a member that took the revoked device's write before the
 // revocation ends as one that refused it, where its log holds what the
 // write overwrote. Where it does not (pruned, or the row came as a
@@ -377,13 +377,9 @@ func (tx *txn) purgeShared(mi *modelInfo, r Revocation, counted map[messages.Dev
 	if len(order) == 0 {
 		return nil
 	}
-	// Replay what the log holds of those rows, but what is refused: LWW
+	// Replay what is held of those rows, but what is refused: LWW
 	// makes the fields no refused write touched ignore it.
-	if err := tx.c.query(`SELECT `+logCols+` FROM log.shared_changes WHERE model = ? ORDER BY hlc`, []any{mi.Name}, func(s *sqlite3.Stmt) error {
-		c, _, err := scanLogEntry(s)
-		if err != nil {
-			return err
-		}
+	if err := tx.c.heldChanges(`model = ?`, []any{mi.Name}, func(c messages.SharedChange) error {
 		f := fixes[c.Record]
 		if f == nil || RevokedAfter(counted, messages.DeviceID(c.HLC.Device), c.HLC, false) {
 			return nil

@@ -318,6 +318,32 @@ var localTablesDDL = []string{
 		entry_uuid BLOB PRIMARY KEY,
 		dev INTEGER NOT NULL,
 		ino INTEGER NOT NULL) WITHOUT ROWID`,
+	// The change history (history.go): shared changes pruned from the log
+	// (every partner holds them), kept to their own caps for lsync revert
+	// and a revocation's repair. history_origins: the history holds every
+	// change of the origin after complete_after (no row: since the
+	// beginning). history_started marks a library whose history began
+	// with it; a library that had pruned its log before starts its
+	// history where its log did (once).
+	`CREATE TABLE IF NOT EXISTS log.history (
+		hlc BLOB PRIMARY KEY,
+		model TEXT NOT NULL,
+		record BLOB NOT NULL,
+		op INTEGER NOT NULL,
+		fields BLOB,
+		created_at INTEGER NOT NULL,
+		base BLOB) WITHOUT ROWID`,
+	`CREATE INDEX IF NOT EXISTS log.history_at ON history (created_at)`,
+	`CREATE TABLE IF NOT EXISTS log.history_origins (
+		origin BLOB PRIMARY KEY,
+		complete_after BLOB NOT NULL) WITHOUT ROWID`,
+	`INSERT OR IGNORE INTO log.history_origins (origin, complete_after)
+		SELECT origin, complete_after FROM log.log_origins
+		WHERE NOT EXISTS (SELECT 1 FROM log.log_meta WHERE key = 'history_started')`,
+	`INSERT OR IGNORE INTO log.history_origins (origin, complete_after)
+		SELECT substr(value, 13, 16), value FROM log.log_meta
+		WHERE key = 'pruned_through' AND NOT EXISTS (SELECT 1 FROM log.log_meta WHERE key = 'history_started')`,
+	`INSERT OR IGNORE INTO log.log_meta (key, value) VALUES ('history_started', 1)`,
 }
 
 func schemaTooNew(v int) error {

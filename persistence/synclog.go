@@ -384,6 +384,10 @@ func (tx *txn) logRelayed(c *messages.SharedChange, unsealed bool) error {
 		tx.relayed = map[messages.DeviceID]bool{}
 	}
 	tx.relayed[origin] = true
+	if err := tx.c.exec(`INSERT INTO log.history_origins (origin, complete_after) VALUES (?, ?) ON CONFLICT (origin) DO NOTHING`,
+		origin, cmpHLC(c.Prev)); err != nil {
+		return err
+	}
 	return tx.c.exec(`INSERT INTO log.log_origins (origin, complete_after) VALUES (?, ?) ON CONFLICT (origin) DO NOTHING`,
 		origin, cmpHLC(c.Prev))
 }
@@ -394,6 +398,9 @@ func (tx *txn) logRelayed(c *messages.SharedChange, unsealed bool) error {
 func (tx *txn) logGap(origin messages.DeviceID, h messages.HLC) error {
 	if origin == tx.l.self {
 		return nil
+	}
+	if err := historyGap(tx.c, origin, h); err != nil {
+		return err
 	}
 	return tx.c.exec(`INSERT INTO log.log_origins (origin, complete_after) VALUES (?1, ?2)
 		ON CONFLICT (origin) DO UPDATE SET complete_after = ?2 WHERE complete_after < ?2`, origin, cmpHLC(h))
@@ -533,6 +540,9 @@ func (l *Library) pruneLogLocked() (n int, err error) {
 			return err
 		}
 		for o, h := range cuts {
+			if err := keepInHistory(c, o, h); err != nil {
+				return err
+			}
 			if err := c.exec(`DELETE FROM log.shared_changes WHERE `+originOf+` = ? AND hlc <= ?`, o, cmpHLC(h)); err != nil {
 				return err
 			}
@@ -581,6 +591,9 @@ func (l *Library) pruneLogLocked() (n int, err error) {
 	}
 	if err := del(`created_at < ?`, l.wall().Add(-l.opts.Retention.MaxAge).UnixMilli()); err != nil {
 		return n, err
+	}
+	if _, err := l.pruneHistoryLocked(c); err != nil {
+		return n, fmt.Errorf("history: %w", err)
 	}
 	// Where each log is complete from now on.
 	for o, h := range pruned {

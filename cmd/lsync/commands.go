@@ -1341,6 +1341,7 @@ func printStatus(w io.Writer, st *actors.Status) {
 		last = " (last " + st.LastLogged + ")"
 	}
 	fmt.Fprintf(tw, "shared log\t%d entries%s\n", st.LogSize, last)
+	fmt.Fprintf(tw, "history\t%d changes kept for lsync revert\n", st.HistorySize)
 	parked := 0
 	for _, n := range st.Parked {
 		parked += n

@@ -35,8 +35,8 @@ const schemaEnv = "LSYNC_TEST_SCHEMA_VERSION"
 
 func newServeCmd(g *globals) *cobra.Command {
 	var listen, metrics, level, format, ui, bandwidthFlag string
-	var pageSize, logKeep, discPort, conflictsKeep int
-	var logMaxAge, conflictsMaxAge time.Duration
+	var pageSize, logKeep, discPort, conflictsKeep, historyKeep int
+	var logMaxAge, conflictsMaxAge, historyMaxAge time.Duration
 	var disc bool
 	cmd := &cobra.Command{
 		Use:   "serve [--listen ADDR] [--metrics ADDR]",
@@ -95,6 +95,12 @@ interface, e.g. 127.255.255.255:PORT to the daemons of this host only.`,
 			if logMaxAge < time.Second {
 				return usageErrorf("--log-max-age %s: want at least 1s", logMaxAge)
 			}
+			if historyKeep < 1 {
+				return usageErrorf("--history-keep %d: want at least 1", historyKeep)
+			}
+			if historyMaxAge < time.Second {
+				return usageErrorf("--history-max-age %s: want at least 1s", historyMaxAge)
+			}
 			if conflictsKeep < 1 {
 				return usageErrorf("--conflicts-keep %d: want at least 1", conflictsKeep)
 			}
@@ -107,7 +113,7 @@ interface, e.g. 127.255.255.255:PORT to the daemons of this host only.`,
 			}
 			return serve(cmd.Context(), g, serveOptions{listen: listen, metrics: metrics, level: lvl, logJSON: format == "json", pageSize: pageSize, bandwidth: bandwidth,
 				ui: ui, uiDefault: !cmd.Flags().Changed("ui"), discovery: dcfg,
-				retention: persistence.RetentionPolicy{MaxEntries: logKeep, MaxAge: logMaxAge},
+				retention: persistence.RetentionPolicy{MaxEntries: logKeep, MaxAge: logMaxAge, HistoryMaxEntries: historyKeep, HistoryMaxAge: historyMaxAge},
 				journal:   persistence.JournalPolicy{MaxEntries: conflictsKeep, MaxAge: conflictsMaxAge}})
 		}),
 	}
@@ -122,6 +128,8 @@ interface, e.g. 127.255.255.255:PORT to the daemons of this host only.`,
 	cmd.Flags().StringVar(&bandwidthFlag, "bandwidth-limit", "0", "cap outgoing sync traffic at this RATE, as lsync sync limit --up takes it (0: no cap), unless sync limit set one")
 	cmd.Flags().IntVar(&logKeep, "log-keep", 10_000, "shared changes kept for partners that have not acknowledged them (a partner away longer takes the shared state instead)")
 	cmd.Flags().DurationVar(&logMaxAge, "log-max-age", 7*24*time.Hour, "shared changes older than this are pruned whoever has not acknowledged them")
+	cmd.Flags().IntVar(&historyKeep, "history-keep", persistence.DefaultHistoryEntries, "shared changes pruned from the log kept per library for lsync revert, newest first")
+	cmd.Flags().DurationVar(&historyMaxAge, "history-max-age", persistence.DefaultHistoryAge, "kept changes older than this are dropped: lsync revert cannot undo changes older than it")
 	cmd.Flags().IntVar(&conflictsKeep, "conflicts-keep", persistence.DefaultJournalEntries, "entries the conflict journal keeps per library (lsync conflicts), newest first")
 	cmd.Flags().DurationVar(&conflictsMaxAge, "conflicts-max-age", persistence.DefaultJournalAge, "conflict journal entries older than this are pruned")
 	return cmd

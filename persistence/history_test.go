@@ -1,0 +1,99 @@
+package persistence
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lsync/lsync/messages"
+)
+
+// A change pruned from the log (every partner holds it, or a cap) moves
+// to the history, so a revert still finds what a device did and what was
+// there before; past the history's own caps, what is gone is listed as
+// unknown, not guessed.
+func TestRevertReadsTheHistory(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		keep        int // HistoryMaxEntries
+		wantRestore int
+		wantUnknown int
+	}{
+		{"held", 100, 4, 0},
+		{"history cut", 4, 0, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newLib(t, devB)
+			cs := commitTags(t, b, 6)
+			a := newLibOpts(t, Options{Self: devA, Retention: RetentionPolicy{MaxEntries: 1, HistoryMaxEntries: tc.keep}})
+			applyChain(t, a, cs...)
+			if _, err := a.Prune(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond)
+			var dels []messages.SharedChange
+			for i := range 4 {
+				c, _, err := b.CommitShared(ModelTag, cs[i].Record, messages.OpDelete, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dels = append(dels, c)
+			}
+			applyChain(t, a, dels...)
+			if _, err := a.Prune(); err != nil {
+				t.Fatal(err)
+			}
+			inLog, _ := a.LogCount()
+			if n, err := a.HistorySize(); err != nil || inLog > 1 || n != min(10-inLog, tc.keep) {
+				t.Fatalf("the log holds %d changes (cap 1) and the history %d (%v), want %d", inLog, n, err, min(10-inLog, tc.keep))
+			}
+			plan, err := a.PlanRevert(devB, time.UnixMilli(int64(dels[0].HLC.Timestamp)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			actions := map[string]int{}
+			for _, it := range plan.Items {
+				actions[it.Action]++
+			}
+			if plan.Changes != 4 || actions[RevertRestore] != tc.wantRestore || actions[RevertUnknown] != tc.wantUnknown {
+				t.Fatalf("plan: %d changes, %v: %+v", plan.Changes, actions, plan.Items)
+			}
+			if _, _, err := a.CommitSharedBatch(plan.Writes); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(rows(t, a, ModelTag)); n != 2+tc.wantRestore {
+				t.Fatalf("%d tags after the revert, want %d", n, 2+tc.wantRestore)
+			}
+		})
+	}
+}
+
+// What the history keeps is bounded by age too, and a revert whose
+// "since" is before what is held says from when it holds the device's
+// changes.
+func TestHistoryBoundedByAge(t *testing.T) {
+	wall := newFakeWall(timeAt(1_000_000))
+	b := newLibOpts(t, Options{Self: devB, Wall: wall.Now})
+	a := newLibOpts(t, Options{Self: devA, Wall: wall.Now, Retention: RetentionPolicy{MaxEntries: 1, HistoryMaxAge: time.Hour}})
+	old := commitTags(t, b, 3)
+	applyChain(t, a, old...)
+	if _, err := a.Prune(); err != nil {
+		t.Fatal(err)
+	}
+	wall.Set(timeAt(1_000_000).Add(2 * time.Hour))
+	recent := commitTags(t, b, 3)
+	applyChain(t, a, recent...)
+	if _, err := a.Prune(); err != nil {
+		t.Fatal(err)
+	}
+	inLog, _ := a.LogCount()
+	if n, _ := a.HistorySize(); inLog > 1 || n != 3-inLog {
+		t.Fatalf("the log holds %d changes (cap 1) and the history %d: want the recent ones only", inLog, n)
+	}
+	plan, err := a.PlanRevert(devB, timeAt(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.HeldFrom != old[2].HLC || plan.Changes != 3 {
+		t.Fatalf("held from %v (want %v), %d changes", plan.HeldFrom, old[2].HLC, plan.Changes)
+	}
+}
