@@ -54,6 +54,7 @@ type quicConn struct {
 	pingMu sync.Mutex
 	pings  map[uint64]time.Time // guarded by pingMu: outstanding Ping nonces → when sent
 	rtt    atomic.Int64         // latest Ping/Pong round trip (ns); 0 before the first
+	heard  atomic.Int64         // when the peer last sent a frame on the control stream (monoNow)
 }
 
 // pending is a decoded message on its way to Recv, holding its share of
@@ -96,6 +97,7 @@ func newConn(t *QUICTransport, qc *quic.Conn, control *quic.Stream, peer message
 
 // start runs the connection's loops; false if the transport is closing.
 func (c *quicConn) start() bool {
+	c.heard.Store(monoNow())
 	for _, f := range []func(){c.controlReadLoop, c.pingLoop, c.acceptLiveLoop, c.acceptBulkLoop} {
 		if !c.t.spawn(f) {
 			c.qc.CloseWithError(connShutdown, "transport closed")
@@ -594,6 +596,7 @@ func (c *quicConn) controlReadLoop() {
 			return
 		}
 		c.t.received(c.peer, env, n)
+		c.heard.Store(monoNow())
 		switch m := m.(type) {
 		case *messages.Ping:
 			if err := c.writeControl(&messages.Pong{Nonce: m.Nonce, SentAt: m.SentAt}); err != nil {
@@ -610,15 +613,30 @@ func (c *quicConn) controlReadLoop() {
 	}
 }
 
+// monoEpoch and monoNow: a monotonic clock in an int64 (a wall clock set
+// back or forward must not make a peer look silent).
+var monoEpoch = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoEpoch)) }
+
 // pingLoop measures RTT (and keeps NAT bindings warm) with a Ping at once
-// and then every keep-alive period.
+// and then every sixth of DeadAfter (at most every keep-alive period),
+// and closes the connection once the peer has sent nothing on the control
+// stream for DeadAfter: it is gone.
 func (c *quicConn) pingLoop() {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	nonce := binary.LittleEndian.Uint64(b[:])
-	tick := time.NewTicker(c.t.keepAlive)
+	every := min(c.t.keepAlive, c.t.deadAfter/6)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
+		// Checked every tick: gone at most DeadAfter after the last word.
+		if silent := time.Duration(monoNow() - c.heard.Load()); silent > c.t.deadAfter-every {
+			c.t.log.Info("peer gone: no answer", "peer", c.peer, "silent", silent.Round(time.Millisecond))
+			c.qc.CloseWithError(connNoAnswer, fmt.Sprintf("no answer for %v", silent.Round(time.Millisecond)))
+			return
+		}
 		nonce++
 		c.pingMu.Lock()
 		if len(c.pings) > 16 { // the peer is not answering; forget old probes

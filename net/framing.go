@@ -47,6 +47,7 @@ const (
 	connWrongPeer      quic.ApplicationErrorCode = 0x22 // hello names another device than the certificate
 	connLiveLost       quic.ApplicationErrorCode = 0x23 // a live stream failed: order can no longer be kept
 	connShutdown       quic.ApplicationErrorCode = 0x24 // the transport is closing
+	connNoAnswer       quic.ApplicationErrorCode = 0x25 // the peer answered nothing for DeadAfter: gone
 	connPairingDone    quic.ApplicationErrorCode = 0x30 // pairing connection finished
 	connPairingBusy    quic.ApplicationErrorCode = 0x31 // too many pairing exchanges at once
 )

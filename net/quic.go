@@ -47,9 +47,15 @@ type Config struct {
 	// keeps the limits SetLimits sets; Listen applies them ("": limits
 	// set are not kept).
 	Home string
-	// KeepAlive is the Ping interval on the control stream and the QUIC
-	// keep-alive period (0: 10 s).
+	// KeepAlive is the QUIC keep-alive period, and the longest interval
+	// between Pings on the control stream (0: 10 s).
 	KeepAlive time.Duration
+	// DeadAfter: a connection whose peer sent nothing on the control
+	// stream (no Pong to this side's Pings, which go every sixth of it)
+	// for this long is closed as gone (0: 3 s), whatever QUIC's idle
+	// timeout (30 s): a peer killed, or cut off without a word, showed
+	// connected with its last RTT for half a minute (issue 26).
+	DeadAfter time.Duration
 	// HandshakeTimeout bounds the QUIC handshake plus the Hello exchange,
 	// and each pairing exchange (0: 10 s).
 	HandshakeTimeout time.Duration
@@ -79,6 +85,7 @@ type Config struct {
 const (
 	defaultSendQueue        = 1024
 	defaultKeepAlive        = 10 * time.Second
+	defaultDeadAfter        = 3 * time.Second
 	defaultHandshakeTimeout = 10 * time.Second
 	defaultRecvBuffer       = 32 << 20
 	inboxLen                = 64 // inbound messages buffered per connection before readers block
@@ -104,6 +111,7 @@ type QUICTransport struct {
 	maxFrame       int
 	sendQueue      int
 	keepAlive      time.Duration
+	deadAfter      time.Duration
 	hsTimeout      time.Duration
 	version        uint16
 	frames         messages.FrameReader // MaxFrame and version as configured
@@ -153,6 +161,7 @@ func Listen(cfg Config) (*QUICTransport, error) {
 		maxFrame:  cfg.MaxFrame,
 		sendQueue: cfg.SendQueue,
 		keepAlive: cfg.KeepAlive,
+		deadAfter: cfg.DeadAfter,
 		hsTimeout: cfg.HandshakeTimeout,
 		version:   cfg.SchemaVersion,
 		onPaired:  cfg.OnPaired,
@@ -210,6 +219,9 @@ func (t *QUICTransport) setDefaults() {
 	}
 	if t.keepAlive <= 0 {
 		t.keepAlive = defaultKeepAlive
+	}
+	if t.deadAfter <= 0 {
+		t.deadAfter = defaultDeadAfter
 	}
 	if t.hsTimeout <= 0 {
 		t.hsTimeout = defaultHandshakeTimeout
