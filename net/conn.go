@@ -54,7 +54,7 @@ type quicConn struct {
 	pingMu sync.Mutex
 	pings  map[uint64]time.Time // guarded by pingMu: outstanding Ping nonces → when sent
 	rtt    atomic.Int64         // latest Ping/Pong round trip (ns); 0 before the first
-	heard  atomic.Int64         // when the peer last sent a frame on the control stream (monoNow)
+	heard  atomic.Int64         // when the peer was last heard: a frame on the control stream, a packet (monoNow)
 }
 
 // pending is a decoded message on its way to Recv, holding its share of
@@ -630,12 +630,29 @@ func (c *quicConn) pingLoop() {
 	every := min(c.t.keepAlive, c.t.deadAfter/6)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	var packets uint64
+	suspect := false
 	for {
-		// Checked every tick: gone at most DeadAfter after the last word.
-		if silent := time.Duration(monoNow() - c.heard.Load()); silent > c.t.deadAfter-every {
+		// Any packet from the peer (a Pong, an ACK of a Ping, data on any
+		// stream) is a word from it.
+		if p := c.qc.ConnectionStats().PacketsReceived; p != packets {
+			packets = p
+			c.heard.Store(monoNow())
+		}
+		// Checked every tick: silent past DeadAfter less two ticks, it is
+		// suspect; still silent at the next tick, gone. The second look
+		// keeps a process that was itself starved of CPU (its packets
+		// waiting unread) from calling a live peer dead.
+		silent := time.Duration(monoNow() - c.heard.Load())
+		switch {
+		case silent <= c.t.deadAfter-2*every:
+			suspect = false
+		case suspect:
 			c.t.log.Info("peer gone: no answer", "peer", c.peer, "silent", silent.Round(time.Millisecond))
 			c.qc.CloseWithError(connNoAnswer, fmt.Sprintf("no answer for %v", silent.Round(time.Millisecond)))
 			return
+		default:
+			suspect = true
 		}
 		nonce++
 		c.pingMu.Lock()

@@ -40,8 +40,10 @@ func TestE2EDeadPeerGoneWithinSeconds(t *testing.T) {
 	}
 	gone := time.Since(killed)
 	t.Logf("bravo shown disconnected %v after its SIGKILL", gone.Round(time.Millisecond))
-	// At most 3 s of silence after its last Pong, which came before the kill.
-	if gone > 3500*time.Millisecond {
+	// Declared gone 2-3 s after its last packet, which came before the
+	// kill; the bound leaves room for this poll and a loaded machine
+	// (QUIC's idle timeout alone took 30 s).
+	if gone > 5*time.Second {
 		t.Errorf("bravo shown connected for %v after its SIGKILL, want within about 3 s", gone.Round(time.Millisecond))
 	}
 	if !strings.Contains(a.logText(), "peer gone: no answer") {
