@@ -97,3 +97,52 @@ func TestHistoryBoundedByAge(t *testing.T) {
 		t.Fatalf("held from %v (want %v), %d changes", plan.HeldFrom, old[2].HLC, plan.Changes)
 	}
 }
+
+// Lacking: a partner that acknowledged and reported everything lacks
+// nothing (lag zero, however old the rows); one that has not heard of a
+// new row or shared change lacks it, from its HLC; one that reported
+// nothing is unknown.
+func TestLacking(t *testing.T) {
+	a := newLib(t, devA)
+	if _, _, err := a.WriteState(ModelDevice, messages.UUID(devA), map[string]any{"name": "laptop"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, known, err := a.Lacking(devB); known || err != nil {
+		t.Fatalf("before any report: known %v, %v", known, err)
+	}
+	tag, _, err := a.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, _, err := a.WriteState(ModelAuditLog, uid(9), map[string]any{"action": "tag.create"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// B reported A's state up to its device row only, acked nothing.
+	stateWM := a.StateWatermark(devA)
+	if err := a.RecordPartnerWatermarks(devB, []messages.OriginWatermark{{Origin: devA, HLC: hlcAt(1, 0, devA)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	oldest, known, err := a.Lacking(devB)
+	if err != nil || !known || oldest.IsZero() || oldest.Compare(tag.HLC) > 0 {
+		t.Fatalf("B lacks from %v (known %v, %v), want at most the tag's %v", oldest, known, err, tag.HLC)
+	}
+	// B acks the tag and reports A's state up to the audit row: in sync.
+	if err := a.RecordAck(devB, tag.HLC); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RecordPartnerWatermarks(devB, []messages.OriginWatermark{{Origin: devA, HLC: maxHLC(row.HLC, stateWM)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if oldest, known, err := a.Lacking(devB); err != nil || !known || !oldest.IsZero() {
+		t.Fatalf("B in sync lacks from %v (known %v, %v)", oldest, known, err)
+	}
+	// A new tag: B lacks it, from its HLC.
+	next, _, err := a.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oldest, _, _ := a.Lacking(devB); oldest != next.HLC {
+		t.Fatalf("B lacks from %v, want the new tag's %v", oldest, next.HLC)
+	}
+}

@@ -360,6 +360,17 @@ func shortID(id string) string {
 	return id
 }
 
+// lagText is a member's lag as library members prints it.
+func lagText(lag *float64) string {
+	switch {
+	case lag == nil:
+		return "-"
+	case *lag == 0:
+		return "in sync"
+	}
+	return time.Duration(*lag * float64(time.Second)).Round(time.Second).String()
+}
+
 func newLibraryMembersCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "members LIB",
@@ -369,7 +380,12 @@ in it, this device's sync partners (connected or not, and when the last
 complete catch-up with each ended), and partnerships that ended. COMPLETE
 UP TO is the time up to which this device holds every row of that device
 (the older of its state and shared-log watermarks; an idle device's stays at
-its last write); "-" when none of it is known complete yet. The rows and
+its last write); "-" when none of it is known complete yet. LAG is the age
+of the oldest change this device holds that the member does not, as its
+acknowledgements and reports say: "in sync" when it holds everything, "-"
+when it has reported nothing to this device (not a partner). A member
+reports what it holds of this device's rows at the next maintenance tick
+(10 s), so a row it took can show as lacking until then. The rows and
 shared changes of a device that is not a partner reach this one through
 partners. TAKES is what the device takes of the library ('lsync sync
 filter'): all, or its filters.`,
@@ -383,7 +399,7 @@ filter'): all, or its filters.`,
 			}
 			return g.output(ms, func(w io.Writer) {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "DEVICE\tNAME\tPARTNER\tCONNECTED\tLAST SYNC\tCOMPLETE UP TO\tTAKES")
+				fmt.Fprintln(tw, "NAME\tPARTNER\tCONNECTED\tLAST SYNC\tCOMPLETE UP TO\tLAG\tTAKES\tDEVICE")
 				for _, m := range ms {
 					name := dash(m.Name)
 					if m.Self {
@@ -409,7 +425,7 @@ filter'): all, or its filters.`,
 						}
 						takes = strings.Join(ds, "; ")
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, name, partner, yesNo(m.Connected), dash(m.LastSync), dash(m.CompleteUpTo), takes)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, partner, yesNo(m.Connected), dash(m.LastSync), dash(m.CompleteUpTo), lagText(m.LagSeconds), takes, m.ID)
 				}
 				tw.Flush()
 			})

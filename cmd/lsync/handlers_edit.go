@@ -437,6 +437,19 @@ func hMembers(ctx context.Context, s *server, lib *actors.Library, _ libArgs, _ 
 		if c, ok := complete[id]; ok && !m.Self {
 			m.CompleteUpTo = c.UTC().Format(time.RFC3339)
 		}
+		if dev, err := messages.ParseDeviceID(id); err == nil && !m.Self {
+			oldest, known, err := lib.Store().Lacking(dev)
+			if err != nil {
+				return nil, err
+			}
+			if known {
+				lag := 0.0
+				if !oldest.IsZero() {
+					lag = max(time.Since(time.UnixMilli(int64(oldest.Timestamp))).Seconds(), 0)
+				}
+				m.LagSeconds = &lag
+			}
+		}
 		out = append(out, *m)
 	}
 	slices.SortFunc(out, func(a, b memberInfo) int {

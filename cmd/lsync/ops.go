@@ -517,6 +517,11 @@ type memberInfo struct {
 	// be complete (the older of its two watermarks; RFC 3339), "" when
 	// nothing of it is yet. An idle device's stays at its last write.
 	CompleteUpTo string `json:"complete_up_to,omitempty"`
+	// LagSeconds is the age of the oldest change held here that the
+	// member does not hold, as its acks and reports say (persistence
+	// Lacking): 0 when it is in sync, however idle; absent when it has
+	// reported nothing to this device (not a partner, or not yet).
+	LagSeconds *float64 `json:"lag_seconds,omitempty"`
 	// Filters are what the device takes of the library (selective sync;
 	// none: all of it).
 	Filters []FilterDoc `json:"filters,omitempty"`

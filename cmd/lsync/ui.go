@@ -330,9 +330,6 @@ type uiLibrary struct {
 
 type uiMember struct {
 	memberInfo
-	// LagSeconds is how old CompleteUpTo is: how far behind this device
-	// may be on the member's rows (an idle member's grows too).
-	LagSeconds *float64 `json:"lag_seconds,omitempty"`
 }
 
 func (u *uiServer) status(w http.ResponseWriter, r *http.Request) {
@@ -428,12 +425,7 @@ func (u *uiServer) library(ctx context.Context, ul *uiLibrary, now time.Time) er
 		return err
 	}
 	for _, m := range ms.([]memberInfo) {
-		um := uiMember{memberInfo: m}
-		if t, err := time.Parse(time.RFC3339, m.CompleteUpTo); err == nil {
-			lag := max(now.Sub(t).Seconds(), 0)
-			um.LagSeconds = &lag
-		}
-		ul.Members = append(ul.Members, um)
+		ul.Members = append(ul.Members, uiMember{memberInfo: m})
 	}
 	return nil
 }

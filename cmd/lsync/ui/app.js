@@ -147,7 +147,7 @@ function renderLibrary(l) {
       <td>${p.connected ? esc(p.rtt_ms.toFixed(1)) + " ms" : ""}</td>
       <td>${esc(m.last_sync ? ago(m.last_sync) : "")}</td>
       <td title="state ${esc(m.state_up_to || "")} / shared ${esc(m.shared_up_to || "")}">${esc(m.complete_up_to || "")}</td>
-      <td>${m.lag_seconds != null ? esc(dur(m.lag_seconds)) : ""}</td>
+      <td class="lag">${m.lag_seconds == null ? "" : m.lag_seconds === 0 ? "in sync" : esc(dur(m.lag_seconds))}</td>
       <td class="takes">${esc(takes(m.filters))}</td>
       <td class="err">${esc(err)}</td></tr>`;
   });
