@@ -131,9 +131,22 @@ type libraryActor struct {
 	// I/O error, damaged file): it then refuses writes and inbound
 	// changes, and says why in its status.
 	failure error
-	// shown is the phase last published (metric, event).
-	shown Phase
+	// shown is the phase last published (metric, event); heldSince is
+	// when a catch-up began that has not been shown yet (quietCatchUp),
+	// phaseTimer the wake-up that shows it if it lasts.
+	shown      Phase
+	heldSince  time.Time
+	phaseTimer *time.Timer
 }
+
+// quietCatchUp: a catch-up of a READY library is shown (phase metric,
+// phase_changed event) only once it has run this long. The periodic
+// catch-ups of an idle library end within milliseconds, and each put
+// catching_up and ready in the event feed every 30 s (issue 26).
+const quietCatchUp = 2 * time.Second
+
+// showPhase wakes the library actor to publish a held phase.
+type showPhase struct{}
 
 // maxBuffered and maxBufferedBytes bound the live updates held during a join.
 const (
@@ -172,12 +185,14 @@ func (a *libraryActor) Receive(ctx actor.Context) {
 		a.rec = nil
 		a.releaseInboxes()
 		ctx.Send(ctx.Parent(), &resetBudgets{})
+	case *showPhase:
+		a.phaseTimer = nil // publishPhase below
 	default:
 		if !a.receiveAPI(ctx) && !a.receivePeers(ctx) && !a.receiveJobs(ctx) {
 			a.n.log.Debug("library actor: unexpected message", "library", a.id, "type", fmt.Sprintf("%T", m))
 		}
 	}
-	a.publishPhase()
+	a.publishPhase(ctx)
 }
 
 // receivePeers handles connections and what partners send.
@@ -317,6 +332,10 @@ func (a *libraryActor) stopTimers() {
 	if a.checkTimer != nil {
 		a.checkTimer.Stop()
 	}
+	if a.phaseTimer != nil {
+		a.phaseTimer.Stop()
+		a.phaseTimer = nil
+	}
 	for _, cancel := range a.repairStop {
 		cancel()
 	}
@@ -400,11 +419,26 @@ func (a *libraryActor) phase() Phase {
 
 // publishPhase updates the metric and emits an event when the phase
 // changed; it runs after every message.
-func (a *libraryActor) publishPhase() {
+func (a *libraryActor) publishPhase(ctx actor.Context) {
 	p := a.phase()
 	if p == a.shown {
+		a.heldSince = time.Time{}
 		return
 	}
+	if p == PhaseCatchingUp && a.shown == PhaseReady {
+		now := time.Now()
+		if a.heldSince.IsZero() {
+			a.heldSince = now
+		}
+		if wait := quietCatchUp - now.Sub(a.heldSince); wait > 0 {
+			if a.phaseTimer == nil {
+				self, root := ctx.Self(), ctx.ActorSystem().Root
+				a.phaseTimer = time.AfterFunc(wait, func() { root.Send(self, &showPhase{}) })
+			}
+			return
+		}
+	}
+	a.heldSince = time.Time{}
 	a.shown = p
 	a.n.metrics.setPhase(a.id, p)
 	a.n.events.emit(Event{Type: EventPhaseChanged, Library: a.id, Phase: p})

@@ -333,7 +333,11 @@ func (a *libraryActor) onCheckWords(ctx actor.Context) {
 
 // emitVerification tells subscribers an owner's rows changed state.
 func (a *libraryActor) emitVerification(owner messages.DeviceID, c *ownerCheck) {
-	a.n.events.emit(Event{Type: EventVerification, Library: a.id, Peer: owner, Detail: c.state + ": " + c.reason})
+	detail := c.state
+	if c.reason != "" {
+		detail += ": " + c.reason
+	}
+	a.n.events.emit(Event{Type: EventVerification, Library: a.id, Peer: owner, Detail: detail})
 }
 
 // verifications lists every owner's verification state, for status.
