@@ -155,16 +155,23 @@ func (j *join) state() backfillState {
 func (j *join) keepSource(connected func(messages.DeviceID) bool) bool {
 	if !j.st.Source.IsZero() && j.st.Source != j.avoid && connected(j.st.Source) {
 		j.st.Phase = PhaseBackfilling
+		if j.st.LastError == waitingForPartner {
+			j.st.LastError = ""
+		}
 		return true
 	}
 	j.st.Phase = PhaseSelecting
 	return false
 }
 
+// waitingForPartner is the join's note while no partner is connected;
+// it goes once one is (it is not an error of the source chosen then).
+const waitingForPartner = "waiting for a sync partner to come online"
+
 // waitForPartner notes that no partner is connected to select from.
 func (j *join) waitForPartner() {
 	j.st.Phase = PhaseSelecting
-	j.st.LastError = "waiting for a sync partner to come online"
+	j.st.LastError = waitingForPartner
 }
 
 // candidate is a partner that answered the selection ping.
@@ -218,6 +225,9 @@ func (j *join) sourceChosen(dev messages.DeviceID, theirs []messages.OriginWater
 	}
 	j.st.Source = dev
 	j.st.Phase = PhaseBackfilling
+	if j.st.LastError == waitingForPartner {
+		j.st.LastError = ""
+	}
 }
 
 // failed notes that the source failed: the actor backs off, then selects

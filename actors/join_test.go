@@ -3,6 +3,7 @@ package actors
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -387,5 +388,26 @@ func TestPageCheckpointIsTheStateAfterIt(t *testing.T) {
 	st.Pages++
 	if got := at.checkpoint().Data; !bytes.Equal(got, want) {
 		t.Fatalf("the page's checkpoint changed with later pages:\n got %s\nwant %s", got, want)
+	}
+}
+
+// A join that started before its partner's connection was up says it
+// waits for one; once a source is chosen that note goes (a join whose
+// partner was connected printed "last error: waiting for a sync partner
+// to come online" to its end, issue 26). A real failure stays.
+func TestJoinWaitingIsNoErrorOnceASourceAnswers(t *testing.T) {
+	j := resumeJoin(backfillState{}, testutil.DevID(0))
+	j.waitForPartner()
+	if j.st.LastError == "" || j.st.Phase != PhaseSelecting {
+		t.Fatalf("waiting: %+v", j.st)
+	}
+	j.sourceChosen(testutil.DevID(2), nil)
+	if j.st.LastError != "" {
+		t.Fatalf("after a source was chosen: last error %q", j.st.LastError)
+	}
+	j.failed(errors.New("connection closed"))
+	j.st.Source = testutil.DevID(3)
+	if !j.keepSource(func(messages.DeviceID) bool { return true }) || j.st.LastError != "connection closed" {
+		t.Fatalf("a real failure: %+v", j.st)
 	}
 }

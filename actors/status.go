@@ -25,6 +25,9 @@ type Status struct {
 	// when it was revoked itself: it syncs the library no more.
 	Revoked     []RevokedDevice `json:"revoked,omitempty"`
 	RevokedHere string          `json:"revoked_here,omitempty"`
+	// DeviceNames are the names of the library's devices (their device
+	// rows), for the human forms of the ids above and below.
+	DeviceNames map[messages.DeviceID]string `json:"device_names,omitempty"`
 	// Waiting are origins whose changes this device takes but got only
 	// elided from members that do not take them (selective sync).
 	Waiting []ChainWait `json:"waiting,omitempty"`
@@ -172,6 +175,14 @@ func (a *libraryActor) status() (*Status, error) {
 	st.Waiting = append(a.n.waits.waits(a.id, a.lib.SharedWatermark, connected), a.stateWaits(connected)...)
 	st.Widening = a.widening()
 	st.Join = a.joinChoice
+	if devs, err := a.lib.Query(persistence.ModelDevice); err == nil {
+		st.DeviceNames = make(map[messages.DeviceID]string, len(devs))
+		for _, r := range devs {
+			if u, err := messages.ParseDeviceID(fmt.Sprint(r["uuid"])); err == nil && r["name"] != nil {
+				st.DeviceNames[u] = fmt.Sprint(r["name"])
+			}
+		}
+	}
 	for i := range st.Waiting {
 		if row, err := a.lib.Get(persistence.ModelDevice, messages.UUID(st.Waiting[i].Origin)); err == nil && row["name"] != nil {
 			st.Waiting[i].OriginName = fmt.Sprint(row["name"])

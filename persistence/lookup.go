@@ -64,3 +64,46 @@ func below(names []string) string {
 	}
 	return fmt.Sprintf(" in %q", names[len(names)-1])
 }
+
+// EntryPath is the full path of entry u on the device that owns it: its
+// location's path joined with the names down to it (human output names
+// entries by it). ErrNotFound if the entry is not here.
+func (l *Library) EntryPath(u messages.UUID) (string, error) {
+	var names []string
+	var loc string
+	err := l.withReader(func(c *conn) error {
+		q := `SELECT e.name, e.parent_id, (SELECT l.path FROM "location" l WHERE l.id = e.location_id) FROM "entry" e WHERE e.uuid = ? AND e.hlc IS NOT NULL`
+		args := []any{u}
+		for depth := 0; depth < 10_000; depth++ {
+			var parent int64
+			found, err := c.queryRow(q, args, func(s *sqlite3.Stmt) error {
+				names = append(names, s.ColumnText(0))
+				parent, loc = s.ColumnInt64(1), s.ColumnText(2)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if !found {
+				if depth == 0 {
+					return fmt.Errorf("entry %s: %w", u, ErrNotFound)
+				}
+				return nil // a parent not here (yet): the path from it
+			}
+			if parent == 0 {
+				return nil
+			}
+			q = `SELECT e.name, e.parent_id, (SELECT l.path FROM "location" l WHERE l.id = e.location_id) FROM "entry" e WHERE e.id = ?`
+			args = []any{parent}
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("entry path: %w", err)
+	}
+	p := loc
+	for i := len(names) - 1; i >= 0; i-- {
+		p = joinPath(p, names[i])
+	}
+	return p, nil
+}

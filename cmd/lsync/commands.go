@@ -100,6 +100,9 @@ daemon listens on, and the metrics address if it serves one.`,
 			return g.output(d, func(w io.Writer) {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintf(tw, "id\t%s\nname\t%s\nlisten\t%s\n", d.ID, d.Name, d.Listen)
+				if d.UI != "" {
+					fmt.Fprintf(tw, "status page\t%s\n", d.UI)
+				}
 				if d.Metrics != "" {
 					fmt.Fprintf(tw, "metrics\thttp://%s/metrics\n", d.Metrics)
 				}
@@ -384,9 +387,9 @@ order dials try them. An address failing for a week is forgotten (not the best).
 					return
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tNAME\tADDR\tCONNECTED\tRTT\tLAST ERROR")
+				fmt.Fprintln(tw, "NAME\tADDR\tCONNECTED\tRTT\tLAST ERROR\tID")
 				for _, p := range ps {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, peerAddr(p), yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), dash(p.LastError))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", dash(p.Name), peerAddr(p), yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), dash(p.LastError), p.ID)
 				}
 				tw.Flush()
 			})
@@ -480,7 +483,7 @@ lacks it, and syncing starts at once.
 				return err
 			}
 			return g.output(r, func(w io.Writer) {
-				fmt.Fprintf(w, "Library %q (%s) now syncs with %s (%s); phase %s\n", r.Name, r.Library, r.RemoteDevice, r.Action, r.Phase)
+				fmt.Fprintf(w, "Library %q now syncs with %s (%s); phase %s\n", r.Name, nameOr(r.RemoteName, r.RemoteDevice), r.Action, r.Phase)
 				if r.Join != nil {
 					fmt.Fprintf(w, "Joined by %s: %s.\n", r.Join.Path, r.Join.Why)
 				}
@@ -517,7 +520,7 @@ DEVICE is an id (paired or not) or the exact name of a paired device.`,
 				return err
 			}
 			return g.output(r, func(w io.Writer) {
-				fmt.Fprintf(w, "Library %s no longer syncs with %s; it is told now if connected, else when it next asks\n", r["library"], r["device"])
+				fmt.Fprintf(w, "Library %q no longer syncs with %s; it is told now if connected, else when it next asks\n", nameOr(r["library_name"], r["library"]), nameOr(r["name"], r["device"]))
 			})
 		}),
 	}
@@ -912,7 +915,9 @@ every copy of the same bytes on every device. ` + entryHelp,
 			if err := g.callInto(cmd.Context(), opTagApply, tagApplyArgs{Lib: a[0], Tag: a[1], Entry: entry}, &r); err != nil {
 				return err
 			}
-			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Tagged entry %s with %s\n", r.Entry, r.Tag) })
+			return g.output(r, func(w io.Writer) {
+				fmt.Fprintf(w, "Tagged %s with %q\n", nameOr(r.EntryPath, "entry "+r.Entry), nameOr(r.TagName, r.Tag))
+			})
 		}),
 	}
 	cmd.AddCommand(create, apply)
@@ -1038,7 +1043,7 @@ rating (integer 0 to 5, content only).
 					parts = append(parts, fmt.Sprintf("%s=%v", k, v))
 				}
 				slices.Sort(parts)
-				fmt.Fprintf(w, "Set %s on %s %s\n", strings.Join(parts, " "), r.Scope, r.UUID)
+				fmt.Fprintf(w, "Set %s on %s\n", strings.Join(parts, " "), nameOr(r.Path, r.Scope+" "+r.UUID))
 			})
 		}),
 	}
@@ -1359,10 +1364,10 @@ func printStatus(w io.Writer, st *actors.Status) {
 			j.Kind, j.Location, j.Started.UTC().Format(time.RFC3339))
 	}
 	if b := st.Backfill; b != nil {
-		fmt.Fprintf(tw, "backfill\t%s from %s: %d pages, %d records, %s, %.0f rec/s%s, attempts %d\n",
-			b.Phase, b.Source, b.Pages, b.Records, humanBytes(b.Bytes), b.RecordsPerSec, etaText(b.ETASeconds), b.Attempts)
+		fmt.Fprintf(tw, "backfill\t%s from %s: %s, %s, %s, %.0f rec/s%s, attempts %d\n",
+			b.Phase, namedIn(st, b.Source), plural(b.Pages, "page"), plural(b.Records, "record"), humanBytes(b.Bytes), b.RecordsPerSec, etaText(b.ETASeconds), b.Attempts)
 		if b.LastError != "" {
-			fmt.Fprintf(tw, "backfill error\t%s\n", b.LastError)
+			fmt.Fprintf(tw, "backfill error\t%s\n", namedIn(st, b.LastError))
 		}
 	}
 	if d := st.InstalledFrom; d != nil {
@@ -1397,7 +1402,7 @@ func printStatus(w io.Writer, st *actors.Status) {
 		fmt.Fprintln(w, "No sync partners (add one with: lsync network sync-setup)")
 	} else {
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "PEER\tNAME\tCONNECTED\tRTT\tLAST SYNC\tACKED UP TO\tLAST ERROR")
+		fmt.Fprintln(tw, "PEER\tCONNECTED\tRTT\tLAST SYNC\tACKED UP TO\tLAST ERROR\tID")
 		for _, p := range st.Peers {
 			why := p.LastError
 			switch {
@@ -1406,7 +1411,7 @@ func printStatus(w io.Writer, st *actors.Status) {
 			case p.AntiEntropyError != "" && why == "":
 				why = "anti-entropy: " + p.AntiEntropyError
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), dash(p.LastSync), dash(p.AckedUpTo), dash(why))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", nameOr(p.Name, p.ID.String()), yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), dash(p.LastSync), dash(p.AckedUpTo), dash(namedIn(st, why)), p.ID)
 		}
 		tw.Flush()
 	}
@@ -1457,6 +1462,12 @@ func printStatus(w io.Writer, st *actors.Status) {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ORIGIN\tSTATE WATERMARK\tSHARED WATERMARK\tROWS HERE")
+		name := func(d string) string {
+			if id, err := messages.ParseDeviceID(d); err == nil && st.DeviceNames[id] != "" {
+				return st.DeviceNames[id]
+			}
+			return d
+		}
 		verified := map[string]actors.OwnerVerification{}
 		for _, v := range st.Verification {
 			verified[v.Owner.String()] = v
@@ -1472,12 +1483,12 @@ func printStatus(w io.Writer, st *actors.Status) {
 					rows += ": " + v.Reason
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", d, dash(wm[d][0]), dash(wm[d][1]), rows)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name(d), dash(wm[d][0]), dash(wm[d][1]), rows)
 		}
 		tw.Flush()
 		for _, v := range st.Verification {
 			if v.Repair != "" {
-				fmt.Fprintf(w, "Last repair of %s's rows: %s\n", v.Owner, v.Repair)
+				fmt.Fprintf(w, "Last repair of %s's rows: %s\n", name(v.Owner.String()), v.Repair)
 			}
 		}
 	}
@@ -1516,4 +1527,37 @@ interrupted. With LIB, only that library's events.`,
 			return err
 		}),
 	}
+}
+
+// nameOr is name, or the uuid when there is no name (human output names
+// things; the uuid is in --json).
+func nameOr(name, id string) string {
+	if name != "" {
+		return name
+	}
+	return id
+}
+
+// namedIn is s (an error, a reason) with every device id of the library
+// in it replaced by the device's name: "state of 3f1c9a2e-… from 0d01…:
+// connection closed" reads "state of laptop from phone: …".
+func namedIn(st *actors.Status, s string) string {
+	if s == "" {
+		return s
+	}
+	names := map[messages.DeviceID]string{}
+	for id, n := range st.DeviceNames {
+		names[id] = n
+	}
+	for _, p := range st.Peers {
+		if p.Name != "" {
+			names[p.ID] = p.Name
+		}
+	}
+	for id, n := range names {
+		if n != "" {
+			s = strings.ReplaceAll(s, id.String(), n)
+		}
+	}
+	return s
 }

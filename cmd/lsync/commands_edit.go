@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lsync/lsync/actors"
+	"github.com/lsync/lsync/persistence"
 )
 
 const entryHelp = `ENTRY is an entry uuid or a path under one of this device's locations
@@ -180,7 +183,9 @@ or its exact name. ` + entryHelp,
 			if err := g.callInto(cmd.Context(), opTagRemove, tagApplyArgs{Lib: a[0], Tag: a[1], Entry: entry}, &r); err != nil {
 				return err
 			}
-			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Removed tag %s from entry %s\n", r.Tag, r.Entry) })
+			return g.output(r, func(w io.Writer) {
+				fmt.Fprintf(w, "Removed tag %q from %s\n", nameOr(r.TagName, r.Tag), nameOr(r.EntryPath, "entry "+r.Entry))
+			})
 		}),
 	}
 	return []*cobra.Command{list, rename, del, remove}
@@ -278,7 +283,9 @@ other: last writer wins per field. ` + entryHelp,
 			if err := g.callInto(cmd.Context(), opMetaUnset, metaUnsetArgs{Lib: a[0], Entry: e, Content: content, Fields: fields}, &r); err != nil {
 				return err
 			}
-			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Unset %s on %s %s\n", strings.Join(r.Fields, " "), r.Scope, r.UUID) })
+			return g.output(r, func(w io.Writer) {
+				fmt.Fprintf(w, "Unset %s on %s\n", strings.Join(r.Fields, " "), nameOr(r.Path, r.Scope+" "+r.UUID))
+			})
 		}),
 	}
 	cmd.Flags().StringVar(&entry, "entry", "", "an entry uuid or path (entry-scoped metadata)")
@@ -331,16 +338,37 @@ To undo a device's changes, see lsync revert.
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "TIME\tDEVICE\tACTION\tTARGET\tDETAIL")
+				// A device by its name; by name and short id where two
+				// devices of the log share a name.
+				ids := map[string]map[string]bool{}
+				for _, x := range es {
+					if ids[x.DeviceName] == nil {
+						ids[x.DeviceName] = map[string]bool{}
+					}
+					ids[x.DeviceName][x.Device] = true
+				}
 				for _, x := range es {
 					dev := x.Device
 					if x.DeviceName != "" {
-						dev = x.DeviceName + " (" + shortID(x.Device) + ")"
+						dev = x.DeviceName
+						if len(ids[x.DeviceName]) > 1 {
+							dev += " (" + shortID(x.Device) + ")"
+						}
 					}
 					target := x.Target
-					if x.TargetModel != "" {
-						target = x.TargetModel + " " + x.Target
+					if x.TargetName != "" {
+						target = strconv.Quote(x.TargetName)
+						if x.TargetModel == persistence.ModelEntry {
+							target = x.TargetName
+						}
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", x.Time.Local().Format(time.DateTime), dev, x.Action, dash(target), dash(x.Detail))
+					if x.TargetModel != "" {
+						target = x.TargetModel + " " + target
+					}
+					// The details name rows and add their uuids: those
+					// are for --json.
+					detail := uuidInParens.ReplaceAllString(x.Detail, "")
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", x.Time.Local().Format(time.DateTime), dev, x.Action, dash(target), dash(detail))
 				}
 				tw.Flush()
 			})
@@ -352,6 +380,9 @@ To undo a device's changes, see lsync revert.
 	cmd.Flags().IntVar(&limit, "limit", 50, "print at most N actions (0: all)")
 	return cmd
 }
+
+// uuidInParens is " (uuid)" after a name in an audit detail.
+var uuidInParens = regexp.MustCompile(` \([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\)`)
 
 func shortID(id string) string {
 	if len(id) > 8 {

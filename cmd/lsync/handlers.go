@@ -496,7 +496,7 @@ func hSyncSetup(ctx context.Context, s *server, raw json.RawMessage, progress fu
 		lib.NoteJoin(*choice)
 	}
 	s.log.Info("sync set up", "library", libID, "name", lib.Name(), "peer", dev, "action", a.Action)
-	res := syncSetupResult{Library: libID.String(), Name: lib.Name(), RemoteDevice: dev.String(), Action: a.Action, Join: choice}
+	res := syncSetupResult{Library: libID.String(), Name: lib.Name(), RemoteDevice: dev.String(), RemoteName: name, Action: a.Action, Join: choice}
 	if a.Action == actors.ActionJoin {
 		// The phase the join was seen done in: read again, it could be a
 		// periodic catch-up's (a finished join printed catching_up).
@@ -1005,7 +1005,12 @@ func hTagEntry(apply bool) handler {
 		if err != nil {
 			return nil, err
 		}
-		return tagApplyResult{Tag: tag.String(), Entry: entry.String()}, nil
+		r := tagApplyResult{Tag: tag.String(), Entry: entry.String()}
+		if row, err := lib.Get(ctx, persistence.ModelTag, tag); err == nil {
+			r.TagName = rowString(row, "canonical_name")
+		}
+		r.EntryPath, _ = lib.Store().EntryPath(entry) // a name if known; the uuid otherwise
+		return r, nil
 	})
 }
 
@@ -1067,7 +1072,8 @@ func hMetaSet(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) 
 		if err := lib.SetEntryMeta(ctx, entry, fields); err != nil {
 			return nil, err
 		}
-		return metaSetResult{Scope: "entry", UUID: entry.String(), Fields: a.Fields}, nil
+		p, _ := lib.Store().EntryPath(entry)
+		return metaSetResult{Scope: "entry", UUID: entry.String(), Path: p, Fields: a.Fields}, nil
 	}
 	content, err := rowUUID(ctx, lib, persistence.ModelContentIdentity, "", a.Content)
 	if err != nil {
@@ -1147,7 +1153,7 @@ func hSyncRemove(ctx context.Context, s *server, lib *actors.Library, a syncRemo
 		}
 		return nil, err
 	}
-	return map[string]string{"library": lib.ID().String(), "device": dev.String(), "name": name}, nil
+	return map[string]string{"library": lib.ID().String(), "library_name": lib.Name(), "device": dev.String(), "name": name}, nil
 }
 
 func hWatch(ctx context.Context, s *server, raw json.RawMessage, progress func(any)) (any, error) {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/lsync/lsync/actors"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
@@ -248,7 +250,8 @@ func hMetaUnset(ctx context.Context, s *server, raw json.RawMessage, _ func(any)
 		if err := lib.SetEntryMeta(ctx, entry, fields); err != nil {
 			return nil, err
 		}
-		return metaUnsetResult{Scope: "entry", UUID: entry.String(), Fields: names}, nil
+		p, _ := lib.Store().EntryPath(entry)
+		return metaUnsetResult{Scope: "entry", UUID: entry.String(), Path: p, Fields: names}, nil
 	}
 	content, err := rowUUID(ctx, lib, persistence.ModelContentIdentity, "", a.Content)
 	if err != nil {
@@ -327,7 +330,42 @@ func hLog(ctx context.Context, s *server, lib *actors.Library, a logArgs, _ func
 	if a.Limit > 0 && len(out) > a.Limit {
 		out = out[:a.Limit]
 	}
+	nameTargets(ctx, lib, out)
 	return out, nil
+}
+
+// nameTargets fills in the names of the rows the entries act on, where
+// the row is still here: a tag's or an album's name, a location's, an
+// entry's path, a device's.
+func nameTargets(ctx context.Context, lib *actors.Library, es []auditEntry) {
+	col := map[string]string{persistence.ModelTag: "canonical_name", persistence.ModelAlbum: "name",
+		persistence.ModelLocation: "name", persistence.ModelDevice: "name"}
+	seen := map[string]string{}
+	for i := range es {
+		e := &es[i]
+		if e.TargetName != "" || e.Target == "" {
+			continue
+		}
+		k := e.TargetModel + " " + e.Target
+		if n, ok := seen[k]; ok {
+			e.TargetName = n
+			continue
+		}
+		id, err := uuid.Parse(e.Target)
+		if err != nil {
+			continue
+		}
+		u := messages.UUID(id)
+		switch c, ok := col[e.TargetModel]; {
+		case ok:
+			if r, err := lib.Get(ctx, e.TargetModel, u); err == nil {
+				e.TargetName = rowString(r, c)
+			}
+		case e.TargetModel == persistence.ModelEntry:
+			e.TargetName, _ = lib.Store().EntryPath(u)
+		}
+		seen[k] = e.TargetName
+	}
 }
 
 // auditOf is an audit_log row as lsync log prints it; names are the

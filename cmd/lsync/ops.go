@@ -174,6 +174,7 @@ type syncSetupResult struct {
 	Library      string `json:"library"`
 	Name         string `json:"name"`
 	RemoteDevice string `json:"remote_device"`
+	RemoteName   string `json:"remote_name,omitempty"`
 	Action       string `json:"action"`
 	Phase        string `json:"phase"`
 	// Join: the path a join took, and why.
@@ -326,8 +327,10 @@ type tagApplyArgs struct {
 }
 
 type tagApplyResult struct {
-	Tag   string `json:"tag"`
-	Entry string `json:"entry"`
+	Tag       string `json:"tag"`
+	Entry     string `json:"entry"`
+	TagName   string `json:"tag_name,omitempty"`
+	EntryPath string `json:"entry_path,omitempty"` // where the entry is, on its device
 }
 
 type albumCreateArgs struct {
@@ -387,6 +390,7 @@ type metaSetArgs struct {
 type metaSetResult struct {
 	Scope  string     `json:"scope"` // entry or content
 	UUID   string     `json:"uuid"`
+	Path   string     `json:"path,omitempty"` // the entry's, for an entry
 	Fields metaFields `json:"fields"`
 }
 
@@ -469,6 +473,7 @@ type metaUnsetArgs struct {
 type metaUnsetResult struct {
 	Scope  string   `json:"scope"` // entry or content
 	UUID   string   `json:"uuid"`
+	Path   string   `json:"path,omitempty"` // the entry's, for an entry
 	Fields []string `json:"unset"`
 }
 

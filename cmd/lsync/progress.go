@@ -238,9 +238,12 @@ func (b *joinBar) update(raw json.RawMessage) error {
 			return nil // finish prints the totals
 		}
 		if b.lineDue(p.Phase) {
-			line := fmt.Sprintf("join: %s, %d records, %d pages", p.Phase, p.Records, p.Pages)
+			line := fmt.Sprintf("join: %s, %s, %s", p.Phase, plural(p.Records, "record"), plural(p.Pages, "page"))
+			if p.Records == 0 && p.Pages == 0 && p.Expected == 0 {
+				line = "join: " + string(p.Phase) // nothing copied yet
+			}
 			if p.Expected > 0 {
-				line = fmt.Sprintf("join: %s, %d of about %d records, %d pages", p.Phase, p.Records, p.Expected, p.Pages)
+				line = fmt.Sprintf("join: %s, %d of about %s, %s", p.Phase, p.Records, plural(p.Expected, "record"), plural(p.Pages, "page"))
 			}
 			line += etaText(p.ETASeconds)
 			if p.LastError != "" {
@@ -377,7 +380,7 @@ func joinFrame(st *actors.Status, job string, busy, done bool) joinProgress {
 
 // joinSummary is the line a finished join ends with: its totals.
 func joinSummary(p joinProgress) string {
-	line := fmt.Sprintf("join: %s, %d records, %d pages", p.Phase, p.Records, p.Pages)
+	line := fmt.Sprintf("join: %s, %s, %s", p.Phase, plural(p.Records, "record"), plural(p.Pages, "page"))
 	if p.Bytes > 0 {
 		line += ", " + humanBytes(p.Bytes)
 	}
@@ -414,4 +417,13 @@ func etaText(seconds float64) string {
 		return ""
 	}
 	return ", ETA " + (time.Duration(seconds) * time.Second).String()
+}
+
+// plural is n with its noun, in the plural unless n is 1 ("1 record",
+// "3 records").
+func plural[N int | int64 | uint64](n N, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
