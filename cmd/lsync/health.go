@@ -33,10 +33,11 @@ type opsNode interface {
 //	          failed to open or stopped after a storage failure)
 //
 // It serves from the moment the port is bound, so a probe sees "starting"
-// rather than a refused connection. A nil *opsServer (no --metrics) does
-// nothing.
+// rather than a refused connection. The status page's address serves
+// /healthz and /readyz too (health), so a daemon without --metrics can be
+// probed. The state is kept whether or not --metrics serves it.
 type opsServer struct {
-	srv      *http.Server
+	srv      *http.Server // nil without --metrics
 	node     atomic.Pointer[opsNode]
 	ready    atomic.Bool // the control socket accepts commands
 	stopping atomic.Bool
@@ -46,12 +47,13 @@ type opsServer struct {
 // readyTimeout bounds how long /readyz waits for the node's answer.
 const readyTimeout = 2 * time.Second
 
-// startOps serves the ops endpoints on ln (nil: none).
+// startOps keeps the daemon's health and serves the ops endpoints on ln
+// (nil: serves nothing; the UI's address may serve health).
 func startOps(ln stdnet.Listener, log *slog.Logger) *opsServer {
-	if ln == nil {
-		return nil
-	}
 	o := &opsServer{}
+	if ln == nil {
+		return o
+	}
 	o.srv = &http.Server{Handler: o.handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := o.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -72,6 +74,12 @@ func (o *opsServer) handler() http.Handler {
 		reg := (*n).Metrics().Registry
 		promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}).ServeHTTP(w, r)
 	})
+	o.health(mux)
+	return mux
+}
+
+// health adds /healthz and /readyz to mux.
+func (o *opsServer) health(mux *http.ServeMux) {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -84,7 +92,6 @@ func (o *opsServer) handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	return mux
 }
 
 // notReady is why the daemon is not ready, "" when it is.
@@ -137,6 +144,9 @@ func (o *opsServer) close() {
 		return
 	}
 	o.close1.Do(func() {
+		if o.srv == nil {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = o.srv.Shutdown(ctx)

@@ -106,3 +106,41 @@ func TestE2EHealthReady(t *testing.T) {
 		}
 	}
 }
+
+// The status page's address answers /healthz and /readyz too (issue 26:
+// they existed only with --metrics), without the page's token or a
+// loopback Host, as a probe asks; the page itself still wants them.
+func TestE2EHealthOnTheStatusPage(t *testing.T) {
+	needBinary(t)
+	a := initDaemon(t, "alpha")
+	a.args = []string{"--ui", "127.0.0.1:0"}
+	a.start("127.0.0.1:0")
+	var info deviceInfo
+	a.mustJSON(&info, "device", "show")
+	base := strings.TrimSuffix(info.UI, "/")
+	if base == "" {
+		t.Fatal("no status page")
+	}
+	get := func(path, host string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for path, want := range map[string]string{"/healthz": "ok\n", "/readyz": "ready\n"} {
+		if code, body := get(path, "probe.internal:8080"); code != 200 || body != want {
+			t.Fatalf("%s on the status page: %d %q, want 200 %q", path, code, body, want)
+		}
+	}
+	if code, _ := get("/api/status", "probe.internal:8080"); code != http.StatusForbidden {
+		t.Fatalf("/api/status for a non-loopback host: %d, want 403", code)
+	}
+}

@@ -192,7 +192,7 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 		}
 		defer mln.Close()
 	}
-	ops := startOps(mln, log) // /metrics, /healthz, /readyz; nil without --metrics
+	ops := startOps(mln, log) // /metrics, /healthz, /readyz (with --metrics)
 	defer ops.close()
 	uln, uiTok, err := listenUI(g.home, opt.ui, opt.uiDefault)
 	if err != nil {
@@ -249,7 +249,7 @@ func serve(ctx context.Context, g *globals, opt serveOptions) error {
 	stopUI := func() {}
 	if uln != nil {
 		srv.uiURL = uiURL(uln)
-		stopUI = startUI(srv, uln, uiTok)
+		stopUI = startUI(srv, uln, uiTok, ops)
 		if uiTok != "" {
 			log.Info("status page", "url", srv.uiURL, "token", "required: open the url with ?token=TOKEN, from lsync ui token")
 		} else {

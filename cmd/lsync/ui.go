@@ -181,7 +181,7 @@ func listenUI(home, addr string, isDefault bool) (ln stdnet.Listener, token stri
 func uiURL(ln stdnet.Listener) string { return "http://" + ln.Addr().String() + "/" }
 
 // startUI serves the status page on ln until the returned stop is called.
-func startUI(s *server, ln stdnet.Listener, token string) (stop func()) {
+func startUI(s *server, ln stdnet.Listener, token string, ops *opsServer) (stop func()) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	feed := newEventFeed()
 	evs, unsubscribe := s.node.Events()
@@ -191,8 +191,13 @@ func startUI(s *server, ln stdnet.Listener, token string) (stop func()) {
 		feed.run(ctx, evs)
 	}()
 	u := &uiServer{s: s, feed: feed}
+	// /healthz and /readyz answer without the token or a loopback Host
+	// (a probe's): they say only whether the daemon is up and ready.
+	mux := http.NewServeMux()
+	ops.health(mux)
+	mux.Handle("/", uiAuth(token, u.routes()))
 	srv := &http.Server{
-		Handler:           uiAuth(token, u.routes()),
+		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		// Event streams end with ctx, so Shutdown need not wait for them.
 		BaseContext: func(stdnet.Listener) context.Context { return ctx },
