@@ -74,7 +74,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Sync.Seed = uint64(self[0])<<56 | uint64(self[7])<<8 | uint64(self[15])
 	}
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return log.With("lib", "protoactor")
+		return protoactorLogger(log)
 	}))
 	core := &nodeCore{self: self, name: name, cfg: cfg, sync: cfg.Sync, metrics: metrics,
 		events: newEvents(metrics), log: log, sys: sys, stopped: make(chan struct{}), auth: newAuthTable(), logs: net.NewLogLimiter(0, cfg.Wall), testHooks: cfg.hooks}
@@ -448,3 +448,32 @@ func (n *Node) Stop(ctx context.Context) error {
 	})
 	return n.stopErr
 }
+
+// protoactorLogger is log for protoactor's own lines, its INFO demoted to
+// DEBUG: "actor system started" at every start and a "[DeadLetter]" at
+// every shutdown are its internals, not news for whoever reads the
+// daemon's log (issue 26). Its warnings and errors stay.
+func protoactorLogger(log *slog.Logger) *slog.Logger {
+	return slog.New(demoteInfo{log.Handler()}).With("lib", "protoactor")
+}
+
+type demoteInfo struct{ slog.Handler }
+
+func (h demoteInfo) Enabled(ctx context.Context, l slog.Level) bool {
+	if l == slog.LevelInfo {
+		l = slog.LevelDebug
+	}
+	return h.Handler.Enabled(ctx, l)
+}
+
+func (h demoteInfo) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelInfo {
+		r.Level = slog.LevelDebug
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h demoteInfo) WithAttrs(as []slog.Attr) slog.Handler {
+	return demoteInfo{h.Handler.WithAttrs(as)}
+}
+func (h demoteInfo) WithGroup(name string) slog.Handler { return demoteInfo{h.Handler.WithGroup(name)} }

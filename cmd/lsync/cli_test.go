@@ -232,3 +232,21 @@ func TestFlagValueNames(t *testing.T) {
 	}
 	walk(root)
 }
+
+// Without --path the demo indexes a sample folder it makes, not the
+// working directory (issue 26): it runs anywhere, and what it indexes is
+// the same every run.
+func TestDemoMakesItsOwnFolder(t *testing.T) {
+	t.Chdir(t.TempDir()) // an empty folder: nothing here to index
+	out, stderr, code := runCLI(t, "--json", "demo")
+	if code != 0 {
+		t.Fatalf("demo: exit %d: %s\n%s", code, stderr, out)
+	}
+	var sum demoSummary
+	if err := json.Unmarshal([]byte(out), &sum); err != nil {
+		t.Fatalf("demo --json: %v\n%s", err, out)
+	}
+	if !sum.Converged || sum.Rows[persistence.ModelEntry]["A"] < 400 {
+		t.Fatalf("demo summary: converged %v, entries %v", sum.Converged, sum.Rows[persistence.ModelEntry])
+	}
+}

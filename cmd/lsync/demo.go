@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -27,8 +26,8 @@ func newDemoCmd(g *globals) *cobra.Command {
 		Short: "Four devices syncing in one process (three, then one joins), narrated",
 		Long: `Run three lsync devices in this process, each with its own temporary home,
 talking real QUIC on 127.0.0.1: they pair with one-time codes, share a
-library, index a real folder (this repository unless --path is given; hidden
-folders like .git are skipped), create tags concurrently, build an album from
+library, index a real folder (a sample photo folder the demo makes in its
+temporary folder, or --path DIR; hidden folders are skipped), create tags concurrently, build an album from
 two devices' entries and toggle a favourite on two devices; then a fourth
 device pairs, joins and catches up. The demo ends with a table of row counts
 per model per device and fails (exit 1) if any device's data differs.
@@ -40,7 +39,7 @@ It needs no daemon and ignores --home.`,
 			return runDemo(cmd.Context(), g, path, keep)
 		}),
 	}
-	cmd.Flags().StringVar(&path, "path", "", "the folder device A indexes (default: the lsync repository around the working directory)")
+	cmd.Flags().StringVar(&path, "path", "", "the folder device A indexes (default: a sample folder the demo makes)")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the devices' temporary homes (their path is printed)")
 	return cmd
 }
@@ -77,17 +76,16 @@ const demoDeadline = 20 * time.Second
 
 func runDemo(ctx context.Context, g *globals, path string, keep bool) (err error) {
 	d := &demo{g: g, start: time.Now()}
-	// Find the folder A indexes.
-	if path == "" {
-		if path, err = moduleRoot(); err != nil {
+	// The folder A indexes: --path, or a sample made in the demo's own
+	// temporary folder (it indexed the working directory, whatever that
+	// held; issue 26).
+	if path != "" {
+		if path, err = filepath.Abs(path); err != nil {
 			return err
 		}
-	}
-	if path, err = filepath.Abs(path); err != nil {
-		return err
-	}
-	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
-		return fmt.Errorf("demo: %s is not a folder", path)
+		if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+			return fmt.Errorf("demo: %s is not a folder", path)
+		}
 	}
 	if d.root, err = os.MkdirTemp("", "lsync-demo-"); err != nil {
 		return err
@@ -96,6 +94,11 @@ func runDemo(ctx context.Context, g *globals, path string, keep bool) (err error
 		d.say("homes kept under %s", d.root)
 	} else {
 		defer os.RemoveAll(d.root)
+	}
+	if path == "" {
+		if path, err = d.makeSample(); err != nil {
+			return err
+		}
 	}
 	defer d.stopAll()
 
@@ -129,7 +132,7 @@ func runDemo(ctx context.Context, g *globals, path string, keep bool) (err error
 	}
 
 	// 4. A indexes a real folder; B adds a small location of its own.
-	locA, err := d.index(ctx, a, path, "lsync repository")
+	locA, err := d.index(ctx, a, path, filepath.Base(path))
 	if err != nil {
 		return err
 	}
@@ -267,25 +270,6 @@ func runDemo(ctx context.Context, g *globals, path string, keep bool) (err error
 	return d.report(ctx)
 }
 
-// moduleRoot finds the lsync repository around the working directory.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.Contains(b, []byte("module github.com/lsync/lsync\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("demo: not inside the lsync repository; give a folder to index with --path DIR")
-		}
-		dir = parent
-	}
-}
-
 func (d *demo) startDev(ctx context.Context, label, name string) (*demoDev, error) {
 	node, err := actors.Start(ctx, actors.Config{
 		Home: filepath.Join(d.root, label), Name: name, Listen: "127.0.0.1:0",
@@ -367,6 +351,46 @@ func (d *demo) index(ctx context.Context, dev *demoDev, path, name string) (mess
 	return loc, nil
 }
 
+// demoShared is a file of the sample folder that B's folder has a copy
+// of (with --path, go.mod if the folder has one).
+const demoShared = "README.txt"
+
+// makeSample makes the folder A indexes without --path: a photo library
+// of a few hundred small files in year and trip folders, the same every
+// run, and a hidden folder the index skips.
+func (d *demo) makeSample() (string, error) {
+	dir := filepath.Join(d.root, "A-photos")
+	rnd := rand.New(rand.NewPCG(3, 4))
+	put := func(name string, b []byte) error {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(p, b, 0o644)
+	}
+	if err := put(demoShared, []byte("Photos of the family, sorted by year and trip.\n")); err != nil {
+		return "", err
+	}
+	if err := put(".thumbnails/cache.db", []byte("skipped: hidden")); err != nil {
+		return "", err
+	}
+	for year := 2021; year <= 2024; year++ {
+		for trip, place := range []string{"coast", "mountains", "city", "lake"} {
+			for i := range 20 + rnd.IntN(20) {
+				b := make([]byte, 1<<10+rnd.IntN(16<<10))
+				for k := range b {
+					b[k] = byte(rnd.Uint32())
+				}
+				name := fmt.Sprintf("%d/%02d-%s/IMG_%04d.jpg", year, trip+1, place, i+1)
+				if err := put(name, b); err != nil {
+					return "", err
+				}
+			}
+		}
+	}
+	return dir, nil
+}
+
 // makeFolder creates B's small folder: a photo, a note, and a copy of a file
 // A also indexes (same bytes ⇒ same content identity on both devices).
 func (d *demo) makeFolder(aPath string) (string, error) {
@@ -385,8 +409,11 @@ func (d *demo) makeFolder(aPath string) (string, error) {
 		"2024/notes.txt":   []byte("sunny, 28°C\n"),
 		"2024/packing.txt": []byte("towel\nsunscreen\n"),
 	}
-	if b, err := os.ReadFile(filepath.Join(aPath, "go.mod")); err == nil {
-		files["go.mod"] = b
+	for _, shared := range []string{demoShared, "go.mod"} {
+		if b, err := os.ReadFile(filepath.Join(aPath, shared)); err == nil {
+			files[shared] = b
+			break
+		}
 	}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
