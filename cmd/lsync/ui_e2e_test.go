@@ -33,22 +33,24 @@ func needChromium(t *testing.T) string {
 
 // uiPage is what the status page shows, read from its DOM.
 type uiPage struct {
-	Device   string `json:"device"`
-	DeviceID string `json:"device_id"`
-	Peer     string `json:"peer"`
-	PeerDown string `json:"peer_down"` // what bravo receives from alpha: rate / its own limit
-	DeviceBW string `json:"device_bw"` // this device's rates (and limits)
-	Library  string `json:"library"`
-	Phase    string `json:"phase"`
-	Running  bool   `json:"running"` // a join's progress bar is moving
-	Joined   string `json:"joined"`  // records of the finished join
-	Verified string `json:"verified"`
-	Member   bool   `json:"member"` // the partner is in the library's members
-	Takes    string `json:"takes"`  // what this device takes, as its own member row says
-	Events   int    `json:"events"`
-	EventTxt string `json:"event_text"`
-	Error    string `json:"error"`
-	Nearby   string `json:"nearby"` // the nearby devices' section
+	Device   string   `json:"device"`
+	DeviceID string   `json:"device_id"`
+	Peer     string   `json:"peer"`
+	PeerDown string   `json:"peer_down"` // what bravo receives from alpha: rate / its own limit
+	DeviceBW string   `json:"device_bw"` // this device's rates (and limits)
+	Library  string   `json:"library"`
+	Phase    string   `json:"phase"`
+	Running  bool     `json:"running"` // a join's progress bar is moving
+	Joined   string   `json:"joined"`  // records of the finished join
+	Verified string   `json:"verified"`
+	Member   bool     `json:"member"` // the partner is in the library's members
+	Takes    string   `json:"takes"`  // what this device takes, as its own member row says
+	Events   int      `json:"events"`
+	EventTxt string   `json:"event_text"`
+	Lag      string   `json:"lag"`  // the partner's lag in the members table
+	Feed     []string `json:"feed"` // every line of the event feed, newest first
+	Error    string   `json:"error"`
+	Nearby   string   `json:"nearby"` // the nearby devices' section
 }
 
 // readPage is the script that fills a uiPage; %[1]q is the partner's id,
@@ -72,6 +74,8 @@ const readPage = `(() => {
     takes: txt('.library tr.member[data-id=%[2]q] .takes'),
     events: feed.length,
     event_text: feed.length ? feed[feed.length - 1].textContent : "",
+    lag: txt('.library tr.member[data-id=%[1]q] .lag'),
+    feed: [...feed].map((e) => e.textContent),
     error: q("#error")?.hidden ? "" : txt("#error"),
     nearby: txt("#nearby-section"),
   };
@@ -205,6 +209,51 @@ func TestE2EUIStatusPage(t *testing.T) {
 
 	if c != nil && (!strings.Contains(page.Nearby, "charlie") || !strings.Contains(page.Nearby, short8(c.id))) {
 		t.Errorf("the nearby devices' section shows %q, want charlie (%s)", page.Nearby, c.id)
+	}
+
+	// Lag (issue 26): alpha holds nothing bravo lacks once bravo has
+	// reported, so it is "in sync", and stays so while the library idles.
+	// The feed records changes of state, not polls: no phase_changed in
+	// a whole periodic catch-up interval of idling (it showed catching_up
+	// and ready every 30 s), and no verification without its state.
+	if !testutil.Within(40*time.Second, func() bool {
+		p, err := chromedp.Run(ctx, chromedp.Evaluate[uiPage](script))
+		page = p
+		return err == nil && p.Lag == "in sync"
+	}) {
+		t.Fatalf("alpha's lag on bravo's page is %q, want in sync", page.Lag)
+	}
+	phaseLines := func(feed []string) (n int) {
+		for _, line := range feed {
+			if strings.Contains(line, "phase_changed") {
+				n++
+			}
+			if strings.HasSuffix(strings.TrimSpace(line), "verified:") {
+				t.Errorf("a feed line names no state: %q", line)
+			}
+		}
+		return n
+	}
+	progress := 0
+	for _, line := range page.Feed {
+		if strings.Contains(line, "backfill_progress") {
+			progress++
+		}
+	}
+	if progress > 1 {
+		t.Errorf("the join's progress takes %d lines of the feed, want one that moves", progress)
+	}
+	before := phaseLines(page.Feed)
+	time.Sleep(35 * time.Second) // more than one periodic catch-up (30 s)
+	idle, err := chromedp.Run(ctx, chromedp.Evaluate[uiPage](script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := phaseLines(idle.Feed); after != before {
+		t.Errorf("the feed gained %d phase changes in 35 s of idling:\n%s", after-before, strings.Join(idle.Feed[:min(10, len(idle.Feed))], "\n"))
+	}
+	if idle.Lag != "in sync" {
+		t.Errorf("alpha's lag after 35 s of idling: %q, want in sync", idle.Lag)
 	}
 
 	// What bravo takes of the library (selective sync), in its row.

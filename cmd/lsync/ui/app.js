@@ -272,7 +272,13 @@ function renderFeed() {
 function follow() {
   const es = new EventSource("api/events");
   es.onmessage = (m) => {
-    events.unshift(JSON.parse(m.data));
+    const e = JSON.parse(m.data);
+    // A join's progress is one line that moves, not a line per page.
+    if (e.type === "backfill_progress") {
+      const i = events.findIndex((x) => x.type === e.type && x.library === e.library);
+      if (i >= 0) events.splice(i, 1);
+    }
+    events.unshift(e);
     events.length = Math.min(events.length, 200);
     renderFeed();
   };
