@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -113,6 +114,7 @@ func hUnpair(ctx context.Context, s *server, raw json.RawMessage, _ func(any)) (
 	if err != nil {
 		return nil, err
 	}
+	slices.SortFunc(r.Ended, func(a, b actors.EndedPartnership) int { return strings.Compare(a.Name, b.Name) })
 	return unpairResult{ID: r.ID.String(), Name: r.Name, Ended: r.Ended, Closed: r.Closed, WasConnected: r.WasConnected}, nil
 }
 
