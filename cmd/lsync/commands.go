@@ -1322,7 +1322,7 @@ func printStatus(w io.Writer, st *actors.Status) {
 		fmt.Fprintf(tw, "error\t%s\n", st.Error)
 	}
 	if !st.PausedSince.IsZero() {
-		fmt.Fprintf(tw, "paused\twith every device, since %s (lsync sync resume LIB)\n", localTime(st.PausedSince))
+		fmt.Fprintf(tw, "paused\twith every device, since %s (lsync sync resume %s)\n", localTime(st.PausedSince), quoteArg(st.Name))
 	}
 	if st.Join != nil {
 		fmt.Fprintf(tw, "joined by\t%s: %s\n", st.Join.Path, st.Join.Why)
