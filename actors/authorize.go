@@ -23,6 +23,9 @@ type authTable struct {
 	// library: the device registers this one first, so its reports may
 	// arrive before it is a partner here (expect).
 	expected map[messages.LibraryID]map[messages.DeviceID]int
+	// pauses: what this device paused (pause.go); partners' messages of a
+	// paused library are refused. Set once at start.
+	pauses *pauseTable
 }
 
 func newAuthTable() *authTable {
@@ -133,7 +136,7 @@ func (t *authTable) authorize(peer messages.DeviceID, lib messages.LibraryID, ty
 	case !ok:
 		return &net.Refusal{Reason: messages.ReasonUnauthorized, Msg: fmt.Sprintf("device %s is not a sync partner of library %s", peer, lib), Expected: expected}
 	}
-	return nil
+	return t.authorizePaused(peer, lib)
 }
 
 // partnerType reports whether a partner may send typ for a library.

@@ -15,8 +15,10 @@ import (
 // nodeCore is what every actor of a node shares: immutable after start,
 // or safe for concurrent use (metrics, events, logger, the stopped channel).
 type nodeCore struct {
-	self    messages.DeviceID
-	name    string
+	self messages.DeviceID
+	// name is the device's name (deviceName): lsync device rename
+	// changes it while library actors, discovery and the API read it.
+	name    atomic.Pointer[string]
 	cfg     Config
 	sync    SyncConfig
 	metrics *Metrics
@@ -38,6 +40,8 @@ type nodeCore struct {
 	// discOff says why ("off": not enabled), set before Start returns.
 	disc    atomic.Pointer[localDiscovery]
 	discOff string
+	// pauses: what syncing this device paused (pause.go).
+	pauses *pauseTable
 
 	testHooks
 }

@@ -64,7 +64,7 @@ func (n *Node) startDiscovery(cfg DiscoveryConfig, peers *net.PeerStore, signer 
 	ld := &localDiscovery{listen: n.tr.Addr()}
 	svc, err := discovery.Start(discovery.Config{
 		Key:      signer.SigningKey(),
-		Name:     n.core.name,
+		Name:     n.core.deviceName(),
 		Addrs:    announcedAddrs(n.tr.Addr(), hostAddrs()),
 		Port:     cfg.Port,
 		Interval: cfg.Interval,
@@ -87,7 +87,13 @@ func (n *Node) startDiscovery(cfg DiscoveryConfig, peers *net.PeerStore, signer 
 			if c.Kind == discovery.Gone {
 				return
 			}
-			if _, paired := peers.Get(c.Entry.ID); paired {
+			if p, paired := peers.Get(c.Entry.ID); paired {
+				if c.Entry.Name != "" && c.Entry.Name != p.Name {
+					// Renamed since it was paired (lsync device rename).
+					if err := peers.SetName(c.Entry.ID, c.Entry.Name); err != nil {
+						n.core.log.Debug("keep the peer's announced name", "peer", c.Entry.ID, "err", err)
+					}
+				}
 				if addrs := dialable(ld.listen, c.Entry.DialAddrs()); len(addrs) > 0 {
 					n.sys.Root.Send(n.pid, &discovered{dev: c.Entry.ID, addrs: addrs})
 				}

@@ -23,6 +23,10 @@ const (
 	EventBackfillProgress EventType = "backfill_progress" // pages done during a join
 	EventPartnerLeft      EventType = "partner_left"      // a partner deleted its copy and stopped syncing with us
 	EventVerification     EventType = "verification"      // an owner's rows here became unverified (or verified again); Peer is the owner
+	EventSyncPaused       EventType = "sync_paused"       // lsync sync pause: Library and/or Peer (zero: every one)
+	EventSyncResumed      EventType = "sync_resumed"      // lsync sync resume: Library and/or Peer (zero: every one)
+	EventUnpaired         EventType = "unpaired"          // a device was unpaired (Peer)
+	EventDeviceRenamed    EventType = "device_renamed"    // this device was renamed (Detail: the new name)
 )
 
 // Event is one notification for host apps.

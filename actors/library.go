@@ -31,6 +31,7 @@ type libraryActor struct {
 	joining atomic.Bool
 
 	peers    map[messages.DeviceID]*peerLink // connected devices (partners or not)
+	held     map[messages.DeviceID]*peerLink // connected devices the library is paused with (pause.go): kept out of peers
 	peerErr  map[messages.DeviceID]string    // why a partner is not connected, if a dial said
 	syncErr  map[messages.DeviceID]string    // why the last catch-up with a partner failed, until one succeeds
 	aeErr    map[messages.DeviceID]string    // why the last anti-entropy run with a partner failed, until one succeeds
@@ -188,7 +189,7 @@ func (a *libraryActor) Receive(ctx actor.Context) {
 	case *showPhase:
 		a.phaseTimer = nil // publishPhase below
 	default:
-		if !a.receiveAPI(ctx) && !a.receivePeers(ctx) && !a.receiveJobs(ctx) {
+		if !a.receiveAPI(ctx) && !a.receivePeers(ctx) && !a.receiveJobs(ctx) && !a.receiveDevCmds(ctx) {
 			a.n.log.Debug("library actor: unexpected message", "library", a.id, "type", fmt.Sprintf("%T", m))
 		}
 	}
@@ -346,10 +347,10 @@ func (a *libraryActor) stopTimers() {
 func (a *libraryActor) ensureDeviceRow(ctx actor.Context) {
 	self := messages.UUID(a.n.self)
 	row, err := a.lib.Get(persistence.ModelDevice, self)
-	if err == nil && row["name"] == a.n.name {
+	if err == nil && row["name"] == a.n.deviceName() {
 		return
 	}
-	rec, _, err := a.lib.WriteState(persistence.ModelDevice, self, map[string]any{"name": a.n.name})
+	rec, _, err := a.lib.WriteState(persistence.ModelDevice, self, map[string]any{"name": a.n.deviceName()})
 	if err != nil {
 		a.n.log.Error("write own device row", "library", a.id, "err", err)
 		return
@@ -447,6 +448,9 @@ func (a *libraryActor) publishPhase(ctx actor.Context) {
 // ---- peers ----
 
 func (a *libraryActor) onPeerUp(ctx actor.Context, m *peerUp) {
+	if a.holdIfPaused(m) {
+		return
+	}
 	a.peers[m.dev] = &peerLink{pid: m.pid, conn: m.conn, name: m.name}
 	delete(a.ackSent, m.dev) // a new connection is acked again
 	delete(a.peerErr, m.dev)
@@ -471,6 +475,9 @@ func (a *libraryActor) onPeerUp(ctx actor.Context, m *peerUp) {
 }
 
 func (a *libraryActor) onPeerDown(ctx actor.Context, m *peerDown) {
+	if a.releaseHeld(m) {
+		return
+	}
 	link, ok := a.peers[m.dev]
 	if !ok || (m.conn != nil && link.conn != m.conn) {
 		return

@@ -215,6 +215,11 @@ func (a *libraryActor) onAck(ctx actor.Context, from messages.DeviceID, m *messa
 
 // onSetupPartner answers a peer's sync-setup: it becomes a partner here.
 func (a *libraryActor) onSetupPartner(ctx actor.Context, m *setupPartner) {
+	if e := a.n.auth.authorizePaused(m.req.Device, a.id); e != nil {
+		// No join or new partnership while paused (pause.go).
+		answerPeer(a.n, m.from, m.reply, &messages.Error{Code: messages.CodePaused, Message: e.Error()}, m.credit)
+		return
+	}
 	if m.req.Action == ActionMember {
 		if e := a.refuseMemberSetup(m.req.Device); e != nil {
 			answerPeer(a.n, m.from, m.reply, e, m.credit)
@@ -240,7 +245,7 @@ func (a *libraryActor) onSetupPartner(ctx actor.Context, m *setupPartner) {
 		a.partnerUp(ctx, m.req.Device, m.req.DeviceName, false)
 	}
 	answerPeer(a.n, m.from, m.reply, &messages.SyncSetupResponse{Library: a.id, LibraryName: a.lib.Meta().Name,
-		Device: a.n.self, DeviceName: a.n.name}, m.credit)
+		Device: a.n.self, DeviceName: a.n.deviceName()}, m.credit)
 }
 
 // onLeavePartner answers a partner that leaves the library (it deleted its

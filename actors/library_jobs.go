@@ -151,6 +151,12 @@ func (a *libraryActor) onCatchupDone(ctx actor.Context, m *catchupDone) {
 		a.learnRevoked(ctx, notice)
 		return
 	}
+	if pausedBy(m.err) {
+		// The peer paused syncing the library with this device: its report
+		// on resume starts the next catch-up, not a retry now (pause.go).
+		a.syncErr[m.peer] = m.err.Error()
+		return
+	}
 	if removedBy(m.err) {
 		// The peer removed this device (sync-remove) while it was away:
 		// stop too, and say so, rather than retry forever.

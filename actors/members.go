@@ -84,7 +84,7 @@ func (a *libraryActor) askMember(conn net.Conn) (*messages.SyncSetupResponse, er
 	ctx, cancel := context.WithTimeout(context.Background(), a.n.sync.RequestTimeout)
 	defer cancel()
 	m, err := conn.Request(ctx, messages.LibraryID{}, &messages.SyncSetupRequest{Library: a.id, Device: a.n.self,
-		DeviceName: a.n.name, Action: ActionMember})
+		DeviceName: a.n.deviceName(), Action: ActionMember})
 	if err != nil {
 		return nil, err
 	}

@@ -64,6 +64,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	metrics := newMetrics()
+	// Pauses apply from the first connection (pause.go).
+	pauses, err := loadPauses(cfg.Home)
+	if err != nil {
+		return nil, fmt.Errorf("start: %w", err)
+	}
 	onPaired := &atomic.Pointer[func(net.PeerInfo)]{}
 	tr, dir, name, err := startTransport(cfg, metrics, log, onPaired)
 	if err != nil {
@@ -76,9 +81,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return protoactorLogger(log)
 	}))
-	core := &nodeCore{self: self, name: name, cfg: cfg, sync: cfg.Sync, metrics: metrics,
+	core := &nodeCore{self: self, cfg: cfg, sync: cfg.Sync, metrics: metrics,
 		events: newEvents(metrics), log: log, sys: sys, stopped: make(chan struct{}), auth: newAuthTable(), logs: net.NewLogLimiter(0, cfg.Wall), testHooks: cfg.hooks}
 	core.key, core.keyOwner = cfg.hooks.signKey, cfg.hooks.keyOwner
+	core.setDeviceName(name)
+	core.pauses, core.auth.pauses = pauses, pauses
 	if s, ok := tr.(net.Signer); ok {
 		core.key = s.SigningKey()
 	}
@@ -165,7 +172,7 @@ func (n *Node) acceptLoop(ctx context.Context) {
 func (n *Node) ID() messages.DeviceID { return n.core.self }
 
 // Name is this device's name.
-func (n *Node) Name() string { return n.core.name }
+func (n *Node) Name() string { return n.core.deviceName() }
 
 // Addr is the address peers dial.
 func (n *Node) Addr() string { return n.tr.Addr() }
@@ -419,7 +426,7 @@ func (n *Node) SyncSetupFiltered(ctx context.Context, dev messages.DeviceID, lib
 
 // syncSetup asks dev to register this device as a partner of lib.
 func (n *Node) syncSetup(ctx context.Context, dev messages.DeviceID, lib messages.LibraryID, action string) (*messages.SyncSetupResponse, error) {
-	m, err := n.request(ctx, dev, &messages.SyncSetupRequest{Library: lib, Device: n.core.self, DeviceName: n.core.name, Action: action})
+	m, err := n.request(ctx, dev, &messages.SyncSetupRequest{Library: lib, Device: n.core.self, DeviceName: n.core.deviceName(), Action: action})
 	if err != nil {
 		return nil, fmt.Errorf("sync-setup with %s: %w", dev, err)
 	}

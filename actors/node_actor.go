@@ -66,7 +66,9 @@ func (na *nodeActor) Receive(ctx actor.Context) {
 	case *actor.Terminated:
 		na.onTerminated(ctx, m)
 	case *connAccepted:
-		ctx.Send(na.peer(ctx, m.conn.Peer()), &adoptConn{conn: m.conn})
+		if na.stillPaired(m.conn) {
+			ctx.Send(na.peer(ctx, m.conn.Peer()), &adoptConn{conn: m.conn})
+		}
 	case *peerConnected:
 		na.onPeerConnected(ctx, m)
 	case *peerDisconnected:
@@ -101,7 +103,7 @@ func (na *nodeActor) Receive(ctx actor.Context) {
 			ctx.Send(ctx.Sender(), &peerUp{dev: pc.dev, name: pc.name, pid: pc.pid, conn: pc.conn})
 		}
 	default:
-		if !na.receiveAPI(ctx) && !na.receiveSnapshot(ctx) {
+		if !na.receiveAPI(ctx) && !na.receiveSnapshot(ctx) && !na.receiveDevCmds(ctx) {
 			na.n.log.Debug("node actor: unexpected message", "type", fmt.Sprintf("%T", m))
 		}
 	}
@@ -150,6 +152,7 @@ func (na *nodeActor) onPeerConnected(ctx actor.Context, m *peerConnected) {
 	na.n.metrics.PeerConnected(m.dev)
 	na.n.log.Info("peer connected", "peer", m.dev, "name", m.name)
 	na.n.events.emit(Event{Type: EventPeerConnected, Peer: m.dev, Detail: m.name})
+	notePeerName(na.n, na.dir, m.dev, m.name) // a device renamed since it was paired
 	up := &peerUp{dev: m.dev, name: m.name, pid: m.pid, conn: m.conn}
 	for _, pid := range na.libs {
 		ctx.Send(pid, up)

@@ -77,6 +77,9 @@ type Status struct {
 	// Error says why the library stopped syncing (phase stopped): a
 	// storage failure such as a full disk.
 	Error string `json:"error,omitempty"`
+	// PausedSince: syncing the library with every device is paused here
+	// since then (lsync sync pause; zero: not paused so).
+	PausedSince time.Time `json:"paused_since,omitzero"`
 	// Bandwidth is this device's limits and rates (every library shares
 	// them), its peers narrowed to the library's partners; nil on a
 	// transport without limits.
@@ -102,6 +105,10 @@ type PeerStatus struct {
 	// behind a gap. Each part is bounded by the library's members (at
 	// most messages.MaxReportDigests) or by PendingPerOrigin.
 	KeptEntries int `json:"kept_entries"`
+	// PausedSince: syncing the library with it is paused here since then
+	// (the library, the device everywhere, or the device in the library;
+	// zero: not paused).
+	PausedSince time.Time `json:"paused_since,omitzero"`
 }
 
 // RemovedPartner is a partnership of the library that ended.
@@ -291,6 +298,7 @@ func (a *libraryActor) status() (*Status, error) {
 	}
 	slices.Sort(st.Jobs)
 	st.Verification = a.verifications()
+	a.pauseStatus(st)
 	return st, nil
 }
 

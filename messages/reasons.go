@@ -46,6 +46,7 @@ const (
 	ReasonBadAck         Reason = "bad_ack"         // an ACK for another device's log, or from another sender
 	ReasonRevoked        Reason = "revoked"         // a row or change a revoked device wrote after its revocation, or a message from it
 	ReasonBadMember      Reason = "bad_member_row"  // a signed member or revocation row that does not count (its signer is no member, or was removed or revoked before)
+	ReasonPaused         Reason = "paused"          // a library message from a device this one paused syncing it with (lsync sync pause): dropped, or answered CodePaused
 
 	// Content: a record the receiver cannot take.
 	ReasonUnknownModel Reason = "unknown_model"
@@ -69,7 +70,7 @@ var reasons = [...]Reason{
 	ReasonNoCertificate, ReasonWrongALPN, ReasonPairingBusy, ReasonPairingLocked, ReasonPairingTimeout,
 	ReasonPairingPreempted,
 	ReasonUnauthorized, ReasonUnknownLibrary, ReasonForgedOwner, ReasonForgedOrigin, ReasonForgedSetup, ReasonBadSignature, ReasonBadAck,
-	ReasonRevoked, ReasonBadMember,
+	ReasonRevoked, ReasonBadMember, ReasonPaused,
 	ReasonUnknownModel, ReasonWrongKind, ReasonBadValue, ReasonClockSkew, ReasonPoisonRecord,
 	ReasonTooLarge, ReasonBadUUID, ReasonParkingFull, ReasonFiltered,
 	ReasonBackfillBufferFull, ReasonSnapshotChunkChecksum,

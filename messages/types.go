@@ -256,6 +256,11 @@ const (
 	// the message says by whom, when and why. The requester stops syncing
 	// the library with every member, not only with the responder.
 	CodeRevoked = "revoked"
+	// CodePaused: the responder paused syncing the library with the
+	// requester (lsync sync pause); the message says since when. The
+	// requester waits for the responder's next report (sent on resume)
+	// instead of retrying.
+	CodePaused = "paused"
 )
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }

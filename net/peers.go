@@ -206,6 +206,25 @@ func (s *PeerStore) Remove(id messages.DeviceID) error {
 	return err
 }
 
+// SetName records the name device id now goes by (the one its Hello or
+// its local announcement gave): pins keep the name a device had when
+// paired, and a device renamed later (lsync device rename) would go on
+// showing under its old one. The certificate pinned does not change.
+// An unknown device or an unchanged name is no error and writes nothing.
+func (s *PeerStore) SetName(id messages.DeviceID, name string) error {
+	if err := messages.CheckName("device", name); err != nil {
+		return fmt.Errorf("peer store: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.peers[id]
+	if !ok || p.info.Name == name {
+		return nil
+	}
+	p.info.Name = name
+	return s.updateLocked(func(m map[messages.DeviceID]peer) { m[id] = p })
+}
+
 // Addrs returns the address book of device id: its known addresses in the
 // order to try them, the most recent success first.
 func (s *PeerStore) Addrs(id messages.DeviceID) []KnownAddr {

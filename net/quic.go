@@ -297,6 +297,10 @@ func (t *QUICTransport) Bandwidth() Bandwidth {
 	})
 }
 
+// Identity is this device's identity: renaming it (SetName) changes the
+// name the next Hello and pairing send.
+func (t *QUICTransport) Identity() *Identity { return t.id }
+
 // Addr is the UDP address peers dial.
 func (t *QUICTransport) Addr() string { return t.udp.LocalAddr().String() }
 

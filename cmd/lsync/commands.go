@@ -33,7 +33,8 @@ func newInitCmd(g *globals) *cobra.Command {
 		Long: `Create the device identity in --home: an Ed25519 key and a self-signed
 certificate whose hash is the device id peers pin when pairing. Run it once
 per device; it needs no daemon. Run again, it shows the existing identity
-(and renames the device with --name, while no daemon runs).`,
+(and renames the device with --name, while no daemon runs; with one
+running, use lsync device rename).`,
 		Example: `  lsync init --name laptop
   lsync --home /tmp/b init --name desktop`,
 		Args: args(cobra.NoArgs),
@@ -46,7 +47,7 @@ per device; it needs no daemon. Run again, it shows the existing identity
 			_, statErr := os.Stat(filepath.Join(g.home, "device.key"))
 			created := errors.Is(statErr, fs.ErrNotExist)
 			if name != "" && !created && daemonRunning(g.home) {
-				return fmt.Errorf("a daemon is running for %s: stop it before renaming the device", g.home)
+				return fmt.Errorf("a daemon is running for %s: rename the device through it: lsync device rename %s", g.home, quoteArg(strings.TrimSpace(name)))
 			}
 			id, err := net.LoadOrCreateIdentity(g.home, name)
 			if err != nil {
@@ -78,12 +79,14 @@ per device; it needs no daemon. Run again, it shows the existing identity
 
 func newDeviceCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "device",
-		Short:   "This device",
-		Long:    `Commands about this device.`,
-		Example: `  lsync device show`,
-		RunE:    groupRunE,
+		Use:   "device",
+		Short: "This device",
+		Long:  `Commands about this device: show it, rename it.`,
+		Example: `  lsync device show
+  lsync device rename laptop`,
+		RunE: groupRunE,
 	}
+	cmd.AddCommand(newDeviceRenameCmd(g))
 	cmd.AddCommand(&cobra.Command{
 		Use:   "show",
 		Short: "Show the device id, name and listen address",
@@ -373,9 +376,14 @@ paired device; local: announced on the local network; peer: the device connected
 from it or told it when pairing), and whether they are connected now (with the
 round-trip time). With --json, addrs is each device's address book: every known
 address, when a handshake last succeeded there, and since when it fails, in the
-order dials try them. An address failing for a week is forgotten (not the best).`,
-		Example: `  lsync network peers`,
-		Args:    args(cobra.NoArgs),
+order dials try them. An address failing for a week is forgotten (not the best).
+PAUSED says what lsync sync pause paused of each device here, since when
+(JSON: paused_since for the device in every library, paused_in for
+libraries). A name is the one the device last gave: one renamed shows
+its new name after its next connection.`,
+		Example: `  lsync network peers
+  lsync --json network peers`,
+		Args: args(cobra.NoArgs),
 		RunE: g.runE(func(cmd *cobra.Command, _ []string) error {
 			var ps []peerInfo
 			if err := g.callInto(cmd.Context(), opPeers, nil, &ps); err != nil {
@@ -387,9 +395,9 @@ order dials try them. An address failing for a week is forgotten (not the best).
 					return
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "NAME\tADDR\tCONNECTED\tRTT\tLAST ERROR\tID")
+				fmt.Fprintln(tw, "NAME\tADDR\tCONNECTED\tRTT\tPAUSED\tLAST ERROR\tID")
 				for _, p := range ps {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", dash(p.Name), peerAddr(p), yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), dash(p.LastError), p.ID)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(p.Name), peerAddr(p), yesNo(p.Connected), rtt(p.Connected, p.RTTMillis), pausedText(p), dash(p.LastError), p.ID)
 				}
 				tw.Flush()
 			})
@@ -524,7 +532,7 @@ DEVICE is an id (paired or not) or the exact name of a paired device.`,
 			})
 		}),
 	}
-	cmd.AddCommand(pair, peers, newNearbyCmd(g), discover, setup, remove)
+	cmd.AddCommand(pair, peers, newNearbyCmd(g), discover, setup, remove, newUnpairCmd(g))
 	return cmd
 }
 
@@ -1155,13 +1163,14 @@ func writeRows(w io.Writer, res json.RawMessage) error {
 func newSyncCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sync",
-		Short: "Inspect a library's sync state; limit sync bandwidth",
-		Long:  `Inspect how a library is syncing with its partners, and limit how fast this device syncs.`,
+		Short: "Inspect a library's sync state; pause, resume and limit syncing",
+		Long:  `Inspect how a library is syncing with its partners, pause and resume syncing a library or a device, and limit how fast this device syncs.`,
 		Example: `  lsync sync status "Family photos"
+  lsync sync pause "Family photos"
   lsync sync limit --up 500K`,
 		RunE: groupRunE,
 	}
-	cmd.AddCommand(newSyncLimitCmd(g))
+	cmd.AddCommand(newSyncLimitCmd(g), newSyncPauseCmd(g), newSyncResumeCmd(g))
 	cmd.AddCommand(&cobra.Command{
 		Use:   "status LIB",
 		Short: "Show peers, phase, watermarks and log size",
@@ -1317,6 +1326,9 @@ func printStatus(w io.Writer, st *actors.Status) {
 	if st.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", st.Error)
 	}
+	if !st.PausedSince.IsZero() {
+		fmt.Fprintf(tw, "paused\twith every device, since %s (lsync sync resume %s)\n", localTime(st.PausedSince), quoteArg(st.Name))
+	}
 	if st.Join != nil {
 		fmt.Fprintf(tw, "joined by\t%s: %s\n", st.Join.Path, st.Join.Why)
 	}
@@ -1406,6 +1418,8 @@ func printStatus(w io.Writer, st *actors.Status) {
 		for _, p := range st.Peers {
 			why := p.LastError
 			switch {
+			case !p.PausedSince.IsZero():
+				why = "paused here since " + localTime(p.PausedSince)
 			case p.SyncError != "":
 				why = "sync: " + p.SyncError
 			case p.AntiEntropyError != "" && why == "":

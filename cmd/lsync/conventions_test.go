@@ -80,6 +80,13 @@ func TestConventionUsageErrors(t *testing.T) {
 		{[]string{"sync", "limit", "--down", "2Mbit/s"}, `--down "2Mbit/s" is in bits`},
 		{[]string{"sync", "limit", "--up", "10"}, `--up "10" is below 1000 bytes per second`},
 		{[]string{"serve", "--bandwidth-limit", "fast"}, `--bandwidth-limit "fast": want bytes per second`},
+		// Issue 26's device commands.
+		{[]string{"sync", "pause"}, "give a library (LIB), a device (--device DEVICE) or both"},
+		{[]string{"sync", "resume"}, "give a library (LIB), a device (--device DEVICE) or both"},
+		{[]string{"sync", "pause", "a", "b"}, "accepts at most 1 arg"},
+		{[]string{"device", "rename", "lap\ntop"}, "control character U+000A"},
+		{[]string{"device", "rename", "  "}, "a device name is required"},
+		{[]string{"network", "unpair"}, "accepts 1 arg"},
 	} {
 		_, stderr, code := runCLI(t, append([]string{"--home", home}, c.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {

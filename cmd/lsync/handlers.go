@@ -81,6 +81,10 @@ func init() {
 		opSyncFilter:       libHandler(hSyncFilter),
 		opSyncLimit:        hSyncLimit,
 		opNearby:           hNearby,
+		opUnpair:           hUnpair,
+		opDeviceRename:     hDeviceRename,
+		opSyncPause:        hPause(true),
+		opSyncResume:       hPause(false),
 	}
 }
 
@@ -383,6 +387,7 @@ func hPeers(ctx context.Context, s *server, _ json.RawMessage, _ func(any)) (any
 		out = append(out, pi)
 	}
 	slices.SortFunc(out, func(a, b peerInfo) int { return strings.Compare(a.ID, b.ID) })
+	s.notePauses(ctx, out)
 	return out, nil
 }
 

@@ -148,6 +148,11 @@ type peerInfo struct {
 	RTTMillis  float64     `json:"rtt_ms"`
 	PairedAt   time.Time   `json:"paired_at,omitzero"`
 	LastError  string      `json:"last_error,omitempty"` // why it is not connected, if known
+	// PausedSince: syncing with it is paused here in every library (sync
+	// pause --device) since then; PausedIn: the libraries paused with it
+	// (the device there, or the library with everyone).
+	PausedSince time.Time       `json:"paused_since,omitzero"`
+	PausedIn    []pausedLibrary `json:"paused_in,omitempty"`
 }
 
 type deviceArgs struct {

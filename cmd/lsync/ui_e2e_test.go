@@ -269,6 +269,29 @@ func TestE2EUIStatusPage(t *testing.T) {
 		t.Errorf("after sync filter, the page says bravo takes %q", page.Takes)
 	}
 
+	// A pause (issue 26): the library and alpha's row say paused, and
+	// resuming clears them.
+	readPaused := func() (string, string) {
+		p, _ := chromedp.Run(ctx, chromedp.Evaluate[[2]string](fmt.Sprintf(`[document.querySelector(".library .head .badge.paused")?.textContent || "",
+			document.querySelector('.library tr.member[data-id=%q] .member-state')?.textContent || ""]`, a.id)))
+		return p[0], p[1]
+	}
+	b.mustRun("sync", "pause", l.UUID)
+	if !testutil.Within(30*time.Second, func() bool {
+		lib, peer := readPaused()
+		return strings.HasPrefix(lib, "paused") && strings.Contains(peer, "paused")
+	}) {
+		lib, peer := readPaused()
+		t.Errorf("after sync pause, the library's badge %q and alpha's state %q; want both paused", lib, peer)
+	}
+	b.mustRun("sync", "resume", l.UUID)
+	if !testutil.Within(30*time.Second, func() bool {
+		lib, peer := readPaused()
+		return lib == "" && !strings.Contains(peer, "paused")
+	}) {
+		t.Errorf("after sync resume, the page still shows paused")
+	}
+
 	// A picture of it.
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	if err != nil {

@@ -26,6 +26,11 @@ function dur(s) {
 function num(n) { return Number(n || 0).toLocaleString("en"); }
 function sum(m) { return Object.values(m || {}).reduce((a, b) => a + b, 0); }
 function badge(text, cls) { return `<span class="badge ${esc(cls)}">${esc(text)}</span>`; }
+// paused is the badge of what lsync sync pause paused here, since when
+// (nothing when since is empty).
+function paused(since, what) {
+  return since ? ` <span class="badge paused" title="${esc(what)}, since ${esc(new Date(since).toLocaleString())} (lsync sync resume)">paused ${esc(ago(since))}</span>` : "";
+}
 function hlcTime(h) {
   // An HLC prints as milliseconds-counter-device; show the time.
   const m = /^(\d+)-/.exec(h || "");
@@ -69,7 +74,8 @@ function renderPeers(peers) {
     const b = bw[p.id] || { limits: {}, rates: {} };
     return `<tr class="peer" data-id="${esc(p.id)}">
       <td><b class="peer-name">${esc(p.name)}</b> <code>${esc(short(p.id))}</code></td>
-      <td class="peer-state">${p.connected ? badge("connected", "on") : badge("offline", "off")}</td>
+      <td class="peer-state">${p.connected ? badge("connected", "on") : badge("offline", "off")}${paused(p.paused_since, "in every library")}${
+        (p.paused_in || []).map((l) => paused(l.since, l.everyone ? `${l.name}, with every device` : `in ${l.name}`)).join("")}</td>
       <td>${p.connected ? esc(p.rtt_ms.toFixed(1)) + " ms" : ""}</td>
       <td class="peer-up">${p.connected ? flow(b.rates.up, b.limits.up) : b.limits.up ? "/ " + esc(limit(b.limits.up)) : ""}</td>
       <td class="peer-down">${p.connected ? flow(b.rates.down, b.limits.down) : b.limits.down ? "/ " + esc(limit(b.limits.down)) : ""}</td>
@@ -142,8 +148,9 @@ function renderLibrary(l) {
     const err = p.last_error || p.sync_error || p.antientropy_error || "";
     const state = m.self ? badge("this device", "") : m.removed ? badge("removed", "off") :
       m.connected ? badge("connected", "on") : m.partner ? badge("offline", "off") : badge("via partners", "");
+    const held = m.self ? "" : paused(p.paused_since, "syncing this library with it");
     return `<tr class="member" data-id="${esc(m.id)}">
-      <td><b>${esc(m.name || short(m.id))}</b></td><td>${state}</td>
+      <td><b>${esc(m.name || short(m.id))}</b></td><td class="member-state">${state}${held}</td>
       <td>${p.connected ? esc(p.rtt_ms.toFixed(1)) + " ms" : ""}</td>
       <td>${esc(m.last_sync ? ago(m.last_sync) : "")}</td>
       <td title="state ${esc(m.state_up_to || "")} / shared ${esc(m.shared_up_to || "")}">${esc(m.complete_up_to || "")}</td>
@@ -164,7 +171,7 @@ function renderLibrary(l) {
       <td>${esc(r.at)}</td><td>${esc(r.reason || "")}${r.remove_rows ? " (rows removed)" : ""}</td></tr>`);
   return `<div class="library" data-uuid="${esc(l.uuid)}">
     <div class="head"><h3 class="lib-name">${esc(l.name)}</h3>
-      <span class="lib-phase badge phase-${esc(st.phase)}">${esc(st.phase)}</span><code>${esc(l.uuid)}</code></div>
+      <span class="lib-phase badge phase-${esc(st.phase)}">${esc(st.phase)}</span>${paused(st.paused_since, "with every device")}<code>${esc(l.uuid)}</code></div>
     ${st.error ? `<div class="err">stopped: ${esc(st.error)}</div>` : ""}
     ${st.revoked_here ? `<div class="err revoked-here">revoked: ${esc(st.revoked_here)}</div>` : ""}
     ${renderJoin(st)}
