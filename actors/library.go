@@ -138,6 +138,10 @@ type libraryActor struct {
 	shown      Phase
 	heldSince  time.Time
 	phaseTimer *time.Timer
+	// stopping: the actor is stopping or restarting; its timers are
+	// stopped and none is started again (children's Terminated and
+	// Stopped still pass through Receive).
+	stopping bool
 }
 
 // quietCatchUp: a catch-up of a READY library is shown (phase metric,
@@ -173,14 +177,17 @@ func (a *libraryActor) Receive(ctx actor.Context) {
 	}
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		a.stopping = false
 		a.start(ctx)
 	case *actor.Stopping:
+		a.stopping = true
 		a.n.auth.setPartners(a.id, nil) // closed: nobody may send to it
 		a.stopTimers()
 		a.rec.stop()
 		a.rec = nil
 		a.releaseInboxes()
 	case *actor.Restarting:
+		a.stopping = true
 		a.stopTimers()
 		a.rec.stop()
 		a.rec = nil
@@ -421,6 +428,9 @@ func (a *libraryActor) phase() Phase {
 // publishPhase updates the metric and emits an event when the phase
 // changed; it runs after every message.
 func (a *libraryActor) publishPhase(ctx actor.Context) {
+	if a.stopping {
+		return // no timer may outlive the actor (stopTimers ran)
+	}
 	p := a.phase()
 	if p == a.shown {
 		a.heldSince = time.Time{}
