@@ -89,6 +89,9 @@ func Load(root string) (*Matcher, error) {
 	p := filepath.Join(root, FileName)
 	f, err := os.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
+		if _, lerr := os.Lstat(p); lerr == nil {
+			return nil, fmt.Errorf("ignore file %s is a link to nothing", p)
+		}
 		return nil, nil
 	}
 	if err != nil {
@@ -447,24 +450,4 @@ func (m *Matcher) Ignored(rel string, dir bool) bool {
 		}
 	}
 	return m.Match(rel, dir)
-}
-
-// Summary says in a few words what m holds: "3 patterns", "3 patterns,
-// 1 bad: line 4 "[a": unclosed [".
-func (m *Matcher) Summary() string {
-	s := fmt.Sprintf("%d pattern%s", m.Len(), plural(m.Len()))
-	if bad := m.Bad(); len(bad) > 0 {
-		s += fmt.Sprintf(", %d bad: %s", len(bad), bad[0])
-		if len(bad) > 1 {
-			s += fmt.Sprintf(" (and %d more)", len(bad)-1)
-		}
-	}
-	return s
-}
-
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
 }

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -152,8 +151,8 @@ func TestBadPatterns(t *testing.T) {
 	if m.Len() != 2 {
 		t.Fatalf("%d usable patterns, want 2", m.Len())
 	}
-	if s := m.Summary(); !strings.HasPrefix(s, `2 patterns, 7 bad: line 2 "[abc": unclosed [`) {
-		t.Fatalf("summary %q", s)
+	if s := m.Bad()[0].String(); s != `line 2 "[abc": unclosed [` {
+		t.Fatalf("a bad pattern says %q", s)
 	}
 }
 
@@ -166,7 +165,7 @@ func TestLineEndings(t *testing.T) {
 
 func TestNilMatcher(t *testing.T) {
 	var m *Matcher
-	if m.Ignored("a", false) || m.Match("a", true) || m.Len() != 0 || !m.Empty() || m.Bad() != nil || m.Summary() != "0 patterns" {
+	if m.Ignored("a", false) || m.Match("a", true) || m.Len() != 0 || !m.Empty() || m.Bad() != nil {
 		t.Fatal("the nil matcher ignores nothing")
 	}
 }
@@ -192,6 +191,11 @@ func TestLoad(t *testing.T) {
 	must(t, os.Mkdir(filepath.Join(root, FileName), 0o755))
 	if _, err := Load(root); err == nil {
 		t.Fatal("a folder named like the ignore file loaded")
+	}
+	must(t, os.Remove(filepath.Join(root, FileName)))
+	must(t, os.Symlink(filepath.Join(root, "nowhere"), filepath.Join(root, FileName)))
+	if _, err := Load(root); err == nil {
+		t.Fatal("an ignore file linking to nothing loaded as no file")
 	}
 }
 
