@@ -1553,17 +1553,18 @@ interrupted. With LIB, only that library's events.`,
 	}
 }
 
-// ignoreColumn is a location's IGNORE column in location list.
+// ignoreColumn is a location's IGNORE column in location list: "3
+// patterns", "3 patterns, 1 bad" (named below the table), "unreadable".
 func ignoreColumn(l locationInfo) string {
-	switch ig := l.Ignore; {
+	ig := l.Ignore
+	switch {
 	case !l.Own:
 		return "-"
 	case ig == nil:
 		return "none"
 	case ig.Error != "":
 		return "unreadable"
-	case len(ig.Bad) > 0:
-		return fmt.Sprintf("%d patterns, %d bad", ig.Patterns, len(ig.Bad))
 	}
-	return fmt.Sprintf("%d patterns", l.Ignore.Patterns)
+	before, _, _ := strings.Cut(ig.Summary(), ":")
+	return before
 }
