@@ -25,6 +25,8 @@ type Library struct {
 	// shared is the comparison of the shared models with the partners
 	// that status shows (status_shared.go).
 	shared *sharedCompare
+	// ignores are the bad ignore patterns logged per location (ignore.go).
+	ignores *ignoreLog
 }
 
 // ID is the library's uuid.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/zeebo/blake3"
 
+	"github.com/lsync/lsync/internal/ignore"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
 )
@@ -35,7 +36,10 @@ type IndexProgress struct {
 	Dirs     int   `json:"dirs"`
 	Bytes    int64 `json:"bytes"`
 	Contents int   `json:"content_identities"`
-	Skipped  int   `json:"skipped"`
+	// Ignored counts the files and folders the location's .lsyncignore
+	// leaves out (an ignored folder once: it is not walked).
+	Ignored int `json:"ignored,omitempty"`
+	Skipped int `json:"skipped"`
 	// SkippedBy counts Skipped by reason (SkipPermission, SkipUnreadable,
 	// SkipSpecial).
 	SkippedBy map[string]int `json:"skipped_by,omitempty"`
@@ -78,10 +82,11 @@ func skipped(n *int, by *map[string]int, paths *[]string, limit int, path, reaso
 }
 
 // CountEntries counts what IndexLocation will index under root (the same
-// hidden rule; nothing unreadable or special): a walk without hashing, so
-// a bar has its total before the hashing starts.
+// hidden and ignore rules; nothing unreadable or special): a walk without
+// hashing, so a bar has its total before the hashing starts.
 func CountEntries(ctx context.Context, root string, skipHidden bool) int {
 	n := 0
+	ign, _ := ignore.Load(root) // an unreadable ignore file fails the index itself
 	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -95,7 +100,7 @@ func CountEntries(ctx context.Context, root string, skipHidden bool) int {
 			}
 			return nil
 		}
-		if skipHidden && isHidden(d.Name()) {
+		if skipHidden && isHidden(d.Name()) || !ign.Empty() && ign.Match(relPath(root, path), d.IsDir()) {
 			if d.IsDir() {
 				return fs.SkipDir
 			}
@@ -114,7 +119,9 @@ func CountEntries(ctx context.Context, root string, skipHidden bool) int {
 // content identity (BLAKE3 of the bytes, sampled for large files) for each
 // regular file, so two devices holding the same bytes agree on it. It
 // records where each entry lives on the disk (entry_fs), so a later
-// RescanLocation recognises moves. While it runs, the location has a scan
+// RescanLocation recognises moves. What the location's .lsyncignore leaves
+// out never becomes an entry, and an ignored folder is not walked; an
+// ignore file that cannot be read fails the index (nothing is written). While it runs, the location has a scan
 // checkpoint (IncompleteScans); a run that does not finish leaves it, and
 // RescanLocation completes the job.
 func (l *Library) IndexLocation(ctx context.Context, location messages.UUID, root string, opt IndexOptions) (IndexProgress, error) {
@@ -129,10 +136,14 @@ func (l *Library) IndexLocation(ctx context.Context, location messages.UUID, roo
 	if !info.IsDir() {
 		return IndexProgress{}, fmt.Errorf("index %s: not a directory", root)
 	}
+	ign, err := l.loadIgnore(location, root)
+	if err != nil {
+		return IndexProgress{}, fmt.Errorf("index %s: %w", root, err)
+	}
 	if err := l.saveScanCheckpoint(location, ScanIndex, opt.SkipHidden); err != nil {
 		return IndexProgress{}, fmt.Errorf("index %s: %w", root, err)
 	}
-	ix := &indexRun{ctx: ctx, root: root, opt: opt, dirs: map[string]messages.UUID{root: {}}}
+	ix := &indexRun{ctx: ctx, root: root, opt: opt, ignore: ign, dirs: map[string]messages.UUID{root: {}}}
 	ix.sink = newEntrySink(ctx, l, location, opt.Batch, func() {
 		if ix.opt.Progress != nil {
 			ix.opt.Progress(ix.prog)
@@ -153,12 +164,13 @@ func (l *Library) IndexLocation(ctx context.Context, location messages.UUID, roo
 
 // indexRun is one IndexLocation walk.
 type indexRun struct {
-	ctx  context.Context
-	root string
-	opt  IndexOptions
-	prog IndexProgress
-	dirs map[string]messages.UUID // path → entry uuid; root = zero (top level)
-	sink *entrySink
+	ctx    context.Context
+	root   string
+	opt    IndexOptions
+	ignore *ignore.Matcher // the location's .lsyncignore (nil: none)
+	prog   IndexProgress
+	dirs   map[string]messages.UUID // path → entry uuid; root = zero (top level)
+	sink   *entrySink
 }
 
 // visit is the WalkDir callback: one file-system entry.
@@ -174,6 +186,10 @@ func (ix *indexRun) visit(path string, d fs.DirEntry, werr error) error {
 			return fs.SkipDir
 		}
 		return nil
+	}
+	if d != nil && !ix.ignore.Empty() && !(ix.opt.SkipHidden && isHidden(d.Name())) && ix.ignore.Match(relPath(ix.root, path), d.IsDir()) {
+		ix.prog.Ignored++ // (its parents were not ignored, or it would not be walked)
+		return skipDir()
 	}
 	if werr != nil {
 		ix.skip(path, skipReason(werr)) // unreadable: keep going, say so

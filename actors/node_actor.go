@@ -221,7 +221,7 @@ func (na *nodeActor) spawnLibrary(ctx actor.Context, lib *persistence.Library) *
 		pid = ctx.SpawnPrefix(props, "library-"+meta.ID.String()+"-")
 	}
 	sup.self = pid
-	h := &Library{node: na.n, pid: pid, id: meta.ID, store: lib, shared: &sharedCompare{}}
+	h := &Library{node: na.n, pid: pid, id: meta.ID, store: lib, shared: &sharedCompare{}, ignores: &ignoreLog{}}
 	na.libs[meta.ID], na.handles[meta.ID], na.stores[meta.ID] = pid, h, lib
 	na.publishRoutes(ctx)
 	na.n.events.emit(Event{Type: EventLibraryOpened, Library: meta.ID, Detail: meta.Name})

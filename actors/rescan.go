@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/lsync/lsync/internal/fspath"
+	"github.com/lsync/lsync/internal/ignore"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/persistence"
 )
@@ -44,6 +45,14 @@ type RescanResult struct {
 	Moved     int `json:"moved"`
 	Deleted   int `json:"deleted"`
 	Unchanged int `json:"unchanged"`
+	// Ignored counts the files and folders on the disk that the
+	// location's .lsyncignore leaves out (an ignored folder once: it is
+	// not walked).
+	Ignored int `json:"ignored,omitempty"`
+	// IgnoredRemoved counts the stored entries removed because the
+	// ignore file now leaves them out (an ignored folder's contents
+	// included); they are not in Deleted.
+	IgnoredRemoved int `json:"ignored_removed,omitempty"`
 	// Skipped counts what could not be read (folders, files whose bytes
 	// could not be hashed) and special files (sockets, devices, pipes).
 	Skipped int `json:"skipped"`
@@ -81,6 +90,12 @@ const (
 // last rescanned, else, for a file whose inode changed, by its size and
 // content hash. Unchanged entries are not written (no wire traffic).
 //
+// What the location's .lsyncignore (read afresh by every rescan) leaves
+// out is not walked and never becomes an entry; a stored entry it now
+// leaves out is removed on every device like a vanished one (counted in
+// IgnoredRemoved), and a file it no longer leaves out is created. An
+// ignore file that cannot be read fails the rescan.
+//
 // The location's stored entries are read once into memory and the folder
 // is walked once; writes go in batches. A missing or unreadable location
 // folder is an error, never a reason to delete its entries; an unreadable
@@ -114,6 +129,15 @@ func (l *Library) RescanLocation(ctx context.Context, location messages.UUID, op
 			return RescanResult{}, fmt.Errorf("rescan: %s is not under the location's folder %s", opt.Subtree, root)
 		}
 	}
+	ign, err := l.loadIgnore(location, root)
+	if err != nil {
+		return RescanResult{}, fmt.Errorf("rescan %s: %w", root, err)
+	}
+	// A subtree inside an ignored folder is rescanned from the nearest
+	// folder that is not ignored (which removes the entries it held).
+	for scope != root && ign.Ignored(relPath(root, scope), true) {
+		scope = filepath.Dir(scope)
+	}
 	// Mark the job (a subtree rescan does not own an earlier checkpoint:
 	// finishing a part does not finish the whole).
 	ownCheckpoint := scope == root
@@ -130,7 +154,7 @@ func (l *Library) RescanLocation(ctx context.Context, location messages.UUID, op
 			return RescanResult{}, fmt.Errorf("rescan: %w", err)
 		}
 	}
-	r := &rescanRun{l: l, ctx: ctx, location: location, root: root, opt: opt, keep: map[string]bool{}}
+	r := &rescanRun{l: l, ctx: ctx, location: location, root: root, opt: opt, ignore: ign, keep: map[string]bool{}}
 	r.sink = newEntrySink(ctx, l, location, opt.Batch, r.report)
 	err = r.run(scope)
 	r.res.Hashed = r.sink.hashed
@@ -140,10 +164,13 @@ func (l *Library) RescanLocation(ctx context.Context, location messages.UUID, op
 	if err != nil {
 		return r.res, fmt.Errorf("rescan %s: %w", scope, err)
 	}
-	if res := r.res; res.Created+res.Updated+res.Moved+res.Deleted > 0 {
-		l.audited(ctx, AuditLocationRescan, persistence.ModelLocation, location,
-			fmt.Sprintf("%s: created %d, updated %d, moved %d, deleted %d, skipped %d",
-				scope, res.Created, res.Updated, res.Moved, res.Deleted, res.Skipped))
+	if res := r.res; res.Created+res.Updated+res.Moved+res.Deleted+res.IgnoredRemoved > 0 {
+		detail := fmt.Sprintf("%s: created %d, updated %d, moved %d, deleted %d, skipped %d",
+			scope, res.Created, res.Updated, res.Moved, res.Deleted, res.Skipped)
+		if res.IgnoredRemoved > 0 {
+			detail += fmt.Sprintf(", %d now ignored removed", res.IgnoredRemoved)
+		}
+		l.audited(ctx, AuditLocationRescan, persistence.ModelLocation, location, detail)
 	}
 	return r.res, nil
 }
@@ -170,6 +197,7 @@ type storedEnt struct {
 	rel     string // path under the location's folder; "" when unknown
 	known   bool   // rel is known (its parent chain is complete)
 	claimed bool   // a file or folder on the disk is this entry
+	ignored bool   // the ignore file leaves rel out (itself or a folder it is in)
 }
 
 // diskItem is a file or folder found by the walk.
@@ -195,6 +223,7 @@ type rescanRun struct {
 	location messages.UUID
 	root     string
 	opt      RescanOptions
+	ignore   *ignore.Matcher // the location's .lsyncignore (nil: none)
 	sink     *entrySink
 	res      RescanResult
 	prog     RescanProgress
@@ -244,7 +273,7 @@ func (r *rescanRun) run(scope string) error {
 	if err := r.deleteVanished(); err != nil {
 		return err
 	}
-	if r.res.Deleted == 0 {
+	if r.res.Deleted+r.res.IgnoredRemoved == 0 {
 		return nil
 	}
 	_, err := r.l.store.PruneEntryFS() // the inodes of what was deleted
@@ -300,17 +329,19 @@ func (r *rescanRun) load() error {
 			}
 			cur = next
 		}
-		base, baseKnown := "", true
+		base, baseKnown, baseIgnored := "", true, false
 		if cur != nil {
-			base, baseKnown = cur.rel, cur.known
+			base, baseKnown, baseIgnored = cur.rel, cur.known, cur.ignored
 		}
 		for i := len(chain) - 1; i >= 0; i-- {
 			c := chain[i]
 			c.known = baseKnown
 			if baseKnown {
 				c.rel = joinRel(base, c.Name)
+				// Ignored itself, or inside an ignored folder.
+				c.ignored = baseIgnored || !r.ignore.Empty() && r.ignore.Match(c.rel, c.Kind == KindDirectory)
 			}
-			base = c.rel
+			base, baseIgnored = c.rel, c.ignored
 			done[c] = true
 		}
 	}
@@ -369,6 +400,13 @@ func (r *rescanRun) walk(scope string) error {
 			return werr // an unreadable scope is the rescan's error
 		}
 		rel := relPath(r.root, path)
+		if werr != nil && d != nil && !r.ignore.Empty() && r.ignore.Match(rel, d.IsDir()) {
+			r.res.Ignored++ // ignored, readable or not
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
 		if werr != nil {
 			// Unreadable: keep going, name it, and leave its stored
 			// contents (or itself) alone.
@@ -380,6 +418,14 @@ func (r *rescanRun) walk(scope string) error {
 			return nil
 		}
 		if r.opt.SkipHidden && isHidden(d.Name()) {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		// (Its folders are not ignored, or it would not be walked.)
+		if !r.ignore.Empty() && r.ignore.Match(rel, d.IsDir()) {
+			r.res.Ignored++
 			if d.IsDir() {
 				return fs.SkipDir
 			}
@@ -487,7 +533,9 @@ func (r *rescanRun) matchByContent() error {
 				if e.claimed || e.Kind != KindFile || e.Content.IsZero() || !e.known || onDisk[e.rel] {
 					continue
 				}
-				if !r.inScope(e) {
+				// One the walk did not look at is a candidate only if it
+				// is gone (an ignored file still there did not move).
+				if !r.inScope(e) || e.ignored {
 					if _, err := os.Lstat(filepath.Join(r.root, filepath.FromSlash(e.rel))); err == nil {
 						continue
 					}
@@ -632,17 +680,21 @@ func (r *rescanRun) write() error {
 }
 
 // deleteVanished deletes the stored entries of the scope that the walk
-// did not find: one delete per top vanished entry, which takes its
-// subtree with it here and on every device.
+// did not find (gone, or now ignored): one delete per top vanished entry,
+// which takes its subtree with it here and on every device.
 func (r *rescanRun) deleteVanished() error {
 	r.prog.Phase = RescanDeleting
 	vanished := map[messages.UUID]bool{}
 	for _, e := range r.stored {
 		if !e.claimed && r.inScope(e) {
 			vanished[e.UUID] = true
+			if e.ignored {
+				r.res.IgnoredRemoved++
+			} else {
+				r.res.Deleted++
+			}
 		}
 	}
-	r.res.Deleted = len(vanished)
 	r.report()
 	for _, e := range r.stored {
 		if !vanished[e.UUID] || vanished[e.Parent] {

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lsync/lsync/actors"
+	"github.com/lsync/lsync/internal/ignore"
 	"github.com/lsync/lsync/messages"
 	"github.com/lsync/lsync/net"
 )
@@ -596,7 +597,14 @@ renamed, moved and deleted files) reach the library within seconds, and
 what changed while the daemon was stopped is picked up when it starts.
 Without --index, the folder is indexed that way, in the background. With
 --no-watch the daemon leaves the folder alone: run lsync location rescan
-to bring it up to date (or turn watching on with lsync location set).`,
+to bring it up to date (or turn watching on with lsync location set).
+
+A .lsyncignore file at the folder's root keeps files out, in gitignore
+syntax (*.tmp, build/, !keep.tmp, /top-only, **/cache): what it ignores
+never becomes an entry on any device, and an ignored folder is not walked
+or watched. Edit it at any time: the daemon applies it at once (entries
+now ignored are removed everywhere, files no longer ignored are indexed).
+lsync location list shows how many patterns it has, and any it skipped.`,
 		Example: `  lsync location add "Family photos" ~/Pictures --index
   lsync location add 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192 /srv/music --name Music --index --skip-hidden
   lsync location add "Family photos" /mnt/archive --index --no-watch`,
@@ -626,6 +634,9 @@ to bring it up to date (or turn watching on with lsync location set).`,
 						s.Entries, s.Files, s.Dirs, humanBytes(s.Bytes), s.Contents, s.Seconds)
 					if s.Skipped > 0 {
 						fmt.Fprintf(w, "; %s", skipSummary(s.Skipped, s.SkippedBy))
+					}
+					if s.Ignored > 0 {
+						fmt.Fprintf(w, "; %d ignored (%s)", s.Ignored, ignore.FileName)
 					}
 					fmt.Fprintln(w)
 					skippedPaths(w, s.Skipped, s.SkippedPaths)
@@ -690,7 +701,13 @@ folder, or a folder inside it (then only that folder is reconciled).
 The rescan runs in the daemon: Ctrl-C stops watching it, not the rescan
 ("lsync location list" shows the location incomplete until it ends), and
 a rescan the daemon did not finish is resumed when it starts again.
-Unreadable folders and special files are skipped and named.`,
+Unreadable folders and special files are skipped and named.
+
+The location's .lsyncignore (gitignore syntax, at its root) is read
+afresh: what it ignores is not walked, entries it now ignores are removed
+on every device ("N entries now ignored removed"), and files it no longer
+ignores are indexed. A bad pattern is skipped (see lsync location list);
+an ignore file that cannot be read fails the rescan.`,
 		Example: `  lsync location rescan "Family photos" Pictures
   lsync location rescan "Family photos" ~/Pictures/2024 --skip-hidden
   lsync --json location rescan 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192 0193a6f2-8e2f-7c4a-8b5d-3e6f708192a3`,
@@ -722,6 +739,13 @@ Unreadable folders and special files are skipped and named.`,
 				fmt.Fprintf(w, "Rescanned location %q %s (%s) in %.1fs\n", r.Name, r.Location, what, r.Seconds)
 				fmt.Fprintf(w, "  created %d, updated %d, moved %d, deleted %d, unchanged %d, skipped %d\n",
 					r.Created, r.Updated, r.Moved, r.Deleted, r.Unchanged, r.Skipped)
+				if r.Ignored+r.IgnoredRemoved > 0 {
+					fmt.Fprintf(w, "  ignored %d (%s)", r.Ignored, ignore.FileName)
+					if r.IgnoredRemoved > 0 {
+						fmt.Fprintf(w, "; %d entries now ignored removed", r.IgnoredRemoved)
+					}
+					fmt.Fprintln(w)
+				}
 				if r.Skipped > 0 {
 					fmt.Fprintf(w, "  %s\n", skipSummary(r.Skipped, r.SkippedBy))
 				}
@@ -740,7 +764,10 @@ func newLocationListCmd(g *globals) *cobra.Command {
 		Long: `List every location of the library: its uuid, name, folder, the device it
 belongs to, how many entries it has here, and whether an index or rescan of
 it started and has not finished (incomplete: the daemon finishes it; it
-resumes after a restart).`,
+resumes after a restart). IGNORE is how many patterns the .lsyncignore at
+the root of a location of this device has; its bad patterns (skipped) are
+named below the table. With --json, "ignore" holds the file, the count and
+each bad pattern's line, text and reason.`,
 		Example: `  lsync location list "Family photos"
   lsync --json location list 0193a6f2-7c1d-7b3e-9f4a-2d5e6f708192`,
 		Args: args(cobra.ExactArgs(1)),
@@ -755,7 +782,7 @@ resumes after a restart).`,
 					return
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "UUID\tNAME\tPATH\tDEVICE\tENTRIES\tSTATE\tWATCHED")
+				fmt.Fprintln(tw, "UUID\tNAME\tPATH\tDEVICE\tENTRIES\tSTATE\tWATCHED\tIGNORE")
 				for _, l := range locs {
 					dev := l.DeviceName
 					if dev == "" {
@@ -783,9 +810,17 @@ resumes after a restart).`,
 							watched = "yes"
 						}
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", l.UUID, l.Name, l.Path, dev, l.Entries, state, watched)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.UUID, l.Name, l.Path, dev, l.Entries, state, watched, ignoreColumn(l))
 				}
 				tw.Flush()
+				for _, l := range locs {
+					if ig := l.Ignore; ig != nil && (len(ig.Bad) > 0 || ig.Error != "") {
+						fmt.Fprintf(w, "%s: ignore: %s\n", l.Name, ig.Summary())
+						for _, b := range ig.Bad[min(1, len(ig.Bad)):] {
+							fmt.Fprintf(w, "  also skipped: %s\n", b)
+						}
+					}
+				}
 			})
 		}),
 	}
@@ -1574,4 +1609,20 @@ func namedIn(st *actors.Status, s string) string {
 		}
 	}
 	return s
+}
+
+// ignoreColumn is a location's IGNORE column in location list: "3
+// patterns", "3 patterns, 1 bad" (named below the table), "unreadable".
+func ignoreColumn(l locationInfo) string {
+	ig := l.Ignore
+	switch {
+	case !l.Own:
+		return "-"
+	case ig == nil:
+		return "none"
+	case ig.Error != "":
+		return "unreadable"
+	}
+	before, _, _ := strings.Cut(ig.Summary(), ":")
+	return before
 }

@@ -3,7 +3,9 @@ package main
 // The daemon follows the disk: each location of this device, in each open
 // library, is rescanned when the daemon starts or the library opens
 // (changes made while it was down) and then watched; a batch of changes
-// is a rescan of the folder that holds them (internal/fswatch).
+// is a rescan of the folder that holds them (internal/fswatch). What the
+// location's .lsyncignore ignores is not watched; an edit of that file is
+// a rescan of the whole location, which applies it.
 
 import (
 	"context"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/lsync/lsync/actors"
 	"github.com/lsync/lsync/internal/fswatch"
+	"github.com/lsync/lsync/internal/ignore"
 	"github.com/lsync/lsync/messages"
 )
 
@@ -55,7 +58,7 @@ type watched struct {
 
 func newFollower(ctx context.Context, node *actors.Node, home string, log *slog.Logger,
 	rescan func(ctx context.Context, lib *actors.Library, loc messages.UUID, subtree string) error) *follower {
-	return &follower{node: node, home: home, log: log, ctx: ctx, opt: fswatch.Options{Log: log}, rescan: rescan,
+	return &follower{node: node, home: home, log: log, ctx: ctx, opt: fswatch.Options{Log: log, IgnoreFile: ignore.FileName}, rescan: rescan,
 		running: map[messages.LibraryID]map[messages.UUID]*watched{}}
 }
 

@@ -836,6 +836,7 @@ func hLocationRescan(ctx context.Context, s *server, lib *actors.Library, a loca
 		if err != nil {
 			return nil, err
 		}
+		logIgnoredRemoved(s.log, lib, loc.uuid, r)
 		return &rescanResult{Location: loc.uuid.String(), Name: loc.name, Path: loc.path, Subtree: subtree,
 			RescanResult: r, Seconds: time.Since(start).Seconds()}, nil
 	})
@@ -916,6 +917,9 @@ func hLocationList(ctx context.Context, s *server, lib *actors.Library, _ libArg
 			li.Watched = s.watch.watching(lib.ID(), u)
 			li.LastError = s.scanError(u)
 			li.SkipHidden = settings.of(lib.ID(), u).SkipHidden
+			if ig, err := lib.LocationIgnore(u); err == nil && (ig.File != "" || ig.Error != "") {
+				li.Ignore = &ig
+			}
 		}
 		out = append(out, li)
 	}

@@ -9,11 +9,13 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/lsync/lsync/actors"
+	"github.com/lsync/lsync/internal/ignore"
 	"github.com/lsync/lsync/messages"
 )
 
@@ -204,10 +206,12 @@ func (s *server) rescanNow(ctx context.Context, lib *actors.Library, loc message
 		j, started := s.startScan(loc, actors.ScanRescan, func(ctx context.Context, _ func(any)) (any, error) {
 			set, _ := loadFollow(s.home)
 			r, err := lib.RescanLocation(ctx, loc, actors.RescanOptions{Subtree: subtree, SkipHidden: set.of(lib.ID(), loc).SkipHidden})
-			if err == nil && r.Created+r.Updated+r.Moved+r.Deleted > 0 {
+			if err == nil && r.Created+r.Updated+r.Moved+r.Deleted+r.IgnoredRemoved > 0 {
 				s.log.Info("location changed on disk", "library", lib.ID(), "location", loc, "folder", subtree,
-					"created", r.Created, "updated", r.Updated, "moved", r.Moved, "deleted", r.Deleted, "skipped", r.Skipped)
+					"created", r.Created, "updated", r.Updated, "moved", r.Moved, "deleted", r.Deleted, "skipped", r.Skipped,
+					"ignored_removed", r.IgnoredRemoved)
 			}
+			logIgnoredRemoved(s.log, lib, loc, r)
 			return r, err
 		})
 		select {
@@ -218,5 +222,14 @@ func (s *server) rescanNow(ctx context.Context, lib *actors.Library, loc message
 		if started {
 			return j.err
 		}
+	}
+}
+
+// logIgnoredRemoved logs how many entries a rescan removed because the
+// location's .lsyncignore now ignores them (the removal reaches every
+// member like any delete).
+func logIgnoredRemoved(log *slog.Logger, lib *actors.Library, loc messages.UUID, r actors.RescanResult) {
+	if r.IgnoredRemoved > 0 {
+		log.Info("entries now ignored removed", "entries", r.IgnoredRemoved, "library", lib.ID(), "location", loc, "file", ignore.FileName)
 	}
 }

@@ -256,6 +256,8 @@ type locationInfo struct {
 	Missing    bool   `json:"folder_missing,omitempty"` // its folder is not there (own locations): entries kept
 	LastError  string `json:"last_error,omitempty"`     // why its last index or rescan failed, until one succeeds
 	SkipHidden bool   `json:"skip_hidden,omitempty"`
+	// Ignore is what its .lsyncignore holds (own locations that have one).
+	Ignore *actors.IgnoreInfo `json:"ignore,omitempty"`
 }
 
 // locationSetArgs change this device's settings of one of its locations.

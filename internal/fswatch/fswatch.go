@@ -9,6 +9,13 @@
 // or created. A folder that cannot be watched (no permission, the kernel's
 // watch limit) is reported once at once and again every Poll, so the
 // caller rescans it instead; a queue overflow reports the root.
+//
+// With an ignore file (Options.IgnoreFile, gitignore syntax:
+// internal/ignore), ignored folders are not watched and changes of ignored
+// paths are not reported. A change of the ignore file itself reloads it,
+// watches the folders it no longer ignores, stops watching those it now
+// does, and reports the root: the caller's rescan of the whole tree
+// applies the new rules.
 package fswatch
 
 import (
@@ -23,6 +30,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/lsync/lsync/internal/fspath"
+	"github.com/lsync/lsync/internal/ignore"
 )
 
 // Options tune a Watcher. The zero value is usable.
@@ -37,6 +45,9 @@ type Options struct {
 	Poll time.Duration
 	// SkipHidden ignores changes under a name starting with a dot.
 	SkipHidden bool
+	// IgnoreFile, if set, is the name of an ignore file at the root (its
+	// own changes are reported even with SkipHidden).
+	IgnoreFile string
 	// Log receives what could not be watched (default: discarded).
 	Log *slog.Logger
 }
@@ -64,6 +75,9 @@ type Watcher struct {
 	fw      *fsnotify.Watcher
 	refuse  func(dir string) error // a test's refusal to watch dir (nil: none)
 	changed func(dir string)
+	// ignore is the ignore file's patterns (nil: none): set before the
+	// goroutines start, then read and replaced by loop only.
+	ignore *ignore.Matcher
 
 	mu        sync.Mutex
 	unwatched map[string]bool // folders that could not be watched
@@ -101,6 +115,7 @@ func watch(root string, opt Options, changed func(dir string), refuse func(strin
 		fw.Close()
 		return nil, err
 	}
+	w.loadIgnore()
 	w.addTree(root, false)
 	w.stopped.Add(2)
 	go w.loop()
@@ -151,7 +166,7 @@ func (w *Watcher) addTree(dir string, report bool) {
 		if !d.IsDir() {
 			return nil
 		}
-		if p != w.root && w.hidden(p) {
+		if p != w.root && (w.hidden(p) || w.ignored(p, true)) {
 			return fs.SkipDir
 		}
 		if err := w.watchOne(p); err != nil {
@@ -200,6 +215,53 @@ func (w *Watcher) hidden(p string) bool {
 		}
 	}
 	return false
+}
+
+// ignoreFile is the ignore file's path ("" none).
+func (w *Watcher) ignoreFile() string {
+	if w.opt.IgnoreFile == "" {
+		return ""
+	}
+	return filepath.Join(w.root, w.opt.IgnoreFile)
+}
+
+// loadIgnore reads the ignore file. One that cannot be read ignores
+// nothing here: watching too much costs rescans, watching too little
+// misses changes (and the caller's rescan reports the error).
+func (w *Watcher) loadIgnore() {
+	if w.opt.IgnoreFile == "" {
+		return
+	}
+	m, err := ignore.Load(w.root)
+	if err != nil {
+		w.opt.Log.Warn("ignore file not read; watching everything", "path", w.ignoreFile(), "err", err)
+	}
+	w.ignore = m
+}
+
+// ignored says whether p (under the root) is ignored, itself or through a
+// folder it lies in.
+func (w *Watcher) ignored(p string, dir bool) bool {
+	if w.ignore.Empty() {
+		return false
+	}
+	rel, err := filepath.Rel(w.root, p)
+	if err != nil || rel == "." {
+		return false
+	}
+	return w.ignore.Ignored(filepath.ToSlash(rel), dir)
+}
+
+// reloadIgnore applies an edited ignore file: folders no longer ignored
+// are watched (with what they hold), folders now ignored are not.
+func (w *Watcher) reloadIgnore() {
+	w.loadIgnore()
+	for _, p := range w.fw.WatchList() {
+		if p != w.root && w.ignored(p, true) {
+			_ = w.fw.Remove(p)
+		}
+	}
+	w.addTree(w.root, false)
 }
 
 // loop gathers events into batches.
@@ -282,8 +344,23 @@ func (w *Watcher) loop() {
 // changed name (a new folder is watched first, with what it already holds).
 func (w *Watcher) event(ev fsnotify.Event) (string, bool) {
 	p := filepath.Clean(ev.Name)
+	if f := w.ignoreFile(); f != "" && p == f {
+		w.reloadIgnore()
+		return w.root, true
+	}
 	if w.hidden(p) {
 		return "", false
+	}
+	if !w.ignore.Empty() {
+		// What is gone may have been a folder or a file: ignored only if
+		// it would be either way.
+		if info, err := os.Lstat(p); err == nil {
+			if w.ignored(p, info.IsDir()) {
+				return "", false
+			}
+		} else if w.ignored(p, false) && w.ignored(p, true) {
+			return "", false
+		}
 	}
 	if ev.Has(fsnotify.Create) {
 		if info, err := os.Lstat(p); err == nil && info.IsDir() {

@@ -252,3 +252,63 @@ func TestCommon(t *testing.T) {
 		}
 	}
 }
+
+// With an ignore file, ignored folders are not watched and ignored paths
+// report nothing; an edit of the file reports the root and watches (or
+// stops watching) what it no longer (or now) ignores. Its own changes are
+// reported with SkipHidden too.
+func TestIgnoreFile(t *testing.T) {
+	root := t.TempDir()
+	mkdirs(t, root, "build/deep", "src")
+	ign := filepath.Join(root, ".lsyncignore")
+	write(t, ign, "build/\n*.tmp\n")
+	w, r := start(t, root, Options{IgnoreFile: ".lsyncignore", SkipHidden: true})
+	watched := func(rel string) bool { return slices.Contains(w.fw.WatchList(), filepath.Join(root, rel)) }
+	if watched("build") || watched("build/deep") || !watched("src") {
+		t.Fatalf("watched at the start: %v", w.fw.WatchList())
+	}
+	write(t, filepath.Join(root, "src/a.tmp"), "x")
+	write(t, filepath.Join(root, "b.tmp"), "x")
+	must(t, os.Remove(filepath.Join(root, "b.tmp")))
+	mkdirs(t, root, "src/new.tmp/inner")
+	r.none(t, 300*time.Millisecond)
+	write(t, filepath.Join(root, "src/a.txt"), "x")
+	if got, want := r.next(t), filepath.Join(root, "src"); got != want {
+		t.Fatalf("a file not ignored: %s, want %s", got, want)
+	}
+	if watched("src/new.tmp") {
+		t.Fatal("an ignored folder created while watching is watched")
+	}
+
+	// build/ is no longer ignored, src/ now is.
+	write(t, ign, "*.tmp\nsrc/\n")
+	if got := r.next(t); got != root {
+		t.Fatalf("the ignore file's edit: %s, want the root", got)
+	}
+	if !watched("build") || !watched("build/deep") || watched("src") {
+		t.Fatalf("watched after the edit: %v", w.fw.WatchList())
+	}
+	write(t, filepath.Join(root, "build/deep/out.o"), "x")
+	if got, want := r.next(t), filepath.Join(root, "build/deep"); got != want {
+		t.Fatalf("a folder no longer ignored: %s, want %s", got, want)
+	}
+	write(t, filepath.Join(root, "src/b.txt"), "x")
+	r.none(t, 300*time.Millisecond)
+
+	// Removed, it ignores nothing.
+	must(t, os.Remove(ign))
+	if got := r.next(t); got != root {
+		t.Fatalf("the ignore file's removal: %s, want the root", got)
+	}
+	write(t, filepath.Join(root, "src/c.tmp"), "x")
+	if got, want := r.next(t), filepath.Join(root, "src"); got != want {
+		t.Fatalf("after the removal: %s, want %s", got, want)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
