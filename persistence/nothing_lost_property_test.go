@@ -75,25 +75,7 @@ func TestPropertyWritesRevocationRevertConverge(t *testing.T) {
 			if rapid.Bool().Draw(rt, "by C") {
 				l = c
 			}
-			var ch messages.SharedChange
-			var err error
-			switch op := rapid.IntRange(0, 2).Draw(rt, "op"); {
-			case op == 0 || len(tags) == 0:
-				ch, _, err = l.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": fmt.Sprint("t", i), "color": "red"})
-				if err == nil {
-					tags = append(tags, ch.Record)
-				}
-			case op == 1:
-				u := rapid.SampledFrom(tags).Draw(rt, "tag")
-				ch, _, err = l.CommitShared(ModelTag, u, messages.OpUpdate, map[string]any{
-					rapid.SampledFrom([]string{"canonical_name", "color"}).Draw(rt, "field"): fmt.Sprint("v", i)})
-			default:
-				u := rapid.SampledFrom(tags).Draw(rt, "tag")
-				ch, _, err = l.CommitShared(ModelTag, u, messages.OpDelete, nil)
-			}
-			if err != nil {
-				rt.Fatal(err)
-			}
+			ch := drawTagChange(rt, l, i, &tags)
 			chains[l.self] = append(chains[l.self], ch)
 			if l == b {
 				deliver(b, ch, a, c)
@@ -165,4 +147,30 @@ func tagsOf(t testing.TB, l *Library) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// drawTagChange commits on l a change drawn by rt to the tags so far (an
+// insert, which tags gains, an update of a field, or a delete); i names
+// the values written.
+func drawTagChange(rt *rapid.T, l *Library, i int, tags *[]messages.UUID) messages.SharedChange {
+	var ch messages.SharedChange
+	var err error
+	switch op := rapid.IntRange(0, 2).Draw(rt, "op"); {
+	case op == 0 || len(*tags) == 0:
+		ch, _, err = l.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": fmt.Sprint("t", i), "color": "red"})
+		if err == nil {
+			*tags = append(*tags, ch.Record)
+		}
+	case op == 1:
+		u := rapid.SampledFrom(*tags).Draw(rt, "tag")
+		ch, _, err = l.CommitShared(ModelTag, u, messages.OpUpdate, map[string]any{
+			rapid.SampledFrom([]string{"canonical_name", "color"}).Draw(rt, "field"): fmt.Sprint("v", i)})
+	default:
+		u := rapid.SampledFrom(*tags).Draw(rt, "tag")
+		ch, _, err = l.CommitShared(ModelTag, u, messages.OpDelete, nil)
+	}
+	if err != nil {
+		rt.Fatal(err)
+	}
+	return ch
 }

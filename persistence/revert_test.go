@@ -161,25 +161,7 @@ func TestPropertyRevertConverges(t *testing.T) {
 			if rapid.Bool().Draw(rt, "by C") {
 				l = c
 			}
-			var ch messages.SharedChange
-			var err error
-			switch op := rapid.IntRange(0, 2).Draw(rt, "op"); {
-			case op == 0 || len(tags) == 0:
-				ch, _, err = l.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": fmt.Sprint("t", i), "color": "red"})
-				if err == nil {
-					tags = append(tags, ch.Record)
-				}
-			case op == 1:
-				u := rapid.SampledFrom(tags).Draw(rt, "tag")
-				ch, _, err = l.CommitShared(ModelTag, u, messages.OpUpdate, map[string]any{
-					rapid.SampledFrom([]string{"canonical_name", "color"}).Draw(rt, "field"): fmt.Sprint("v", i)})
-			default:
-				u := rapid.SampledFrom(tags).Draw(rt, "tag")
-				ch, _, err = l.CommitShared(ModelTag, u, messages.OpDelete, nil)
-			}
-			if err != nil {
-				rt.Fatal(err)
-			}
+			ch := drawTagChange(rt, l, i, &tags)
 			all = append(all, ch)
 			// Every device hears of it at once (each one's log stays in
 			// chain order).
