@@ -18,7 +18,9 @@ import (
 // HistoryMaxAge: 100,000 changes, 30 days), and the readers of "what was
 // there before" (PlanRevert, purgeShared) read the log and the history as
 // one. Elided changes (a model this device does not take) have no body
-// and are not kept.
+// and are not kept, nor are content identities: indexing writes one per
+// file (the history would be mostly them), and a revert leaves them alone
+// (notReverted).
 
 // Default history caps (RetentionPolicy).
 const (
@@ -35,7 +37,7 @@ const historyCols = `hlc, NULL, model, record, op, fields, NULL, NULL, base`
 func keepInHistory(c *conn, origin messages.DeviceID, h messages.HLC) error {
 	return c.exec(`INSERT OR IGNORE INTO log.history (hlc, model, record, op, fields, created_at, base)
 		SELECT hlc, model, record, op, fields, created_at, base FROM log.shared_changes
-		WHERE `+originOf+` = ? AND hlc <= ? AND digest IS NULL`, origin, cmpHLC(h))
+		WHERE `+originOf+` = ? AND hlc <= ? AND digest IS NULL AND model != ?`, origin, cmpHLC(h), ModelContentIdentity)
 }
 
 // heldChanges calls fn with every change the log and the history hold

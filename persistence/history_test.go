@@ -146,3 +146,42 @@ func TestLacking(t *testing.T) {
 		t.Fatalf("B lacks from %v, want the new tag's %v", oldest, next.HLC)
 	}
 }
+
+// A revert leaves content identities alone (the device's index wrote
+// them; undoing one would orphan its entries) and counts only what it
+// may undo; the history does not keep them.
+func TestRevertLeavesContentIdentities(t *testing.T) {
+	b := newLib(t, devB)
+	a := newLibOpts(t, Options{Self: devA, Retention: RetentionPolicy{MaxEntries: 1}})
+	since := time.Now()
+	time.Sleep(2 * time.Millisecond)
+	ci, _, err := b.CommitShared(ModelContentIdentity, messages.UUID{}, messages.OpInsert,
+		map[string]any{"content_hash": "blake3:00ff", "size": int64(3), "kind": "image", "created_at": int64(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, _, err := b.CommitShared(ModelTag, messages.UUID{}, messages.OpInsert, map[string]any{"canonical_name": "import"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyChain(t, a, ci, tag)
+	if _, err := a.Prune(); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := a.PlanRevert(devB, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Changes != 1 || len(plan.Items) != 1 || plan.Items[0].Model != ModelTag || plan.Items[0].Action != RevertDelete {
+		t.Fatalf("plan: %d changes, %+v", plan.Changes, plan.Items)
+	}
+	if _, _, err := a.CommitSharedBatch(plan.Writes); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rows(t, a, ModelContentIdentity)); n != 1 {
+		t.Fatalf("%d content identities after the revert, want 1", n)
+	}
+	if n := len(rows(t, a, ModelTag)); n != 0 {
+		t.Fatalf("%d tags after the revert, want 0", n)
+	}
+}

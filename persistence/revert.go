@@ -77,6 +77,9 @@ func (l *Library) PlanRevert(dev messages.DeviceID, since time.Time) (RevertPlan
 			plan.HeldFrom = start
 		}
 		if err := c.heldChanges(originOf+` = ? AND hlc >= ?`, []any{dev, cmpHLC(from)}, func(e messages.SharedChange) error {
+			if !revertible(e.Model) {
+				return nil
+			}
 			k := key{e.Model, e.Record}
 			if _, ok := history[k]; !ok {
 				history[k] = nil
@@ -123,6 +126,14 @@ func (l *Library) PlanRevert(dev messages.DeviceID, since time.Time) (RevertPlan
 	}
 	return plan, nil
 }
+
+// notReverted are the shared models a revert leaves alone: content
+// identities are facts of a file's bytes that indexing writes (undoing
+// one would orphan entries that still hold the file), and membership and
+// revocations have their own commands (sync-remove, sync-setup, revoke).
+var notReverted = map[string]bool{ModelContentIdentity: true, ModelMember: true, ModelRevocation: true}
+
+func revertible(model string) bool { return !notReverted[model] }
 
 // decideRevert is what undoing dev's changes since from does to one row:
 // hist is every held change of the row (any origin, HLC order), now the
