@@ -169,14 +169,14 @@ take LIB accept a library's uuid or its exact name.`,
 					return
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "UUID\tNAME\tSTATE")
+				fmt.Fprintln(tw, "NAME\tSTATE\tUUID")
 				var failed []libraryInfo
 				for _, l := range ls {
 					state := map[bool]string{true: "open", false: "closed"}[l.Open]
 					if l.Error != "" {
 						state, failed = "failed to open", append(failed, l)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\n", l.UUID, l.Name, state)
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", l.Name, state, l.UUID)
 				}
 				tw.Flush()
 				for _, l := range failed {
@@ -628,7 +628,7 @@ lsync location list shows how many patterns it has, and any it skipped.`,
 				return err
 			}
 			return g.output(r, func(w io.Writer) {
-				fmt.Fprintf(w, "Added location %q %s (%s)\n", r.Name, r.UUID, r.Path)
+				fmt.Fprintf(w, "Added location %q (%s)\n", r.Name, r.Path)
 				if s := r.Indexed; s != nil {
 					fmt.Fprintf(w, "Indexed %d entries (%d files, %d folders, %s, %d content identities) in %.1fs",
 						s.Entries, s.Files, s.Dirs, humanBytes(s.Bytes), s.Contents, s.Seconds)
@@ -736,7 +736,7 @@ an ignore file that cannot be read fails the rescan.`,
 				if r.Subtree != "" {
 					what = r.Subtree
 				}
-				fmt.Fprintf(w, "Rescanned location %q %s (%s) in %.1fs\n", r.Name, r.Location, what, r.Seconds)
+				fmt.Fprintf(w, "Rescanned location %q (%s) in %.1fs\n", r.Name, what, r.Seconds)
 				fmt.Fprintf(w, "  created %d, updated %d, moved %d, deleted %d, unchanged %d, skipped %d\n",
 					r.Created, r.Updated, r.Moved, r.Deleted, r.Unchanged, r.Skipped)
 				if r.Ignored+r.IgnoredRemoved > 0 {
@@ -782,7 +782,7 @@ each bad pattern's line, text and reason.`,
 					return
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "UUID\tNAME\tPATH\tDEVICE\tENTRIES\tSTATE\tWATCHED\tIGNORE")
+				fmt.Fprintln(tw, "NAME\tPATH\tDEVICE\tENTRIES\tSTATE\tWATCHED\tIGNORE\tUUID")
 				for _, l := range locs {
 					dev := l.DeviceName
 					if dev == "" {
@@ -810,7 +810,7 @@ each bad pattern's line, text and reason.`,
 							watched = "yes"
 						}
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.UUID, l.Name, l.Path, dev, l.Entries, state, watched, ignoreColumn(l))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", l.Name, l.Path, dev, l.Entries, state, watched, ignoreColumn(l), l.UUID)
 				}
 				tw.Flush()
 				for _, l := range locs {
@@ -862,7 +862,7 @@ LOCATION is the location's uuid, its exact name, or its folder.`,
 				return err
 			}
 			return g.output(r, func(w io.Writer) {
-				fmt.Fprintf(w, "Location %q %s (%s): watch %v, skip hidden %v\n", r.Name, r.UUID, r.Path, r.Watch, r.SkipHidden)
+				fmt.Fprintf(w, "Location %q (%s): watch %v, skip hidden %v\n", r.Name, r.Path, r.Watch, r.SkipHidden)
 			})
 		}),
 	}
@@ -891,7 +891,7 @@ touched). LOCATION is the location's uuid, its exact name, or its folder.`,
 				return err
 			}
 			return g.output(r, func(w io.Writer) {
-				fmt.Fprintf(w, "Removed location %q %s (%s) and its %d entries\n", r.Name, r.UUID, r.Path, r.Entries)
+				fmt.Fprintf(w, "Removed location %q (%s) and its %s\n", r.Name, r.Path, plural(r.Entries, "entry"))
 			})
 		}),
 	}
@@ -935,7 +935,7 @@ wins per field.`,
 			if err := g.callInto(cmd.Context(), opTagCreate, tagCreateArgs{Lib: a[0], Name: a[1], Namespace: ns, Color: color}, &r); err != nil {
 				return err
 			}
-			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Created tag %q %s\n", r.Name, r.UUID) })
+			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Created tag %q\n", r.Name) })
 		}),
 	}
 	create.Flags().StringVar(&ns, "namespace", "", "the tag's namespace")
@@ -1011,7 +1011,7 @@ device. Adding and removing are last writer wins per (album, entry).`,
 			if err := g.callInto(cmd.Context(), opAlbumCreate, albumCreateArgs{Lib: a[0], Name: a[1], Description: desc}, &r); err != nil {
 				return err
 			}
-			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Created album %q %s\n", r.Name, r.UUID) })
+			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Created album %q\n", r.Name) })
 		}),
 	}
 	create.Flags().StringVar(&desc, "description", "", "the album's description")

@@ -39,7 +39,7 @@ library; partners keep theirs.`,
 			if err := g.callInto(cmd.Context(), opLibraryRename, renameArgs{Lib: a[0], Name: a[1]}, &r); err != nil {
 				return err
 			}
-			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Renamed library %q to %q (%s)\n", r.OldName, r.Name, r.UUID) })
+			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Renamed library %q to %q\n", r.OldName, r.Name) })
 		}),
 	}
 }
@@ -72,7 +72,7 @@ on them. On a terminal the command asks first; elsewhere give --yes.`,
 				return err
 			}
 			return g.output(r, func(w io.Writer) {
-				fmt.Fprintf(w, "Deleted library %q (%s) from this device; %d partner(s) told\n", r.Name, r.Library, len(r.Told))
+				fmt.Fprintf(w, "Deleted library %q from this device; %s told\n", r.Name, plural(len(r.Told), "partner"))
 				for _, p := range r.NotTold {
 					fmt.Fprintf(w, "Not told: %s %s (%s); on it run: lsync network sync-remove %s %s\n", p.Device, p.Name, p.Reason, r.Library, r.Device)
 				}
@@ -122,13 +122,13 @@ that created it concurrently; name them by uuid.`,
 					return
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "UUID\tNAME\tNAMESPACE\tCREATED BY\tCONTENTS\tENTRIES")
+				fmt.Fprintln(tw, "NAME\tNAMESPACE\tCREATED BY\tCONTENTS\tENTRIES\tUUID")
 				for _, t := range ts {
 					by := dash(t.CreatedByDevice)
 					if t.CreatedByName != "" {
-						by = fmt.Sprintf("%s (%.8s)", t.CreatedByName, t.CreatedByDevice)
+						by = t.CreatedByName
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", t.UUID, t.Name, dash(t.Namespace), by, t.Contents, t.Entries)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", t.Name, dash(t.Namespace), by, t.Contents, t.Entries, t.UUID)
 				}
 				tw.Flush()
 			})
@@ -146,7 +146,7 @@ exact name; NEWNAME must not be another tag's name in the same namespace.`,
 			if err := g.callInto(cmd.Context(), opTagRename, renameArgs{Lib: a[0], Row: a[1], Name: a[2]}, &r); err != nil {
 				return err
 			}
-			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Renamed tag %q to %q (%s)\n", r.OldName, r.Name, r.UUID) })
+			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Renamed tag %q to %q\n", r.OldName, r.Name) })
 		}),
 	}
 	del := &cobra.Command{
@@ -162,7 +162,7 @@ TAG is a tag uuid or its exact name.`,
 			if err := g.callInto(cmd.Context(), opTagDelete, rowArgs{Lib: a[0], Row: a[1]}, &r); err != nil {
 				return err
 			}
-			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Deleted tag %q %s\n", r.Name, r.UUID) })
+			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Deleted tag %q\n", r.Name) })
 		}),
 	}
 	remove := &cobra.Command{
@@ -211,9 +211,9 @@ func newAlbumMoreCmds(g *globals) []*cobra.Command {
 					return
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "UUID\tNAME\tENTRIES\tDESCRIPTION")
+				fmt.Fprintln(tw, "NAME\tENTRIES\tDESCRIPTION\tUUID")
 				for _, x := range as {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", x.UUID, x.Name, x.Entries, dash(x.Description))
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", x.Name, x.Entries, dash(x.Description), x.UUID)
 				}
 				tw.Flush()
 			})
@@ -230,7 +230,7 @@ func newAlbumMoreCmds(g *globals) []*cobra.Command {
 			if err := g.callInto(cmd.Context(), opAlbumRename, renameArgs{Lib: a[0], Row: a[1], Name: a[2]}, &r); err != nil {
 				return err
 			}
-			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Renamed album %q to %q (%s)\n", r.OldName, r.Name, r.UUID) })
+			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Renamed album %q to %q\n", r.OldName, r.Name) })
 		}),
 	}
 	del := &cobra.Command{
@@ -244,7 +244,7 @@ func newAlbumMoreCmds(g *globals) []*cobra.Command {
 			if err := g.callInto(cmd.Context(), opAlbumDelete, rowArgs{Lib: a[0], Row: a[1]}, &r); err != nil {
 				return err
 			}
-			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Deleted album %q %s\n", r.Name, r.UUID) })
+			return g.output(r, func(w io.Writer) { fmt.Fprintf(w, "Deleted album %q\n", r.Name) })
 		}),
 	}
 	return []*cobra.Command{list, rename, del}

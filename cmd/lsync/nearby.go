@@ -93,13 +93,13 @@ devices are reached only after a handshake with their pinned key.`,
 					return
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tNAME\tADDRS\tSEEN\tPAIRING")
+				fmt.Fprintln(tw, "NAME\tADDRS\tSEEN\tPAIRING\tID")
 				for _, n := range ns {
 					pairing := "-"
 					if n.PairingOpen {
 						pairing = "code pending"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%s\n", n.ID, n.Name, strings.Join(n.Addrs, " "), time.Duration(n.SeenAgo*float64(time.Second)).Round(time.Second), pairing)
+					fmt.Fprintf(tw, "%s\t%s\t%s ago\t%s\t%s\n", dash(n.Name), strings.Join(n.Addrs, " "), time.Duration(n.SeenAgo*float64(time.Second)).Round(time.Second), pairing, n.ID)
 				}
 				tw.Flush()
 			})
