@@ -71,6 +71,15 @@ func TestE2EHumanOutputInNames(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^alpha +127\.0\.0\.1`).MatchString(out) {
 		t.Errorf("network peers:\n%s", out)
 	}
+	for _, c := range []struct{ args, re string }{
+		{"tag list Photos", `(?m)^sea +-`},
+		{"location list Photos", `(?m)^001 +/`},
+		{"library list", `(?m)^Photos +open`},
+	} {
+		if out := b.mustRun(strings.Fields(c.args)...); !regexp.MustCompile(c.re).MatchString(out) {
+			t.Errorf("%s does not lead with the name:\n%s", c.args, out)
+		}
+	}
 	out = a.mustRun("device", "show")
 	if !regexp.MustCompile(`(?m)^status page +http://127\.0\.0\.1:[0-9]+/`).MatchString(out) {
 		t.Errorf("device show has no status page line:\n%s", out)
