@@ -239,11 +239,9 @@ func (tx *txn) applySharedLWW(mi *modelInfo, c *messages.SharedChange, set map[i
 		tx.touchEdge(c.Record, before && row.vals[mi.edgeParentCol] != nil && row.vals[mi.edgeChildCol] != nil)
 	}
 	// A race is journaled before the LWW rule: a losing update changes
-	// nothing below.
-	if before {
-		if err := tx.journalRace(mi, c, set, row); err != nil {
-			return 0, err
-		}
+	// nothing below (an update that loses to a delete here included).
+	if err := tx.journalRace(mi, c, set, row); err != nil {
+		return 0, err
 	}
 	if !row.apply(c.Op, c.HLC, set) {
 		return outStale, nil
@@ -266,7 +264,7 @@ func (tx *txn) applySharedLWW(mi *modelInfo, c *messages.SharedChange, set map[i
 		tx.wrote(mi)
 		err = tx.c.exec(mi.sql.delete, id)
 		if err == nil && mi.journals() {
-			err = tx.c.exec(`DELETE FROM field_bases WHERE model = ? AND uuid = ?`, mi.Name, c.Record)
+			err = tx.c.exec(`DELETE FROM field_bases WHERE model = ? AND uuid = ? AND field != ?`, mi.Name, c.Record, tombField)
 		}
 	default:
 		return outApplied, nil // a delete of a row not here: the tombstone is all

@@ -166,8 +166,17 @@ func (mi *modelInfo) identityCol(i int) bool {
 // against the current value. Called before the LWW rule, as a losing
 // update changes nothing.
 func (tx *txn) journalRace(mi *modelInfo, c *messages.SharedChange, set map[int]any, row *lwwRow) error {
-	if c.Op != messages.OpUpdate || !mi.journals() || c.HLC.Compare(row.tomb) <= 0 {
+	if !mi.journals() {
 		return nil
+	}
+	if c.Op == messages.OpDelete {
+		return tx.journalDelete(mi, c, row)
+	}
+	if c.Op != messages.OpUpdate {
+		return nil
+	}
+	if c.HLC.Compare(row.tomb) <= 0 {
+		return tx.journalLateUpdate(mi, c, set, row)
 	}
 	for i, v := range set {
 		if mi.identityCol(i) || row.hlcs[i].Compare(row.tomb) <= 0 {
@@ -196,9 +205,79 @@ func (tx *txn) journalRace(mi *modelInfo, c *messages.SharedChange, set map[int]
 	return nil
 }
 
-// keepBases records, for the fields c won, what c's writer had seen.
+// journalDelete records the edits a delete removes that its writer had
+// not seen: a field written after the delete's Base (by another device)
+// and before the delete. The row is gone everywhere; its edit is kept
+// here, and a restore writes it back (bringing the row back with it).
+func (tx *txn) journalDelete(mi *modelInfo, c *messages.SharedChange, row *lwwRow) error {
+	if c.Base.IsZero() || c.HLC.Compare(row.tomb) <= 0 {
+		return nil
+	}
+	for i, h := range row.hlcs {
+		if mi.identityCol(i) || row.vals[i] == nil || h.Compare(row.tomb) <= 0 || h.Compare(c.HLC) >= 0 ||
+			h.Device == c.HLC.Device || h.Compare(c.Base) <= 0 {
+			continue
+		}
+		if err := tx.journal(mi, c.Record, i, row.vals[i], h, c.HLC); err != nil {
+			return fmt.Errorf("journal %s %s: %w", mi.Name, c.Record, err)
+		}
+	}
+	return nil
+}
+
+// journalLateUpdate records an update that loses to a delete here whose
+// writer had not seen it (the update is after the delete's Base): the
+// values it wrote.
+func (tx *txn) journalLateUpdate(mi *modelInfo, c *messages.SharedChange, set map[int]any, row *lwwRow) error {
+	if row.tomb.IsZero() || c.HLC.Device == row.tomb.Device {
+		return nil
+	}
+	base, err := tx.tombBase(mi, c.Record, row.tomb)
+	if err != nil || base.IsZero() || c.HLC.Compare(base) <= 0 {
+		return err
+	}
+	for i, v := range set {
+		if mi.identityCol(i) || v == nil {
+			continue
+		}
+		if err := tx.journal(mi, c.Record, i, v, c.HLC, row.tomb); err != nil {
+			return fmt.Errorf("journal %s %s: %w", mi.Name, c.Record, err)
+		}
+	}
+	return nil
+}
+
+// tombField is field_bases' field of a row's delete: its Base, what the
+// deleter had seen of the row.
+const tombField = ""
+
+// tombBase is the Base of the delete at h of a row; zero if unknown.
+func (tx *txn) tombBase(mi *modelInfo, u messages.UUID, h messages.HLC) (messages.HLC, error) {
+	var b messages.HLC
+	_, err := tx.c.queryRow(`SELECT base FROM field_bases WHERE model = ? AND uuid = ? AND field = ? AND hlc = ?`,
+		[]any{mi.Name, u, tombField, h}, func(s *sqlite3.Stmt) error {
+			var err error
+			b, err = columnHLC(s, 0)
+			return err
+		})
+	return b, err
+}
+
+// keepBases records, for the fields c won, what c's writer had seen (for
+// a delete that counts, what its writer had seen of the row).
 func (tx *txn) keepBases(mi *modelInfo, c *messages.SharedChange, set map[int]any, row *lwwRow) error {
-	if c.Base.IsZero() || c.Op != messages.OpUpdate || !mi.journals() {
+	if c.Base.IsZero() || !mi.journals() {
+		return nil
+	}
+	if c.Op == messages.OpDelete {
+		if row.tomb != c.HLC {
+			return nil
+		}
+		return tx.c.exec(`INSERT INTO field_bases (model, uuid, field, hlc, base) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (model, uuid, field) DO UPDATE SET hlc = excluded.hlc, base = excluded.base`,
+			mi.Name, c.Record, tombField, c.HLC, c.Base)
+	}
+	if c.Op != messages.OpUpdate {
 		return nil
 	}
 	for i := range set {
@@ -384,7 +463,7 @@ func (l *Library) stampBases(cs []messages.SharedChange, mis []*modelInfo) error
 	var rows map[key]*lwwRow
 	for i := range cs {
 		c, mi := &cs[i], mis[i]
-		if c.Op != messages.OpUpdate || !mi.journals() {
+		if c.Op != messages.OpUpdate && c.Op != messages.OpDelete || !mi.journals() {
 			continue
 		}
 		k := key{mi.Name, c.Record}
@@ -398,6 +477,10 @@ func (l *Library) stampBases(cs []messages.SharedChange, mis []*modelInfo) error
 				rows = map[key]*lwwRow{}
 			}
 			rows[k] = row
+		}
+		if c.Op == messages.OpDelete {
+			c.Base = row.rowHLC() // what the deleter had seen of the row
+			continue
 		}
 		for name := range c.Fields {
 			if j, ok := mi.colIdx[name]; ok {

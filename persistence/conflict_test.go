@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -225,5 +226,62 @@ func TestJournalRestoreAndDismiss(t *testing.T) {
 	}
 	if n, _ := b.ConflictCount(); n != 1 {
 		t.Fatalf("b's own entry: %d", n)
+	}
+}
+
+// An edit a concurrent delete removes is not lost silently (issue 24):
+// A renames an album while B, not having seen the rename, deletes it.
+// The delete is newer, so the album is gone everywhere, and each side
+// journals the lost name once, whichever order the two arrive in; its
+// restore brings the album back with the name. A delete of what the
+// deleter had seen, and an edit after it, are not conflicts.
+func TestJournalDeleteVsEdit(t *testing.T) {
+	a, b := newLib(t, devA), newLib(t, devB)
+	ins := commit(t, a, ModelAlbum, messages.UUID{}, messages.OpInsert, map[string]any{"name": "Trip"})
+	deliverTo(t, b, ins)
+	ra := commit(t, a, ModelAlbum, ins.Record, messages.OpUpdate, map[string]any{"name": "Italy 2025"})
+	time.Sleep(2 * time.Millisecond)
+	del := commit(t, b, ModelAlbum, ins.Record, messages.OpDelete, nil)
+	if del.Base != ins.HLC || del.HLC.Compare(ra.HLC) <= 0 {
+		t.Fatalf("delete base %s (want the insert's %s), HLC %s after the rename's %s", del.Base, ins.HLC, del.HLC, ra.HLC)
+	}
+	deliverTo(t, a, del)
+	deliverTo(t, b, ra)
+	for name, l := range map[string]*Library{"a": a, "b": b} {
+		if _, err := l.Get(ModelAlbum, ins.Record); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("%s: the album is still here (%v)", name, err)
+		}
+		ks := journal(t, l)
+		if len(ks) != 1 || ks[0].Value != "Italy 2025" || ks[0].Lost != ra.HLC || ks[0].Won != del.HLC {
+			t.Fatalf("%s: journal %+v, want the lost name once", name, ks)
+		}
+	}
+	// A third device, the rename after the delete: the same entry.
+	c := newLib(t, devC)
+	deliverTo(t, c, ins)
+	deliverTo(t, c, del)
+	deliverTo(t, c, ra)
+	if ks := journal(t, c); len(ks) != 1 || ks[0].Value != "Italy 2025" {
+		t.Fatalf("c: journal %+v", ks)
+	}
+	// Restore on b: the album comes back with the lost name.
+	k := journal(t, b)[0]
+	if _, _, err := b.CommitShared(ModelAlbum, k.Record, messages.OpUpdate, map[string]any{k.Field: k.Value}); err != nil {
+		t.Fatal(err)
+	}
+	if row, err := b.Get(ModelAlbum, ins.Record); err != nil || row["name"] != "Italy 2025" {
+		t.Fatalf("after the restore: %v %v", row, err)
+	}
+	// Not conflicts: a delete of what its writer had seen, and a rename of
+	// a row after its (seen) delete on the same device.
+	x, y := newLib(t, devA), newLib(t, devB)
+	in2 := commit(t, x, ModelAlbum, messages.UUID{}, messages.OpInsert, map[string]any{"name": "Seen"})
+	deliverTo(t, y, in2)
+	up := commit(t, x, ModelAlbum, in2.Record, messages.OpUpdate, map[string]any{"name": "Seen too"})
+	deliverTo(t, y, up)
+	d2 := commit(t, y, ModelAlbum, in2.Record, messages.OpDelete, nil)
+	deliverTo(t, x, d2)
+	if n, _ := x.ConflictCount(); n != 0 {
+		t.Fatalf("a delete of what its writer had seen journaled %d", n)
 	}
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -50,6 +51,7 @@ type conflictEntry struct {
 	Field      string    `json:"field"`
 	Value      any       `json:"value"`
 	Current    any       `json:"current"`
+	RowDeleted bool      `json:"row_deleted,omitempty"` // the value lost to the row's delete
 	LostHLC    string    `json:"lost_hlc"`
 	LostBy     string    `json:"lost_by"`
 	LostByName string    `json:"lost_by_name,omitempty"`
@@ -84,6 +86,8 @@ func conflictEntries(ctx context.Context, lib *actors.Library, ks []persistence.
 		if row, err := lib.Get(ctx, k.Model, k.Record); err == nil {
 			e.RecordName = rowLabel(row)
 			e.Current = jsonValue(row[k.Field])
+		} else if errors.Is(err, persistence.ErrNotFound) {
+			e.RowDeleted = true
 		}
 		out = append(out, e)
 	}
@@ -142,6 +146,15 @@ func (e conflictEntry) who(id, name string) string {
 	return shortID(id)
 }
 
+// kept is what the row holds now in the field: its value, or that the
+// row was deleted (the loss was to a delete).
+func (e conflictEntry) kept() string {
+	if e.RowDeleted {
+		return "(row deleted)"
+	}
+	return valueText(e.Current)
+}
+
 func (e conflictEntry) what() string {
 	if e.RecordName != "" {
 		return fmt.Sprintf("%s %q", e.Model, e.RecordName)
@@ -195,7 +208,7 @@ age (serve --conflicts-keep, --conflicts-max-age). Put a value back with
 				fmt.Fprintln(tw, "ID\tTIME\tROW\tFIELD\tLOST\tBY\tKEPT\tBY")
 				for _, e := range es {
 					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.At.Local().Format(time.DateTime), e.what(), e.Field,
-						valueText(e.Value), e.who(e.LostBy, e.LostByName), valueText(e.Current), e.who(e.WonBy, e.WonByName))
+						valueText(e.Value), e.who(e.LostBy, e.LostByName), e.kept(), e.who(e.WonBy, e.WonByName))
 				}
 				tw.Flush()
 			})

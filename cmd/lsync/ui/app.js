@@ -204,7 +204,7 @@ function renderConflicts(cs) {
       <td>${esc(String(c.id))}</td><td>${esc(ago(c.at))}</td>
       <td>${esc(c.model)} ${esc(c.record_name ? `"${c.record_name}"` : short(c.record))}</td><td>${esc(c.field)}</td>
       <td class="lost">${esc(val(c.value))} <span class="muted">by ${esc(c.lost_by_name || short(c.lost_by))}</span></td>
-      <td>${esc(val(c.current))} <span class="muted">by ${esc(c.won_by_name || short(c.won_by))}</span></td></tr>`);
+      <td>${esc(c.row_deleted ? "(row deleted)" : val(c.current))} <span class="muted">by ${esc(c.won_by_name || short(c.won_by))}</span></td></tr>`);
   return `<h4>Recent conflicts</h4><table class="conflicts"><thead><tr><th>ID</th><th>When</th><th>Row</th><th>Field</th><th>Lost</th><th>Kept</th></tr></thead>
       <tbody>${rows.join("")}</tbody></table>
     <p class="muted">Put a value back: <code>lsync conflicts restore LIB ID</code>.</p>`;
