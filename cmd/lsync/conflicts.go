@@ -88,6 +88,9 @@ func conflictEntries(ctx context.Context, lib *actors.Library, ks []persistence.
 			e.Current = jsonValue(row[k.Field])
 		} else if errors.Is(err, persistence.ErrNotFound) {
 			e.RowDeleted = true
+			if name, ok := k.Value.(string); ok && rowLabel(persistence.Row{k.Field: name}) != "" {
+				e.RecordName = name // the row is gone: it is called by the name it lost
+			}
 		}
 		out = append(out, e)
 	}
