@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -184,4 +185,67 @@ func TestRevertLeavesContentIdentities(t *testing.T) {
 	if n := len(rows(t, a, ModelTag)); n != 0 {
 		t.Fatalf("%d tags after the revert, want 0", n)
 	}
+}
+
+// LackingAll answers for every member at once: one that has reported is
+// in the map (zero when in sync), one that has not is not.
+func TestLackingAll(t *testing.T) {
+	a := newLib(t, devA)
+	row, _, err := a.WriteState(ModelDevice, messages.UUID(devA), map[string]any{"name": "laptop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RecordPartnerWatermarks(devB, []messages.OriginWatermark{{Origin: devA, HLC: row.HLC}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	all, err := a.LackingAll([]messages.DeviceID{devB, devC, devA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := all[devB]; !ok || !h.IsZero() || len(all) != 1 {
+		t.Fatalf("lacking %v, want B in sync and no one else", all)
+	}
+}
+
+// BenchmarkLackingAll50: the members table of a group of 50 in sync, each
+// owner holding 200 rows here.
+func BenchmarkLackingAll50(b *testing.B) {
+	a := newLib(b, devA)
+	var members []messages.DeviceID
+	for i := range 50 {
+		d := messages.DeviceID{0xdd, byte(i), 15: byte(i + 1)}
+		members = append(members, d)
+		var recs []messages.StateRecord
+		recs = append(recs, messages.StateRecord{UUID: messages.UUID(d), HLC: hlcAt(uint64(1000+i), 0, d), Values: []any{fmt.Sprint("dev", i), nil, nil}})
+		mustApply(b, a, d, ModelDevice, recs...)
+		for k := range 200 {
+			mustApply(b, a, d, ModelAuditLog, messages.StateRecord{UUID: messages.UUID{0xaa, byte(i), byte(k), 15: 1}, HLC: hlcAt(uint64(2000+k), 0, d), Values: []any{"tag.create", nil, nil, nil, nil}})
+		}
+	}
+	for _, p := range members {
+		var wms []messages.OriginWatermark
+		for _, o := range members {
+			wms = append(wms, messages.OriginWatermark{Origin: o, HLC: hlcAt(9999, 0, o)})
+		}
+		if err := a.RecordPartnerWatermarks(p, wms, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("all at once", func(b *testing.B) {
+		for range b.N {
+			all, err := a.LackingAll(members)
+			if err != nil || len(all) != 50 {
+				b.Fatalf("%d members, %v", len(all), err)
+			}
+		}
+	})
+	b.Run("member by member", func(b *testing.B) { // the first cut: every owner read again per member
+		for range b.N {
+			for _, p := range members {
+				if _, known, err := a.Lacking(p); err != nil || !known {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
 }

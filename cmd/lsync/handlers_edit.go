@@ -465,6 +465,16 @@ func hMembers(ctx context.Context, s *server, lib *actors.Library, _ libArgs, _ 
 		return nil, err
 	}
 	fn := filterNames{devs: devs, locs: locs}
+	var others []messages.DeviceID
+	for id, m := range byID {
+		if dev, err := messages.ParseDeviceID(id); err == nil && !m.Self {
+			others = append(others, dev)
+		}
+	}
+	lacking, err := lib.Store().LackingAll(others)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]memberInfo, 0, len(byID))
 	for id, m := range byID {
 		if dev, err := messages.ParseDeviceID(id); err == nil {
@@ -475,12 +485,8 @@ func hMembers(ctx context.Context, s *server, lib *actors.Library, _ libArgs, _ 
 		if c, ok := complete[id]; ok && !m.Self {
 			m.CompleteUpTo = c.UTC().Format(time.RFC3339)
 		}
-		if dev, err := messages.ParseDeviceID(id); err == nil && !m.Self {
-			oldest, known, err := lib.Store().Lacking(dev)
-			if err != nil {
-				return nil, err
-			}
-			if known {
+		if dev, err := messages.ParseDeviceID(id); err == nil {
+			if oldest, known := lacking[dev]; known {
 				lag := 0.0
 				if !oldest.IsZero() {
 					lag = max(time.Since(time.UnixMilli(int64(oldest.Timestamp))).Seconds(), 0)
