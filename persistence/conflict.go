@@ -185,7 +185,7 @@ func (tx *txn) journalRace(mi *modelInfo, c *messages.SharedChange, set map[int]
 		cur := FieldWrite{HLC: row.hlcs[i], Value: row.vals[i]}
 		in := FieldWrite{HLC: c.HLC, Base: c.Base, Value: v}
 		if c.HLC.Compare(cur.HLC) < 0 {
-			b, err := tx.fieldBase(mi, c.Record, i, cur.HLC)
+			b, err := tx.baseOf(mi, c.Record, mi.Columns[i].Name, cur.HLC)
 			if err != nil {
 				return err
 			}
@@ -232,7 +232,7 @@ func (tx *txn) journalLateUpdate(mi *modelInfo, c *messages.SharedChange, set ma
 	if row.tomb.IsZero() || c.HLC.Device == row.tomb.Device {
 		return nil
 	}
-	base, err := tx.tombBase(mi, c.Record, row.tomb)
+	base, err := tx.baseOf(mi, c.Record, tombField, row.tomb)
 	if err != nil || base.IsZero() || c.HLC.Compare(base) <= 0 {
 		return err
 	}
@@ -251,18 +251,6 @@ func (tx *txn) journalLateUpdate(mi *modelInfo, c *messages.SharedChange, set ma
 // deleter had seen of the row.
 const tombField = ""
 
-// tombBase is the Base of the delete at h of a row; zero if unknown.
-func (tx *txn) tombBase(mi *modelInfo, u messages.UUID, h messages.HLC) (messages.HLC, error) {
-	var b messages.HLC
-	_, err := tx.c.queryRow(`SELECT base FROM field_bases WHERE model = ? AND uuid = ? AND field = ? AND hlc = ?`,
-		[]any{mi.Name, u, tombField, h}, func(s *sqlite3.Stmt) error {
-			var err error
-			b, err = columnHLC(s, 0)
-			return err
-		})
-	return b, err
-}
-
 // keepBases records, for the fields c won, what c's writer had seen (for
 // a delete that counts, what its writer had seen of the row).
 func (tx *txn) keepBases(mi *modelInfo, c *messages.SharedChange, set map[int]any, row *lwwRow) error {
@@ -273,9 +261,7 @@ func (tx *txn) keepBases(mi *modelInfo, c *messages.SharedChange, set map[int]an
 		if row.tomb != c.HLC {
 			return nil
 		}
-		return tx.c.exec(`INSERT INTO field_bases (model, uuid, field, hlc, base) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (model, uuid, field) DO UPDATE SET hlc = excluded.hlc, base = excluded.base`,
-			mi.Name, c.Record, tombField, c.HLC, c.Base)
+		return tx.putBase(mi, c.Record, tombField, c.HLC, c.Base)
 	}
 	if c.Op != messages.OpUpdate {
 		return nil
@@ -284,25 +270,35 @@ func (tx *txn) keepBases(mi *modelInfo, c *messages.SharedChange, set map[int]an
 		if row.hlcs[i] != c.HLC {
 			continue
 		}
-		if err := tx.c.exec(`INSERT INTO field_bases (model, uuid, field, hlc, base) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (model, uuid, field) DO UPDATE SET hlc = excluded.hlc, base = excluded.base`,
-			mi.Name, c.Record, mi.Columns[i].Name, c.HLC, c.Base); err != nil {
-			return fmt.Errorf("field base %s %s: %w", mi.Name, c.Record, err)
+		if err := tx.putBase(mi, c.Record, mi.Columns[i].Name, c.HLC, c.Base); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// fieldBase is the Base of the write at h of a field; zero if unknown.
-func (tx *txn) fieldBase(mi *modelInfo, u messages.UUID, col int, h messages.HLC) (messages.HLC, error) {
+// baseOf is the Base of the write at h of a field (tombField: of the
+// row's delete); zero if unknown.
+func (tx *txn) baseOf(mi *modelInfo, u messages.UUID, field string, h messages.HLC) (messages.HLC, error) {
 	var b messages.HLC
 	_, err := tx.c.queryRow(`SELECT base FROM field_bases WHERE model = ? AND uuid = ? AND field = ? AND hlc = ?`,
-		[]any{mi.Name, u, mi.Columns[col].Name, h}, func(s *sqlite3.Stmt) error {
+		[]any{mi.Name, u, field, h}, func(s *sqlite3.Stmt) error {
 			var err error
 			b, err = columnHLC(s, 0)
 			return err
 		})
 	return b, err
+}
+
+// putBase records that the write at h of a field (tombField: the row's
+// delete) had seen base.
+func (tx *txn) putBase(mi *modelInfo, u messages.UUID, field string, h, base messages.HLC) error {
+	if err := tx.c.exec(`INSERT INTO field_bases (model, uuid, field, hlc, base) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (model, uuid, field) DO UPDATE SET hlc = excluded.hlc, base = excluded.base`,
+		mi.Name, u, field, h, base); err != nil {
+		return fmt.Errorf("field base %s %s: %w", mi.Name, u, err)
+	}
+	return nil
 }
 
 func (tx *txn) journal(mi *modelInfo, u messages.UUID, col int, v any, lost, won messages.HLC) error {

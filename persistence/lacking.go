@@ -38,6 +38,7 @@ func (l *Library) LackingAll(ps []messages.DeviceID) (map[messages.DeviceID]mess
 		if err != nil {
 			return err
 		}
+		held.minQueries = l.ownedQueries(`min`)
 		for _, p := range ps {
 			if p.IsZero() || p == l.self {
 				continue
@@ -63,6 +64,8 @@ type heldHere struct {
 	owners []heldOwner
 	// origins are the log's origins with their newest change.
 	origins map[messages.DeviceID]messages.HLC
+	// minQueries are ownedQueries(min), built once per read.
+	minQueries []string
 }
 
 type heldOwner struct {
@@ -79,9 +82,10 @@ func (l *Library) heldHere(c *conn) (heldHere, error) {
 	}); err != nil {
 		return h, err
 	}
+	maxQueries := l.ownedQueries(`max`)
 	for i := range h.owners {
 		o := &h.owners[i]
-		for _, q := range l.ownedQueries(`max`) {
+		for _, q := range maxQueries {
 			n, err := c.queryHLC(q, o.id, []byte{})
 			if err != nil {
 				return h, fmt.Errorf("rows of %s: %w", o.dev, err)
@@ -151,7 +155,7 @@ func (l *Library) lacking(c *conn, held heldHere, p messages.DeviceID) (oldest m
 		if o.dev == p || o.newest.Compare(from) <= 0 {
 			continue
 		}
-		for _, q := range l.ownedQueries(`min`) {
+		for _, q := range held.minQueries {
 			h, err := c.queryHLC(q, o.id, cmpHLC(from))
 			if err != nil {
 				return oldest, false, fmt.Errorf("rows of %s: %w", o.dev, err)
